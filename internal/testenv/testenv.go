@@ -1,0 +1,75 @@
+// Package testenv gives tests their backends: a real Redis and PostgreSQL
+// named by environment variables, or an embedded miniredis.
+//
+// Without the variables a test that needs a real server skips and says which
+// variable to set, so `go test ./...` passes on a bare machine. Under CI
+// (CI=true) a missing variable fails the test instead: in CI nothing may skip.
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// RedisAddrVar names the variable holding a real Redis's host:port.
+	RedisAddrVar = "REDFENCE_REDIS_ADDR"
+	// PostgresURLVar names the variable holding a PostgreSQL URL.
+	PostgresURLVar = "REDFENCE_POSTGRES_URL"
+)
+
+// need returns the value of the variable, or skips (fails under CI).
+func need(t testing.TB, name, what string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v != "" {
+		return v
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not set: CI must run every %s test", name, what)
+	}
+	t.Skipf("skipping %s test: set %s to run it", what, name)
+	return ""
+}
+
+// RedisAddr returns the real Redis's address, or skips.
+func RedisAddr(t testing.TB) string { return need(t, RedisAddrVar, "real-Redis") }
+
+// PostgresURL returns the PostgreSQL URL, or skips.
+func PostgresURL(t testing.TB) string { return need(t, PostgresURLVar, "PostgreSQL") }
+
+// Redis returns a client of the real Redis, closed when the test ends.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("%s=%s: %v", RedisAddrVar, os.Getenv(RedisAddrVar), err)
+	}
+	return c
+}
+
+// Mini starts a miniredis and returns it with a client of it, both closed
+// when the test ends.
+func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return m, c
+}
+
+// Unique returns a name no other test or run uses: the test's name with a
+// random suffix, so tests sharing one real Redis never see each other's keys.
+func Unique(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+	return name + "-" + hex.EncodeToString(b[:])
+}
