@@ -73,3 +73,24 @@ func Unique(t testing.TB) string {
 	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
 	return name + "-" + hex.EncodeToString(b[:])
 }
+
+// Backend is a Redis a test body runs against.
+type Backend struct {
+	Name   string
+	Client *redis.Client
+	// Mini is the embedded server, nil for a real Redis.
+	Mini *miniredis.Miniredis
+}
+
+// EachRedis runs body as a subtest against miniredis and, when
+// REDFENCE_REDIS_ADDR is set (always under CI), against the real Redis.
+func EachRedis(t *testing.T, body func(t *testing.T, b Backend)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) {
+		m, c := Mini(t)
+		body(t, Backend{Name: "miniredis", Client: c, Mini: m})
+	})
+	t.Run("redis", func(t *testing.T) {
+		body(t, Backend{Name: "redis", Client: Redis(t)})
+	})
+}

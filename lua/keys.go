@@ -1,0 +1,67 @@
+package lua
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Keys are the Redis keys and channel of one lock. All keys share the hash
+// tag {name}, so every script touches a single Cluster slot.
+type Keys struct {
+	Lock      string // P:{N}, the lock hash
+	Fence     string // P:{N}:fence, the fencing counter
+	Tombstone string // P:{N}:rel, the request ID of the last full release
+	Channel   string // P:{N}:released, published on every full release
+}
+
+// escaper makes a name safe inside a hash tag. Redis takes the tag from the
+// first '{' to the next '}', so a '}' in a name would cut the tag short and
+// an empty tag would not count as one; '%' is escaped too so that the
+// mapping stays one-to-one and two names never share keys.
+var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// KeysFor returns the keys of the lock name under prefix. It does not
+// validate; callers check the name with [CheckName] and the prefix with
+// [CheckPrefix] once, up front.
+func KeysFor(prefix, name string) Keys {
+	base := prefix + ":{" + escaper.Replace(name) + "}"
+	return Keys{
+		Lock:      base,
+		Fence:     base + ":fence",
+		Tombstone: base + ":rel",
+		Channel:   base + ":released",
+	}
+}
+
+// MaxNameLen is the longest lock name accepted, in bytes. Names are opaque
+// bytes; the bound keeps keys, channels and logs a sane size.
+const MaxNameLen = 1024
+
+// MaxPrefixLen is the longest key prefix accepted, in bytes.
+const MaxPrefixLen = 256
+
+// CheckName reports why name cannot be a lock name, or nil. Any non-empty
+// string of up to MaxNameLen bytes is a valid name, braces included.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty lock name")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("lock name is %d bytes, the maximum is %d", len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// CheckPrefix reports why p cannot be a key prefix, or nil. A prefix is
+// 1 to MaxPrefixLen bytes with no '{' or '}', which would move the hash tag.
+func CheckPrefix(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("empty key prefix")
+	case len(p) > MaxPrefixLen:
+		return fmt.Errorf("key prefix is %d bytes, the maximum is %d", len(p), MaxPrefixLen)
+	case strings.ContainsAny(p, "{}"):
+		return fmt.Errorf("key prefix %q contains a brace, which would break the hash tag", p)
+	}
+	return nil
+}
