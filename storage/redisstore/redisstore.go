@@ -1,0 +1,102 @@
+// Package redisstore is a fenced store kept in Redis.
+//
+// Each key is one Redis hash, "<prefix>:{<escaped key>}", holding the value,
+// the token that wrote it and the highest token ever accepted for the key.
+// A write is checked and applied by one Lua script, which Redis runs
+// atomically: two writers can never both pass the check against the same
+// old highest token. Delete removes the value and keeps the highest token,
+// so a paused writer's late Put is still refused.
+//
+// The key sits inside a Redis Cluster hash tag with '%', '{' and '}'
+// escaped (as %25, %7B, %7D), so any key, braces included, maps to one
+// well-formed tag and every script touches a single slot. The escaping is
+// injective: two different keys never share a record.
+//
+// Retries: go-redis re-sends a command after a read timeout even though
+// Redis may already have run it. Re-running a write is harmless: its token
+// equals the highest it recorded, so it is accepted again and writes the
+// same fields. If a higher token was accepted in between, the retry reports
+// fence.ErrStale, which is also the truth the caller needs: its value is no
+// longer the current one.
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/storage"
+)
+
+var _ storage.Store = (*Store)(nil)
+
+const (
+	// DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
+	DefaultPrefix = "redfence:store"
+
+	// MaxKeyLen is the longest key, in bytes, a Store accepts. Longer keys
+	// are refused with storage.ErrInvalid. Escaping can triple a key's
+	// length inside Redis, which stays far below Redis's own limit.
+	MaxKeyLen = 4096
+)
+
+// ErrForeign reports that the Redis key where a record belongs holds
+// something this package did not write: another type, or a hash whose
+// fields are not a record. The foreign value is left untouched; the error
+// names the key.
+var ErrForeign = errors.New("redisstore: foreign value at key")
+
+// Store is a [storage.Store] in Redis. It is safe for concurrent use by
+// multiple goroutines and, sharing one Redis, by multiple processes. A Store
+// holds no state of its own besides its configuration and may be copied.
+type Store struct {
+	c      redis.Scripter
+	prefix string
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every Redis key the Store uses. The default
+// is [DefaultPrefix]. A prefix must be non-empty and must not contain '{'
+// or '}', which would move the Cluster hash tag; [New] refuses it otherwise.
+func WithPrefix(prefix string) Option { return func(s *Store) { s.prefix = prefix } }
+
+// New returns a Store on c, which may be a *redis.Client, *redis.ClusterClient,
+// redis.UniversalClient or anything else that runs scripts. The Store only
+// runs scripts (EVALSHA, falling back to EVAL on NOSCRIPT), so a SCRIPT FLUSH
+// or a failover to a server without the scripts cached is harmless.
+// New returns an error wrapping storage.ErrInvalid for a nil client or a bad
+// prefix. The caller owns c and closes it.
+func New(c redis.Scripter, opts ...Option) (*Store, error) {
+	if c == nil {
+		return nil, fmt.Errorf("redisstore: nil client: %w", storage.ErrInvalid)
+	}
+	s := &Store{c: c, prefix: DefaultPrefix}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.prefix == "" || strings.ContainsAny(s.prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q must be non-empty and free of braces: %w", s.prefix, storage.ErrInvalid)
+	}
+	return s, nil
+}
+
+// escaper makes a key safe inside a hash tag. Escaping '%' as well keeps
+// the mapping injective: "{" becomes "%7B" and a literal "%7B" "%257B".
+var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// Key returns the Redis key that holds key's record, for inspection and
+// debugging. It returns an error wrapping storage.ErrInvalid for an empty
+// key or one longer than [MaxKeyLen].
+func (s *Store) Key(key string) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("redisstore: empty key: %w", storage.ErrInvalid)
+	}
+	if len(key) > MaxKeyLen {
+		return "", fmt.Errorf("redisstore: key of %d bytes exceeds %d: %w", len(key), MaxKeyLen, storage.ErrInvalid)
+	}
+	return s.prefix + ":{" + escaper.Replace(key) + "}", nil
+}
