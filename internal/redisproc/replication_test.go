@@ -1,0 +1,113 @@
+//go:build unix
+
+package redisproc_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/redisproc"
+)
+
+// The failover of the package doc: the replica is promoted without the write
+// the dead primary acknowledged, so the counter goes backwards.
+func TestFailoverLosesUnreplicatedWrite(t *testing.T) {
+	t.Parallel()
+	primary := redisproc.Start(t, redisproc.WithAOF("always"))
+	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	p, r := primary.Client(), replica.Client()
+
+	require.NoError(t, p.Set(t.Context(), "k", 1, 0).Err())
+	replica.WaitSync(t.Context())
+	n, err := r.Get(t.Context(), "k").Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "replica before isolation")
+
+	replica.Isolate()
+	n64, err := p.Incr(t.Context(), "k").Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n64, "primary acknowledged the write")
+	primary.Kill()
+	replica.Resume()
+	replica.Promote()
+
+	n, err = r.Get(t.Context(), "k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "promoted replica must lack the unreplicated INCR")
+	require.NoError(t, r.Set(t.Context(), "after", 1, 0).Err(), "promoted replica takes writes")
+}
+
+// Why Isolate exists: with SIGSTOP alone the write sent to the frozen
+// replica waits in its socket buffer and is applied once it resumes. (A
+// Promote right after Resume races with reading that buffer, so the test
+// waits until the replica has read its link to the end.)
+func TestPauseAloneStillDeliversWrites(t *testing.T) {
+	t.Parallel()
+	primary := redisproc.Start(t)
+	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	p, r := primary.Client(), replica.Client()
+
+	require.NoError(t, p.Set(t.Context(), "k", 1, 0).Err())
+	replica.WaitSync(t.Context())
+	replica.Pause()
+	require.NoError(t, p.Incr(t.Context(), "k").Err())
+	// A reply to a later command means the event loop has flushed the
+	// INCR to the replica's socket.
+	require.NoError(t, p.Ping(t.Context()).Err())
+	primary.Kill()
+	replica.Resume()
+	require.Eventually(t, func() bool {
+		return strings.Contains(r.Info(t.Context(), "replication").Val(), "master_link_status:down")
+	}, 5*time.Second, 5*time.Millisecond)
+	replica.Promote()
+
+	n, err := r.Get(t.Context(), "k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "the replica applied what was buffered while it was stopped")
+}
+
+// Resuming an isolated replica while its primary lives resyncs it.
+func TestIsolateThenResumeResyncs(t *testing.T) {
+	t.Parallel()
+	primary := redisproc.Start(t)
+	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	p, r := primary.Client(), replica.Client()
+
+	require.NoError(t, p.Set(t.Context(), "k", 1, 0).Err())
+	replica.WaitSync(t.Context())
+	replica.Isolate()
+	require.NoError(t, p.Incr(t.Context(), "k").Err())
+	replica.Resume()
+	replica.WaitSync(t.Context())
+
+	n, err := r.Get(t.Context(), "k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+}
+
+// ReplicaOf at runtime, and a restarted replica stays one.
+func TestReplicaOfAndRestart(t *testing.T) {
+	t.Parallel()
+	primary := redisproc.Start(t)
+	replica := redisproc.Start(t)
+	require.NoError(t, primary.Client().Set(t.Context(), "k", "v", 0).Err())
+
+	replica.ReplicaOf(primary)
+	replica.WaitSync(t.Context())
+	r := replica.Client()
+	v, err := r.Get(t.Context(), "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", v)
+
+	replica.Kill()
+	require.NoError(t, primary.Client().Set(t.Context(), "k", "w", 0).Err())
+	replica.Restart()
+	replica.WaitSync(t.Context())
+	v, err = r.Get(t.Context(), "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "w", v)
+}
