@@ -1,0 +1,116 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/storage"
+)
+
+var _ storage.Store = (*Store)(nil)
+
+const (
+	// DefaultTable is the table a Store uses unless [WithTable] says
+	// otherwise.
+	DefaultTable = "redfence_store"
+
+	// MaxKeyLen is the longest key, in bytes, a Store accepts; longer keys
+	// are refused with storage.ErrInvalid. It keeps every key well inside
+	// PostgreSQL's limit for a B-tree index entry (about 2.7 KB).
+	MaxKeyLen = 1024
+
+	// MaxToken is the highest token a Store can record: tokens are stored
+	// as signed 64-bit integers (bigint, INTEGER). Higher tokens are
+	// refused with storage.ErrInvalid, never clamped. Redis INCR, which
+	// issues redfence tokens, cannot go higher either.
+	MaxToken fence.Token = math.MaxInt64
+)
+
+// DB is what a Store needs from database/sql. *sql.DB is the usual choice;
+// *sql.Conn and *sql.Tx satisfy it too, which makes every call run on that
+// connection or inside that transaction.
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Store is a [storage.Store] in a SQL table. It is safe for concurrent use
+// by multiple goroutines (as far as its DB is) and, sharing one database, by
+// multiple processes. A Store holds only configuration and may be copied.
+type Store struct {
+	db    DB
+	d     Dialect
+	table string // quoted
+	q     queries
+}
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct{ table string }
+
+// WithTable sets the table, "name" or "schema.name". The default is
+// [DefaultTable]. Each part must be letters, digits and underscores, not
+// starting with a digit, at most 63 bytes; [New] refuses anything else with
+// storage.ErrInvalid. The name is quoted, so its case is kept as given.
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// New returns a Store using db in dialect d. It does not touch the
+// database; call [Store.Migrate] (or run [Store.Schema]) to create the
+// table. New returns an error wrapping storage.ErrInvalid for a nil db, an
+// unknown dialect or a bad table name. The caller owns db and closes it.
+func New(db DB, d Dialect, opts ...Option) (*Store, error) {
+	if isNil(db) {
+		return nil, fmt.Errorf("sqlstore: nil database: %w", storage.ErrInvalid)
+	}
+	if d != Postgres && d != SQLite {
+		return nil, fmt.Errorf("sqlstore: unknown %v: %w", d, storage.ErrInvalid)
+	}
+	c := config{table: DefaultTable}
+	for _, o := range opts {
+		o(&c)
+	}
+	table, err := quoteTable(c.table)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, d: d, table: table, q: buildQueries(d, table)}, nil
+}
+
+// isNil catches typed nil pointers of the usual DB types, which a plain
+// interface comparison misses.
+func isNil(db DB) bool {
+	switch v := db.(type) {
+	case nil:
+		return true
+	case *sql.DB:
+		return v == nil
+	case *sql.Conn:
+		return v == nil
+	case *sql.Tx:
+		return v == nil
+	}
+	return false
+}
+
+// Dialect returns the Store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// Table returns the Store's table name, quoted as it appears in SQL.
+func (s *Store) Table() string { return s.table }
+
+// Schema returns the CREATE TABLE IF NOT EXISTS statement for the Store's
+// table, for programs that run their own migrations.
+func (s *Store) Schema() string { return s.q.schema }
+
+// Migrate creates the Store's table if it does not exist. It is safe to
+// call on every start. It does not alter an existing table of that name.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
+		return fmt.Errorf("sqlstore: create table %s: %w", s.table, withCtx(ctx, err))
+	}
+	return nil
+}

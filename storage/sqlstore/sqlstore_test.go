@@ -1,0 +1,120 @@
+package sqlstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"path/filepath"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/storage"
+	"github.com/redfence/redfence/storage/sqlstore"
+	"github.com/redfence/redfence/storage/storagetest"
+)
+
+// uniqueTable returns a table name no other test or run uses.
+func uniqueTable() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "rf_test_" + hex.EncodeToString(b[:])
+}
+
+// openPostgres opens the PostgreSQL of REDFENCE_POSTGRES_URL (or skips),
+// closed when the test ends.
+func openPostgres(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.PingContext(t.Context()); err != nil {
+		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
+	}
+	return db
+}
+
+// newPostgresStore makes a store on a fresh table, dropped when the test
+// ends, and returns the table's name too.
+func newPostgresStore(t *testing.T, db *sql.DB) (*sqlstore.Store, string) {
+	t.Helper()
+	table := uniqueTable()
+	s := mustNew(t, db, sqlstore.Postgres, table)
+	t.Cleanup(func() {
+		// The test's own db may be closed by now (the broken-backend test
+		// closes it), so drop through a connection of our own.
+		c, err := sql.Open("pgx", testenv.PostgresURL(t))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		if _, err := c.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`); err != nil {
+			t.Errorf("drop %s: %v", table, err)
+		}
+	})
+	return s, table
+}
+
+// openSQLite opens path with the package's recommended settings.
+func openSQLite(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func mustNew(t *testing.T, db sqlstore.DB, d sqlstore.Dialect, table string) *sqlstore.Store {
+	t.Helper()
+	s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var sqlOptions = []storagetest.Option{
+	storagetest.WithMaxKeyLen(sqlstore.MaxKeyLen),
+	storagetest.WithMaxToken(sqlstore.MaxToken),
+}
+
+func TestConformancePostgres(t *testing.T) {
+	testenv.PostgresURL(t) // skip the whole suite, not each subtest, without a server
+	storagetest.Run(t, func(t *testing.T) storage.Store {
+		s, _ := newPostgresStore(t, openPostgres(t))
+		return s
+	}, append(sqlOptions, storagetest.WithFault(func(t *testing.T) storagetest.Fault {
+		db := openPostgres(t)
+		s, table := newPostgresStore(t, db)
+		return storagetest.Fault{
+			Store:  s,
+			Break:  func() { _ = db.Close() },
+			Reopen: func(t *testing.T) storage.Store { return mustNew(t, openPostgres(t), sqlstore.Postgres, table) },
+		}
+	}))...)
+}
+
+func TestConformanceSQLite(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.Store {
+		return mustNew(t, openSQLite(t, filepath.Join(t.TempDir(), "store.db")), sqlstore.SQLite, sqlstore.DefaultTable)
+	}, append(sqlOptions, storagetest.WithFault(func(t *testing.T) storagetest.Fault {
+		path := filepath.Join(t.TempDir(), "store.db")
+		db := openSQLite(t, path)
+		return storagetest.Fault{
+			Store:  mustNew(t, db, sqlstore.SQLite, sqlstore.DefaultTable),
+			Break:  func() { _ = db.Close() },
+			Reopen: func(t *testing.T) storage.Store { return mustNew(t, openSQLite(t, path), sqlstore.SQLite, sqlstore.DefaultTable) },
+		}
+	}))...)
+}
