@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -93,4 +94,14 @@ func EachRedis(t *testing.T, body func(t *testing.T, b Backend)) {
 	t.Run("redis", func(t *testing.T) {
 		body(t, Backend{Name: "redis", Client: Redis(t)})
 	})
+}
+
+// Expire makes d pass for key expiry: miniredis fast-forwards its clock, a
+// real Redis is waited for (keep d short there).
+func (b Backend) Expire(d time.Duration) {
+	if b.Mini != nil {
+		b.Mini.FastForward(d)
+		return
+	}
+	time.Sleep(d)
 }

@@ -1,0 +1,171 @@
+package reentrant
+
+import (
+	"time"
+
+	"github.com/redfence/redfence/lua"
+)
+
+// Limits on durations accepted by options and [Lease.Extend].
+const (
+	// MinTTL is the shortest lease: Redis expires keys with millisecond
+	// resolution.
+	MinTTL = time.Millisecond
+	// MaxTTL is the longest lease. A lock that outlives a crashed holder by
+	// more than a day is almost always a bug; use renewal instead.
+	MaxTTL = 24 * time.Hour
+)
+
+// Defaults.
+const (
+	// DefaultPrefix is the key prefix unless WithPrefix says otherwise.
+	DefaultPrefix = "redfence"
+	// DefaultTTL is the lease unless WithTTL says otherwise. 30 s rides out
+	// GC pauses, failovers and network blips without losing a renewed
+	// lock, and frees the lock of a crashed holder within half a minute.
+	// Fencing, not the TTL, is what keeps a late writer out.
+	DefaultTTL = 30 * time.Second
+	// DefaultRetryJitter bounds the random delay added when a waiter wakes
+	// because the holder's TTL ran out, so waiters do not stampede.
+	DefaultRetryJitter = 50 * time.Millisecond
+	// DefaultMaxRetryDelay bounds how long a waiter sleeps between attempts
+	// when no release is published.
+	DefaultMaxRetryDelay = 5 * time.Second
+	// DefaultRetryWindow is how long a full release is remembered so that
+	// go-redis's retry of it is recognised as done. go-redis's defaults
+	// (3 s read timeout, 3 retries) finish within about 13 s.
+	DefaultRetryWindow = 30 * time.Second
+)
+
+// Option configures a Client. An option given an out-of-range value makes
+// New fail with ErrInvalid; nothing is clamped.
+type Option func(*config) error
+
+type config struct {
+	prefix        string
+	ttl           time.Duration
+	renew         time.Duration // 0: off
+	renewSet      bool
+	jitter        time.Duration
+	maxRetryDelay time.Duration
+	retryWindow   time.Duration
+}
+
+func defaults() config {
+	return config{
+		prefix:        DefaultPrefix,
+		ttl:           DefaultTTL,
+		jitter:        DefaultRetryJitter,
+		maxRetryDelay: DefaultMaxRetryDelay,
+		retryWindow:   DefaultRetryWindow,
+	}
+}
+
+// WithPrefix sets the key prefix (default "redfence"): the lock named N
+// lives at PREFIX:{N}. It must be 1 to 256 bytes without '{' or '}'.
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		if err := lua.CheckPrefix(p); err != nil {
+			return invalid("%v", err)
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithTTL sets the lease (default 30 s): how long a lock outlives a holder
+// that stops renewing it. It must be a whole number of milliseconds from
+// MinTTL to MaxTTL.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if err := checkTTL(d); err != nil {
+			return err
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithRenewInterval sets how often a held lock's lease is renewed
+// (default TTL/3). It must be positive and shorter than the TTL.
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("renew interval %v is not positive", d)
+		}
+		c.renew, c.renewSet = d, true
+		return nil
+	}
+}
+
+// WithoutRenewal turns renewal off (it is on by default): a lease then
+// ends after the TTL unless extended with [Lease.Extend].
+func WithoutRenewal() Option {
+	return func(c *config) error {
+		c.renew, c.renewSet = 0, true
+		return nil
+	}
+}
+
+// WithRetryJitter sets the upper bound of the random delay a waiter adds
+// before retrying after the holder's TTL ran out (default 50 ms). Zero
+// disables it; it must not be negative or above one minute.
+func WithRetryJitter(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > time.Minute {
+			return invalid("retry jitter %v is outside [0, 1m]", d)
+		}
+		c.jitter = d
+		return nil
+	}
+}
+
+// WithMaxRetryDelay sets the longest a waiting Lock sleeps between
+// attempts when no release is published (default 5 s). It guards against
+// a release notice lost with a dropped connection. It must be from 1 ms to
+// one hour.
+func WithMaxRetryDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d > time.Hour {
+			return invalid("max retry delay %v is outside [1ms, 1h]", d)
+		}
+		c.maxRetryDelay = d
+		return nil
+	}
+}
+
+// WithRetryWindow sets how long Redis remembers a full release so that a
+// client-side retry of the same release is answered as done instead of
+// "not held" (default 30 s). Set it above your go-redis client's
+// (ReadTimeout + backoff) × (MaxRetries + 1). It must be a whole number of
+// milliseconds from 1 ms to one hour.
+func WithRetryWindow(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
+			return invalid("retry window %v is not a whole number of milliseconds in [1ms, 1h]", d)
+		}
+		c.retryWindow = d
+		return nil
+	}
+}
+
+func checkTTL(d time.Duration) error {
+	switch {
+	case d < MinTTL || d > MaxTTL:
+		return invalid("TTL %v is outside [%v, %v]", d, MinTTL, MaxTTL)
+	case d%time.Millisecond != 0:
+		return invalid("TTL %v is not a whole number of milliseconds", d)
+	}
+	return nil
+}
+
+func (c *config) finish() error {
+	if !c.renewSet {
+		c.renew = c.ttl / 3
+		return nil
+	}
+	if c.renew >= c.ttl {
+		return invalid("renew interval %v is not shorter than the TTL %v", c.renew, c.ttl)
+	}
+	return nil
+}

@@ -1,0 +1,348 @@
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+)
+
+const prefix = "rftest"
+
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...reentrant.Option) *reentrant.Client {
+	t.Helper()
+	c, err := reentrant.New(rdb, append([]reentrant.Option{reentrant.WithPrefix(prefix)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// assertShape checks the invariant after every acquire, reentry and extend:
+// the lock hash has a TTL, the counter has none.
+func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
+	t.Helper()
+	k := lua.KeysFor(prefix, name)
+	require.Greater(t, rdb.PTTL(t.Context(), k.Lock).Val(), time.Duration(0), "lock hash %s must carry a TTL", k.Lock)
+	require.Equal(t, time.Duration(-1), rdb.PTTL(t.Context(), k.Fence).Val(), "counter %s must never expire", k.Fence)
+}
+
+func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		assertShape(t, b.Client, name)
+		require.EqualValues(t, 1, outer.Depth())
+		require.NotZero(t, outer.Token())
+
+		inner, err := c.Lock(outer.Context(), name)
+		require.NoError(t, err)
+		assertShape(t, b.Client, name)
+		require.Equal(t, outer.Token(), inner.Token(), "reentry must keep the token")
+		require.EqualValues(t, 2, inner.Depth())
+		require.Equal(t, outer.Owner(), inner.Owner())
+
+		third, err := c.TryLock(inner.Context(), name)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, third.Depth())
+
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.True(t, st.Held)
+		require.EqualValues(t, 3, st.Depth)
+		require.Equal(t, outer.Token(), st.Token)
+		require.Equal(t, outer.Token(), st.LastToken)
+		require.Greater(t, st.TTL, time.Duration(0))
+
+		// Another owner cannot take it while any depth remains, and unlock
+		// order does not matter.
+		_, err = c.TryLock(t.Context(), name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.NoError(t, outer.Unlock(t.Context()))
+		require.NoError(t, third.Unlock(t.Context()))
+		_, err = c.TryLock(t.Context(), name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.NoError(t, inner.Unlock(t.Context()))
+
+		next, err := c.TryLock(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, next.Token(), outer.Token(), "a new ownership must get a higher token")
+		require.NoError(t, next.Unlock(t.Context()))
+		st, err = c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Equal(t, reentrant.State{Name: name, LastToken: next.Token()}, st)
+	})
+}
+
+func TestLeaseContextEndsOnUnlock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		inner, err := c.Lock(outer.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, inner.Unlock(t.Context()))
+		require.ErrorIs(t, inner.Err(), reentrant.ErrReleased)
+		require.NoError(t, outer.Err(), "an inner unlock must not end the outer lease")
+		require.NoError(t, outer.Unlock(t.Context()))
+		<-outer.Done()
+		require.ErrorIs(t, outer.Err(), reentrant.ErrReleased)
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	_, err := reentrant.New(nil)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+
+	_, rdb := testenv.Mini(t)
+	for _, opt := range []reentrant.Option{
+		nil,
+		reentrant.WithTTL(0), reentrant.WithTTL(-time.Second), reentrant.WithTTL(time.Microsecond),
+		reentrant.WithTTL(reentrant.MaxTTL + time.Millisecond), reentrant.WithTTL(1500 * time.Microsecond),
+		reentrant.WithPrefix(""), reentrant.WithPrefix("a{b"), reentrant.WithPrefix("a}"), reentrant.WithPrefix(strings.Repeat("p", 257)),
+		reentrant.WithRenewInterval(0), reentrant.WithRenewInterval(-1),
+		reentrant.WithRenewInterval(reentrant.DefaultTTL), // not shorter than the TTL
+		reentrant.WithRetryJitter(-1), reentrant.WithRetryJitter(2 * time.Minute),
+		reentrant.WithMaxRetryDelay(0), reentrant.WithMaxRetryDelay(2 * time.Hour),
+		reentrant.WithRetryWindow(0), reentrant.WithRetryWindow(time.Microsecond),
+	} {
+		c, err := reentrant.New(rdb, opt)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.Nil(t, c)
+	}
+
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	for _, name := range []string{"", strings.Repeat("n", lua.MaxNameLen+1)} {
+		_, err = c.Lock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		_, err = c.TryLock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		_, err = c.Inspect(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+	}
+	_, err = c.TryLock(ctx, strings.Repeat("n", lua.MaxNameLen))
+	require.NoError(t, err, "a name of exactly the maximum length is valid")
+
+	_, err = c.Lock(reentrant.WithOwner(ctx, ""), "x")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	_, err = c.Lock(reentrant.WithOwner(ctx, reentrant.Owner(strings.Repeat("o", reentrant.MaxOwnerLen+1))), "x")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+
+	l, err := c.Lock(ctx, "ttl")
+	require.NoError(t, err)
+	for _, d := range []time.Duration{0, -1, time.Microsecond, reentrant.MaxTTL + time.Millisecond, 1500 * time.Microsecond} {
+		require.ErrorIs(t, l.Extend(ctx, d), reentrant.ErrInvalid, "Extend(%v)", d)
+	}
+
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = c.Lock(done, "y")
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = c.TryLock(done, "y")
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.Canceled)
+	var nilLease *reentrant.Lease
+	require.ErrorIs(t, nilLease.Unlock(ctx), reentrant.ErrNotHeld)
+}
+
+func TestUnlockTwiceAndMoreUnlocksThanLocks(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		inner, err := c.Lock(outer.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, inner.Unlock(t.Context()))
+		require.ErrorIs(t, inner.Unlock(t.Context()), reentrant.ErrNotHeld)
+		st, _ := c.Inspect(t.Context(), name)
+		require.EqualValues(t, 1, st.Depth, "a second Unlock of one lease must not decrement")
+		require.NoError(t, outer.Unlock(t.Context()))
+		require.ErrorIs(t, outer.Unlock(t.Context()), reentrant.ErrNotHeld)
+		require.ErrorIs(t, inner.Unlock(t.Context()), reentrant.ErrNotHeld)
+		require.ErrorIs(t, outer.Extend(t.Context(), time.Second), reentrant.ErrNotHeld)
+	})
+}
+
+// An old lease must never release or extend a later ownership, even one by
+// the same owner.
+func TestStaleLeaseCannotTouchLaterOwnership(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithTTL(100*time.Millisecond), reentrant.WithoutRenewal())
+		name := testenv.Unique(t)
+		owner := reentrant.WithOwner(t.Context(), reentrant.NewOwner())
+
+		old, err := c.Lock(owner, name)
+		require.NoError(t, err)
+		b.Expire(150 * time.Millisecond)
+		require.ErrorIs(t, old.Extend(t.Context(), time.Second), reentrant.ErrNotHeld, "extend after expiry")
+
+		// Same owner, new ownership.
+		same, err := c.Lock(owner, name)
+		require.NoError(t, err)
+		require.Greater(t, same.Token(), old.Token())
+		require.ErrorIs(t, old.Unlock(t.Context()), reentrant.ErrNotHeld)
+		require.ErrorIs(t, old.Err(), reentrant.ErrLost)
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.True(t, st.Held, "the old lease released the new ownership")
+		require.Equal(t, same.Token(), st.Token)
+		require.NoError(t, same.Unlock(t.Context()))
+
+		// Another owner, after expiry.
+		first, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		b.Expire(150 * time.Millisecond)
+		second, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.ErrorIs(t, first.Unlock(t.Context()), reentrant.ErrNotHeld)
+		require.ErrorIs(t, first.Extend(t.Context(), time.Second), reentrant.ErrNotHeld)
+		st, err = c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Equal(t, second.Owner(), st.Owner)
+		require.NoError(t, second.Unlock(t.Context()))
+	})
+}
+
+func TestExtend(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Second), reentrant.WithoutRenewal())
+		name := testenv.Unique(t)
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, l.Extend(t.Context(), time.Hour))
+		assertShape(t, b.Client, name)
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, st.TTL, 59*time.Minute)
+		require.NoError(t, l.Unlock(t.Context()))
+	})
+}
+
+func TestForeignValueLeftUntouched(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		k := lua.KeysFor(prefix, name)
+		require.NoError(t, b.Client.RPush(t.Context(), k.Lock, "mine").Err())
+		for _, f := range []func() error{
+			func() error { _, err := c.TryLock(t.Context(), name); return err },
+			func() error { _, err := c.Lock(t.Context(), name); return err },
+			func() error { _, err := c.Inspect(t.Context(), name); return err },
+		} {
+			err := f()
+			require.ErrorIs(t, err, lua.ErrWrongType)
+			require.ErrorContains(t, err, k.Lock)
+		}
+		require.Equal(t, []string{"mine"}, b.Client.LRange(t.Context(), k.Lock, 0, -1).Val())
+	})
+}
+
+func TestNoScriptAfterFlush(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		require.NoError(t, b.Client.ScriptFlush(t.Context()).Err())
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, b.Client.ScriptFlush(t.Context()).Err())
+		require.NoError(t, l.Extend(t.Context(), time.Minute))
+		require.NoError(t, b.Client.ScriptFlush(t.Context()).Err())
+		_, err = c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, b.Client.ScriptFlush(t.Context()).Err())
+		require.NoError(t, l.Unlock(t.Context()))
+	})
+}
+
+func TestDo(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		boom := errors.New("boom")
+		var seen fence.Token
+		err := c.Do(t.Context(), name, func(ctx context.Context, tok fence.Token) error {
+			seen = tok
+			// The callback's context reenters.
+			return c.Do(ctx, name, func(_ context.Context, inner fence.Token) error {
+				require.Equal(t, tok, inner)
+				return boom
+			})
+		})
+		require.ErrorIs(t, err, boom)
+		require.NotZero(t, seen)
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.False(t, st.Held, "Do must release even when fn fails")
+	})
+}
+
+func TestCloseEndsLeases(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	c, err := reentrant.New(rdb)
+	require.NoError(t, err)
+	l, err := c.Lock(t.Context(), "x")
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	<-l.Done()
+	require.ErrorIs(t, l.Err(), reentrant.ErrClosed)
+	_, err = c.Lock(t.Context(), "y")
+	require.ErrorIs(t, err, reentrant.ErrClosed)
+	require.NoError(t, c.Close(), "Close is idempotent")
+}
+
+func TestConcurrentOwnersMutualExclusion(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		const workers, rounds = 8, 25
+		var (
+			mu      sync.Mutex
+			inside  int
+			last    fence.Token
+			entries int
+		)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for range rounds {
+					l, err := c.Lock(t.Context(), name)
+					if !assertNoErr(t, err) {
+						return
+					}
+					mu.Lock()
+					inside++
+					if inside != 1 || l.Token() <= last {
+						t.Errorf("inside=%d token=%d last=%d", inside, l.Token(), last)
+					}
+					last = l.Token()
+					entries++
+					mu.Unlock()
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					assertNoErr(t, l.Unlock(t.Context()))
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, workers*rounds, entries)
+		require.EqualValues(t, workers*rounds, last, "one token per ownership, none skipped")
+	})
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,238 @@
+package reentrant_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// slow is far above anything a notified wake-up takes, so a waiter that
+// only wakes by polling is caught without timing the fast path.
+const slow = 20 * time.Second
+
+func TestLockWakesOnRelease(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithMaxRetryDelay(slow))
+		name := testenv.Unique(t)
+		held, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		unlocked := make(chan error, 1)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			unlocked <- held.Unlock(context.Background())
+		}()
+		start := time.Now()
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), slow/2, "the waiter was not woken by the release")
+		require.NoError(t, <-unlocked)
+		require.Greater(t, l.Token(), held.Token())
+		require.NoError(t, l.Unlock(t.Context()))
+	})
+}
+
+func TestLockWakesOnExpiry(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		holder := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond), reentrant.WithoutRenewal())
+		c := newClient(t, b.Client, reentrant.WithMaxRetryDelay(slow))
+		name := testenv.Unique(t)
+		held, err := holder.Lock(t.Context(), name)
+		require.NoError(t, err)
+		if b.Mini != nil {
+			// miniredis expires keys only when told; the waiter must still
+			// find out by itself once the TTL it was given has passed.
+			go func() { time.Sleep(50 * time.Millisecond); b.Expire(time.Second) }()
+		}
+		start := time.Now()
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), slow/2, "the waiter did not wake when the holder's TTL ran out")
+		require.Greater(t, l.Token(), held.Token())
+	})
+}
+
+func TestLockCancelEndsWait(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithMaxRetryDelay(slow))
+		name := testenv.Unique(t)
+		_, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = c.Lock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), slow/2)
+	})
+}
+
+// Waiters share one subscription per channel and leave none behind.
+func TestWaitersShareOneSubscription(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithMaxRetryDelay(slow))
+		name := testenv.Unique(t)
+		ch := lua.KeysFor(prefix, name).Channel
+		first, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+
+		const waiters = 30
+		got := make(chan *reentrant.Lease, waiters)
+		for range waiters {
+			go func() {
+				l, err := c.Lock(t.Context(), name)
+				if assertNoErr(t, err) {
+					got <- l
+				}
+			}()
+		}
+		require.Eventually(t, func() bool {
+			return b.Client.PubSubNumSub(t.Context(), ch).Val()[ch] == 1
+		}, 5*time.Second, 5*time.Millisecond, "30 waiters must share one subscription")
+		require.NoError(t, first.Unlock(t.Context()))
+		last := first.Token()
+		for range waiters {
+			l := <-got
+			require.Greater(t, l.Token(), last)
+			last = l.Token()
+			require.NoError(t, l.Unlock(t.Context()))
+		}
+		require.Eventually(t, func() bool {
+			return b.Client.PubSubNumSub(t.Context(), ch).Val()[ch] == 0
+		}, 5*time.Second, 5*time.Millisecond, "the subscription must end with the last waiter")
+	})
+}
+
+func TestRenewalKeepsLease(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		name := testenv.Unique(t)
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		for range 10 {
+			time.Sleep(100 * time.Millisecond)
+			b.Expire(100 * time.Millisecond) // miniredis: let the clock run
+			require.NoError(t, l.Err())
+		}
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Equal(t, l.Token(), st.Token, "renewal must keep the lock past its TTL")
+		require.NoError(t, l.Unlock(t.Context()))
+	})
+}
+
+func TestRenewalDetectsLoss(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		name := testenv.Unique(t)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		inner, err := c.Lock(outer.Context(), name)
+		require.NoError(t, err)
+		// Someone deletes the lock (an operator, a FLUSHDB, a failover).
+		require.NoError(t, b.Client.Del(t.Context(), lua.KeysFor(prefix, name).Lock).Err())
+		for _, l := range []*reentrant.Lease{outer, inner} {
+			select {
+			case <-l.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("loss not reported")
+			}
+			require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+			require.ErrorIs(t, l.Err(), reentrant.ErrNotHeld)
+			require.ErrorIs(t, l.Context().Err(), context.Canceled)
+		}
+		require.ErrorIs(t, inner.Unlock(t.Context()), reentrant.ErrNotHeld)
+		require.ErrorIs(t, outer.Extend(t.Context(), time.Second), reentrant.ErrNotHeld)
+	})
+}
+
+// When Redis stops answering, the holder is told the lease is lost before
+// Redis could hand the lock to anyone else.
+func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
+	rdb := testenv.Redis(t)
+	lockRdb := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, MaxRetries: -1})
+	c := newClient(t, lockRdb, reentrant.WithTTL(1500*time.Millisecond))
+	name := testenv.Unique(t)
+	l, err := c.Lock(t.Context(), name)
+	require.NoError(t, err)
+	time.Sleep(600 * time.Millisecond) // at least one renewal succeeded
+	require.NoError(t, lockRdb.Close())
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("loss not reported")
+	}
+	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+	require.ErrorIs(t, l.Err(), redis.ErrClosed, "the cause must carry the Redis error")
+	ttl := rdb.PTTL(t.Context(), lua.KeysFor(prefix, name).Lock).Val()
+	require.Greater(t, ttl, time.Duration(0), "loss must be reported while the key still exists, not after")
+}
+
+func TestUnreachableRedis(t *testing.T) {
+	before := runtime.NumGoroutine()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c, err := reentrant.New(rdb)
+	require.NoError(t, err)
+	_, err = c.Lock(t.Context(), "x")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, reentrant.ErrNotAcquired, "an unreachable Redis is not a held lock")
+	_, err = c.TryLock(t.Context(), "x")
+	require.Error(t, err)
+	_, err = c.Inspect(t.Context(), "x")
+	require.Error(t, err)
+	require.NoError(t, c.Close())
+	require.NoError(t, rdb.Close())
+	settle(t, before)
+}
+
+// Closing the go-redis client while Lock waits ends the wait with an error.
+func TestRedisClosedMidWait(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		before := runtime.NumGoroutine()
+		addr := b.Client.Options().Addr
+		holderRdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer holderRdb.Close()
+		holder := newClient(t, holderRdb)
+		name := testenv.Unique(t)
+		held, err := holder.Lock(t.Context(), name)
+		require.NoError(t, err)
+
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithMaxRetryDelay(200*time.Millisecond))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var lockErr error
+		wg.Go(func() { _, lockErr = c.Lock(t.Context(), name) })
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, rdb.Close())
+		wg.Wait()
+		require.ErrorIs(t, lockErr, redis.ErrClosed)
+		require.NoError(t, c.Close())
+		require.NoError(t, held.Unlock(t.Context()))
+		require.NoError(t, holder.Close())
+		require.NoError(t, holderRdb.Close())
+		settle(t, before)
+	})
+}
+
+// settle fails the test if goroutines started since before do not exit.
+func settle(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("goroutine leak: %d > %d\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
