@@ -112,9 +112,11 @@ func TestConformanceSQLite(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "store.db")
 		db := openSQLite(t, path)
 		return storagetest.Fault{
-			Store:  mustNew(t, db, sqlstore.SQLite, sqlstore.DefaultTable),
-			Break:  func() { _ = db.Close() },
-			Reopen: func(t *testing.T) storage.Store { return mustNew(t, openSQLite(t, path), sqlstore.SQLite, sqlstore.DefaultTable) },
+			Store: mustNew(t, db, sqlstore.SQLite, sqlstore.DefaultTable),
+			Break: func() { _ = db.Close() },
+			Reopen: func(t *testing.T) storage.Store {
+				return mustNew(t, openSQLite(t, path), sqlstore.SQLite, sqlstore.DefaultTable)
+			},
 		}
 	}))...)
 }
