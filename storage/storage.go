@@ -2,8 +2,9 @@
 // writes carrying a fencing token older than the highest it has accepted for
 // that key.
 //
-// Every adapter (storage/memory, the Redis and SQL stores) implements
-// [Store] with the same rule, taken from [fence.Check]:
+// Every adapter (storage/memory, storage/redisstore, storage/sqlstore)
+// implements [Store] with the same rule, taken from [fence.Check], and runs
+// the same conformance suite, storage/storagetest:
 //
 //   - A write (Put or Delete) with token t on key k is accepted iff t != 0
 //     and t >= the highest token accepted for k so far. Equal is accepted:
@@ -18,7 +19,11 @@
 //     fence.ErrNoToken; it never means "unfenced".
 //
 // Keys are non-empty strings of arbitrary bytes; an adapter documents its
-// maximum key length and refuses longer keys with [ErrInvalid].
+// maximum key length and refuses longer keys with [ErrInvalid], as it does
+// a token it cannot represent. Nothing is silently truncated or clamped.
+// A call whose context ends returns an error for which errors.Is with the
+// context's error holds; after such an error, or a backend error, a write
+// was applied whole or not at all.
 package storage
 
 import (

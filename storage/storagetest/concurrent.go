@@ -21,6 +21,17 @@ type Stats struct {
 	Duration time.Duration // wall time of the writes
 }
 
+// testConcurrent runs [Concurrent] with every writer sharing the one store.
+func testConcurrent(t *testing.T, s storage.Store, c config) {
+	stores := make([]storage.Store, c.writers)
+	for i := range stores {
+		stores[i] = s
+	}
+	st := Concurrent(t, stores, "concurrent", c.writes)
+	t.Logf("%d writers x %d puts: %d accepted, %d refused as stale, %d concurrent reads, highest %d, %v",
+		st.Writers, c.writes, st.Accepted, st.Refused, st.Reads, st.Highest, st.Duration)
+}
+
 // op is one call as a concurrent client saw it: when it started and ended
 // (monotonic clock), the token it carried or observed, and its outcome.
 type op struct {

@@ -12,17 +12,6 @@ import (
 	"github.com/redfence/redfence/storage"
 )
 
-// testConcurrent runs [Concurrent] with every writer sharing the one store.
-func testConcurrent(t *testing.T, s storage.Store, c config) {
-	stores := make([]storage.Store, c.writers)
-	for i := range stores {
-		stores[i] = s
-	}
-	st := Concurrent(t, stores, "concurrent", c.writes)
-	t.Logf("%d writers x %d puts: %d accepted, %d refused as stale, %d concurrent reads, highest %d, %v",
-		st.Writers, c.writes, st.Accepted, st.Refused, st.Reads, st.Highest, st.Duration)
-}
-
 // testBroken breaks the backend while writers have 64 KiB Puts in flight.
 // Calls after the break must fail, and what is left must be one whole
 // write: the value belongs to the recorded token, the highest token is one
