@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/internal/netfault"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
@@ -81,14 +82,29 @@ func TestConformanceRedis(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Store { return newStore(t, testenv.Redis(t)) },
 		storagetest.WithMaxKeyLen(redisstore.MaxKeyLen),
 		storagetest.WithFault(func(t *testing.T) storagetest.Fault {
-			// The store's client is closed under it.
-			c := testenv.Redis(t)
-			s := newStore(t, c)
+			// Redis becomes unreachable: a proxy in front of it resets
+			// every connection and refuses new ones.
+			proxy, err := netfault.New(testenv.RedisAddr(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = proxy.Close() })
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+			t.Cleanup(func() { _ = c.Close() })
+			direct := testenv.Redis(t)
+			s := newStore(t, direct) // cleans up through the direct client
+			s, err = redisstore.New(c, redisstore.WithPrefix(prefixOf(t, s)))
+			if err != nil {
+				t.Fatal(err)
+			}
 			return storagetest.Fault{
 				Store: s,
-				Break: func() { _ = c.Close() },
+				Break: func() {
+					proxy.RefuseNew(true)
+					proxy.ResetAll()
+				},
 				Reopen: func(t *testing.T) storage.Store {
-					s2, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(prefixOf(t, s)))
+					s2, err := redisstore.New(direct, redisstore.WithPrefix(prefixOf(t, s)))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -99,7 +115,6 @@ func TestConformanceRedis(t *testing.T) {
 	)
 }
 
-// prefixOf recovers a store's prefix from its key layout.
 func prefixOf(t *testing.T, s *redisstore.Store) string {
 	return strings.TrimSuffix(mustKey(t, s, "x"), ":{x}")
 }

@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"net/url"
 	"path/filepath"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
+	"github.com/redfence/redfence/internal/netfault"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/sqlstore"
@@ -95,14 +97,41 @@ func TestConformancePostgres(t *testing.T) {
 		s, _ := newPostgresStore(t, openPostgres(t))
 		return s
 	}, append(sqlOptions, storagetest.WithFault(func(t *testing.T) storagetest.Fault {
-		db := openPostgres(t)
-		s, table := newPostgresStore(t, db)
+		// PostgreSQL becomes unreachable mid-call: a proxy in front of it
+		// resets every connection and refuses new ones.
+		direct := openPostgres(t)
+		_, table := newPostgresStore(t, direct)
+		proxied, proxy := openPostgresProxied(t)
 		return storagetest.Fault{
-			Store:  s,
-			Break:  func() { _ = db.Close() },
-			Reopen: func(t *testing.T) storage.Store { return mustNew(t, openPostgres(t), sqlstore.Postgres, table) },
+			Store: mustNew(t, proxied, sqlstore.Postgres, table),
+			Break: func() {
+				proxy.RefuseNew(true)
+				proxy.ResetAll()
+			},
+			Reopen: func(t *testing.T) storage.Store { return mustNew(t, direct, sqlstore.Postgres, table) },
 		}
 	}))...)
+}
+
+// openPostgresProxied opens PostgreSQL through a fault-injection proxy.
+func openPostgresProxied(t *testing.T) (*sql.DB, *netfault.Proxy) {
+	t.Helper()
+	u, err := url.Parse(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := netfault.New(u.Host)
+	if err != nil {
+		t.Skipf("cannot proxy %s (%v): the broken-backend test needs a loopback PostgreSQL", u.Host, err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	db, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db, proxy
 }
 
 func TestConformanceSQLite(t *testing.T) {
