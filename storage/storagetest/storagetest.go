@@ -103,10 +103,9 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store, opts ...Option
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t), c) })
 	}
-	t.Run("BrokenBackend", func(t *testing.T) {
-		if c.fault == nil {
-			t.Skip("adapter supplied no storagetest.WithFault hook")
-		}
-		testBroken(t, c.fault(t))
-	})
+	// An adapter with no backend to break (memory) has no such subtest,
+	// rather than a skip: in CI a skipped test reads as a missing server.
+	if c.fault != nil {
+		t.Run("BrokenBackend", func(t *testing.T) { testBroken(t, c.fault(t)) })
+	}
 }
