@@ -228,8 +228,8 @@ func (c *Client) retryDelay(holderTTL time.Duration) time.Duration {
 }
 
 func (c *Client) waitErr(ctx context.Context, name string, err error) error {
-	if ctx.Err() != nil {
-		return errors.Join(ErrNotAcquired, ctx.Err())
+	if cerr := ctxErr(ctx); cerr != nil {
+		return errors.Join(ErrNotAcquired, cerr)
 	}
 	return fmt.Errorf("reentrant: lock %q: %w", name, err)
 }
@@ -241,8 +241,8 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 	sent := time.Now()
 	a, err := lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, c.reqID())
 	if err != nil {
-		if ctx.Err() != nil {
-			return acquired{}, errors.Join(ErrNotAcquired, ctx.Err(), err)
+		if cerr := ctxErr(ctx); cerr != nil {
+			return acquired{}, errors.Join(ErrNotAcquired, cerr, err)
 		}
 		return acquired{}, fmt.Errorf("reentrant: acquire %q: %w", name, err)
 	}
@@ -252,6 +252,20 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 type acquired struct {
 	lua.Acquired
 	sent time.Time
+}
+
+// ctxErr is ctx.Err, also in the instant after ctx's deadline passed and
+// before ctx.Err reports it: go-redis puts the deadline on the socket, so
+// its i/o timeout can arrive first, and the caller must still be able to
+// tell that its deadline, not Redis, ended the call.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // Do runs fn while holding name, then unlocks, whatever fn returns. fn gets

@@ -236,3 +236,20 @@ func settle(t *testing.T, before int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A deadline that passes during a Redis call may surface first as the
+// socket's i/o timeout; the error must still name the deadline.
+func TestLockShortDeadlinesAlwaysReportTheDeadline(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		_, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		for i := range 300 {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%5)*200*time.Microsecond)
+			_, err := c.Lock(ctx, name)
+			cancel()
+			require.ErrorIs(t, err, reentrant.ErrNotAcquired, "attempt %d", i)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "attempt %d", i)
+		}
+	})
+}
