@@ -1,0 +1,80 @@
+//go:build unix
+
+package jepsen_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/storage/memory"
+)
+
+// Scenario 2: the lock's Redis itself fails. Holders lock on a
+// redis-server the test starts and write to a memory store, a different
+// backend that survives whatever happens to that server:
+//
+//   - pause: SIGSTOP past the lease, then SIGCONT;
+//   - kill-restart-aof-always: SIGKILL, restart with the AOF; every
+//     acknowledged INCR of the fencing counter survives, so no token repeats;
+//   - kill-restart-no-aof: SIGKILL, restart empty. The counter starts again
+//     at 1: tokens repeat, and the store, which remembers a higher token,
+//     refuses the new holders' writes. That is the liveness cost DESIGN.md
+//     warns about, not a safety loss: no older write gets in.
+func TestFaultRedisProcess(t *testing.T) {
+	cycles, down := 1, time.Second
+	if faultLong() {
+		cycles, down = 3, 3*time.Second
+	}
+	t.Run("pause", func(t *testing.T) {
+		r := runFaultRedis(t, "redis-pause", cycles, func(s *redisproc.Server) {
+			s.Pause()
+			time.Sleep(down)
+			s.Resume()
+		})
+		faultRecord(t, r)
+	})
+	t.Run("kill-restart-aof-always", func(t *testing.T) {
+		r := runFaultRedis(t, "redis-kill-restart/aof-always", cycles, func(s *redisproc.Server) {
+			s.Kill()
+			time.Sleep(200 * time.Millisecond)
+			s.Restart()
+		}, redisproc.WithAOF("always"))
+		faultRecord(t, r)
+		if r.TokensRepeated != 0 {
+			t.Errorf("with appendfsync always, tokens %v were issued twice", r.Repeated)
+		}
+	})
+	t.Run("kill-restart-no-aof", func(t *testing.T) {
+		r := runFaultRedis(t, "redis-kill-restart/no-aof", cycles, func(s *redisproc.Server) {
+			s.Kill()
+			time.Sleep(200 * time.Millisecond)
+			s.Restart()
+		})
+		faultRecord(t, r)
+		if r.TokensRepeated == 0 || r.FencedOut == 0 {
+			t.Errorf("a restart without the AOF should reset the counter: want tokens repeated and writes fenced out, got %s", r)
+		}
+		t.Logf("without the AOF the counter restarted: %d acquisitions got a token issued before, %d writes under them were refused (the store remembered token %d)",
+			r.TokensRepeated, r.FencedOut, r.Highest)
+	})
+}
+
+// runFaultRedis runs holders against a fresh redis-server, applying fault
+// cycles times with healthy stretches around it, and checks the history.
+func runFaultRedis(t *testing.T, scenario string, cycles int, fault func(*redisproc.Server), opts ...redisproc.Option) faultReport {
+	srv := redisproc.Start(t, opts...)
+	store := memory.New()
+	w := faultStartWorkers(t, faultWorkersSize(), func(int) redis.UniversalClient {
+		return srv.Client(func(o *redis.Options) { *o = *faultRedisOptions(o.Addr) })
+	}, store)
+	time.Sleep(800 * time.Millisecond)
+	for range cycles {
+		fault(srv)
+		time.Sleep(1200 * time.Millisecond)
+	}
+	ops := w.stop(t)
+	return faultCheck(scenario, ops, faultFinal(t, store, w.keys))
+}

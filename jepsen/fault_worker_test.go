@@ -1,0 +1,106 @@
+//go:build unix
+
+package jepsen_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage"
+)
+
+// faultWorkersConfig sizes the in-process holders of scenarios 2 to 4.
+type faultWorkersConfig struct {
+	workers, steps int
+	gap, ttl       time.Duration
+	lockWait       time.Duration // bound of one Lock
+	opTimeout      time.Duration // bound of one write or unlock
+}
+
+func faultWorkersSize() faultWorkersConfig {
+	// A section of about one TTL: a holder cut off from Redis is often
+	// still writing when its lease runs out.
+	c := faultWorkersConfig{workers: 3, steps: 6, gap: 60 * time.Millisecond, ttl: 300 * time.Millisecond,
+		lockWait: time.Second, opTimeout: 500 * time.Millisecond}
+	if faultLong() {
+		c.workers = 6
+	}
+	return c
+}
+
+// faultRedisOptions are the go-redis options of the holders' lock clients:
+// short timeouts, so a frozen, dead or cut-off server turns into errors
+// within a lease, and one retry, which the lock scripts must survive.
+func faultRedisOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		DisableIdentity:       true,
+		DialTimeout:           250 * time.Millisecond,
+		ReadTimeout:           250 * time.Millisecond,
+		WriteTimeout:          250 * time.Millisecond,
+		PoolTimeout:           500 * time.Millisecond,
+		MaxRetries:            1,
+		ContextTimeoutEnabled: true,
+	}
+}
+
+// faultWorkers runs holders as goroutines, each with its own lock client,
+// sharing one store and one lock name, until stopped.
+type faultWorkers struct {
+	hist    faultHistory
+	holding atomic.Int64 // proc of the current holder, -1 if none known
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	keys    []string
+	name    string // the lock's
+}
+
+// faultStartWorkers starts cfg.workers holders. rdb(i) returns holder i's
+// go-redis client, which the caller owns and closes (after stop).
+func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) redis.UniversalClient, store storage.Store) *faultWorkers {
+	t.Helper()
+	w := &faultWorkers{keys: []string{"a", "b"}, name: testenv.Unique(t)}
+	w.holding.Store(-1)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	for i := range cfg.workers {
+		lc, err := reentrant.New(rdb(i), reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lc.Close() })
+		h := &faultHolder{proc: i, lock: lc, store: store, name: w.name, keys: w.keys, steps: cfg.steps, gap: cfg.gap,
+			lockWait: cfg.lockWait, opTimeout: cfg.opTimeout, emit: w.hist.add, holding: &w.holding}
+		w.wg.Go(func() {
+			for r := 0; h.round(ctx, r); r++ {
+			}
+		})
+	}
+	t.Cleanup(func() { w.stop(t) })
+	return w
+}
+
+// stop ends the holders after their current section and returns the
+// history. Every call they make is bounded, so they end within seconds.
+func (w *faultWorkers) stop(t *testing.T) []faultOp {
+	t.Helper()
+	w.cancel()
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("holders did not stop within 30s")
+	}
+	return w.hist.snapshot()
+}
