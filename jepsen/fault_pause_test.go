@@ -3,29 +3,13 @@
 package jepsen_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redfence/redfence/internal/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage"
-	"github.com/redfence/redfence/storage/redisstore"
-	"github.com/redfence/redfence/storage/sqlstore"
 )
 
 // Scenario 1: a lock holder is paused past its lease. Holders are separate
@@ -80,43 +64,6 @@ type faultPauseRun struct {
 	ops    []faultOp
 	final  map[string]*storage.Record
 	pauses []faultPause
-}
-
-// faultChild is one holder process.
-type faultChild struct {
-	id     int
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	noise  faultLockedBuffer // stderr and stdout lines that are not JSON
-	done   bool              // printed {"kind":"done"}
-	exited chan struct{}     // closed once reaped
-}
-
-type faultLockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *faultLockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() > 64<<10 {
-		return len(p), nil // bounded: enough to diagnose
-	}
-	return b.b.Write(p)
-}
-
-func (b *faultLockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-type faultChildEvent struct {
-	child *faultChild
-	op    faultOp
-	exit  bool
-	err   error // the process's exit status, with exit
 }
 
 // runFaultPause runs holder processes against the real Redis (the lock)
@@ -258,58 +205,6 @@ func runFaultPause(t *testing.T, kind string) faultPauseRun {
 	return faultPauseRun{ops: hist.snapshot(), final: faultFinal(t, store, base.Keys), pauses: pauses}
 }
 
-// faultStartChild starts one holder process.
-func faultStartChild(t *testing.T, cfg faultHolderConfig, events chan<- faultChildEvent, quit <-chan struct{}) *faultChild {
-	t.Helper()
-	js, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &faultChild{id: cfg.Proc, exited: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperHolderProcess$", "-test.count=1", "-test.timeout=10m")
-	c.cmd.Env = append(os.Environ(), faultHelperVar+"=holder", faultHolderConfigVar+"="+string(js))
-	c.cmd.SysProcAttr = faultSysProcAttr()
-	c.cmd.Stderr = &c.noise
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	send := func(ev faultChildEvent) bool {
-		select {
-		case events <- ev:
-			return true
-		case <-quit:
-			return false
-		}
-	}
-	go func() {
-		defer close(c.exited)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			var op faultOp
-			if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &op) != nil {
-				fmt.Fprintf(&c.noise, "%s\n", line) // the testing package's PASS, or a failure
-				continue
-			}
-			if !send(faultChildEvent{child: c, op: op}) {
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout) // Wait must come after every read
-		err := c.cmd.Wait()
-		send(faultChildEvent{child: c, exit: true, err: err})
-	}()
-	return c
-}
-
 // faultCheckPauses checks the point of the scenario: after each pause that
 // another holder overtook, the paused holder wrote again and every one of
 // those writes was refused as stale.
@@ -342,59 +237,4 @@ func faultCheckPauses(t *testing.T, run faultPauseRun) {
 	if demonstrated == 0 {
 		t.Errorf("no pause was overtaken by another holder (%d pauses): the scenario showed nothing", len(run.pauses))
 	}
-}
-
-// faultCleanRedis deletes the lock's and the Redis store's keys when the
-// test ends, so runs leave nothing behind on the shared Redis.
-func faultCleanRedis(t *testing.T, c faultHolderConfig) {
-	t.Helper()
-	t.Cleanup(func() {
-		rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
-		defer rdb.Close()
-		k := lua.KeysFor("redfence", c.Name)
-		keys := []string{k.Lock, k.Fence}
-		if s, err := redisstore.New(rdb, redisstore.WithPrefix(c.Prefix)); err == nil {
-			for _, key := range c.Keys {
-				if rk, err := s.Key(key); err == nil {
-					keys = append(keys, rk)
-				}
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := rdb.Del(ctx, keys...).Err(); err != nil {
-			t.Logf("cleanup of %v: %v", keys, err)
-		}
-	})
-}
-
-// faultPGTable creates a fresh store table in PostgreSQL, dropped when the
-// test ends, and returns its name.
-func faultPGTable(t *testing.T, url string) string {
-	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	table := "rf_jepsen_" + hex.EncodeToString(b[:])
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS "`+table+`"`); err != nil {
-			t.Errorf("drop %s: %v", table, err)
-		}
-		_ = db.Close()
-	})
-	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
-	}
-	return table
 }

@@ -1,0 +1,74 @@
+//go:build unix
+
+package jepsen_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/storage/redisstore"
+	"github.com/redfence/redfence/storage/sqlstore"
+)
+
+// faultCleanRedis deletes the lock's and the Redis store's keys when the
+// test ends, so runs leave nothing behind on the shared Redis.
+func faultCleanRedis(t *testing.T, c faultHolderConfig) {
+	t.Helper()
+	t.Cleanup(func() {
+		rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
+		defer rdb.Close()
+		k := lua.KeysFor("redfence", c.Name)
+		keys := []string{k.Lock, k.Fence}
+		if s, err := redisstore.New(rdb, redisstore.WithPrefix(c.Prefix)); err == nil {
+			for _, key := range c.Keys {
+				if rk, err := s.Key(key); err == nil {
+					keys = append(keys, rk)
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := rdb.Del(ctx, keys...).Err(); err != nil {
+			t.Logf("cleanup of %v: %v", keys, err)
+		}
+	})
+}
+
+// faultPGTable creates a fresh store table in PostgreSQL, dropped when the
+// test ends, and returns its name.
+func faultPGTable(t *testing.T, url string) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	table := "rf_jepsen_" + hex.EncodeToString(b[:])
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS "`+table+`"`); err != nil {
+			t.Errorf("drop %s: %v", table, err)
+		}
+		_ = db.Close()
+	})
+	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
+	}
+	return table
+}
