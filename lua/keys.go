@@ -10,7 +10,7 @@ import (
 type Keys struct {
 	Lock      string // P:{N}, the lock hash
 	Fence     string // P:{N}:fence, the fencing counter
-	Tombstone string // P:{N}:rel, the request ID of the last full release
+	Tombstone string // P:{N}:rel, the stem of the per-request release tombstones
 	Channel   string // P:{N}:released, published on every full release
 }
 
@@ -32,6 +32,10 @@ func KeysFor(prefix, name string) Keys {
 		Channel:   base + ":released",
 	}
 }
+
+// TombstoneFor returns the tombstone key a full release with request ID req
+// leaves behind, in the lock's slot.
+func (k Keys) TombstoneFor(req string) string { return k.Tombstone + ":" + req }
 
 // MaxNameLen is the longest lock name accepted, in bytes. Names are opaque
 // bytes; the bound keeps keys, channels and logs a sane size.

@@ -31,6 +31,8 @@ var (
 	extendSrc string
 	//go:embed inspect.lua
 	inspectSrc string
+	//go:embed abandon.lua
+	abandonSrc string
 )
 
 // The scripts, loaded once per process.
@@ -39,6 +41,7 @@ var (
 	ReleaseScript = redis.NewScript(releaseSrc)
 	ExtendScript  = redis.NewScript(extendSrc)
 	InspectScript = redis.NewScript(inspectSrc)
+	AbandonScript = redis.NewScript(abandonSrc)
 )
 
 // Scripts lists every script, for tests that load them all into a server.
@@ -47,6 +50,7 @@ var Scripts = map[string]*redis.Script{
 	"release": ReleaseScript,
 	"extend":  ExtendScript,
 	"inspect": InspectScript,
+	"abandon": AbandonScript,
 }
 
 var (
@@ -112,7 +116,7 @@ func ParseAcquire(v any) (Acquired, error) {
 // Release runs release.lua and returns the depth left, or -1 when the
 // caller's ownership does not hold the lock.
 func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, req string, tombstoneTTL time.Duration) (int64, error) {
-	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.Tombstone},
+	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(req)},
 		owner, token.String(), req, k.Channel, tombstoneTTL.Milliseconds()).Result()
 	if err != nil {
 		return 0, scriptErr(err)
@@ -146,6 +150,17 @@ func ParseExtend(v any) (bool, error) {
 		return false, fmt.Errorf("%w: extend returned %#v", ErrReply, v)
 	}
 	return n == 1, nil
+}
+
+// Abandon runs abandon.lua: it undoes the acquire request req of owner if,
+// and only if, that request was applied and nothing has happened to the
+// lock since. It reports whether it undid anything.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, req string) (bool, error) {
+	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock}, owner, req, k.Channel).Result()
+	if err != nil {
+		return false, scriptErr(err)
+	}
+	return ParseExtend(v)
 }
 
 // State is the reply of the inspect script.

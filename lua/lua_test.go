@@ -69,6 +69,14 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
 		require.EqualValues(t, 0, rel("r4"))
+		// ...even after that other owner fully released in turn: each full
+		// release leaves its own tombstone.
+		n, err := lua.Release(ctx, rdb, k, "o2", other.Token, "r7", time.Minute)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.EqualValues(t, 0, rel("r4"), "a retried release must not be told 'not held' after another owner's release")
+		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b")
+		require.NoError(t, err)
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.Equal(t, "o2", st.Owner)
@@ -216,4 +224,46 @@ func TestParseRejectsMalformed(t *testing.T) {
 		_, err := lua.ParseInspect(v)
 		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
 	}
+}
+
+func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		ps := rdb.Subscribe(ctx, k.Channel)
+		defer ps.Close()
+		_, err := ps.Receive(ctx)
+		require.NoError(t, err)
+
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a1")
+		require.NoError(t, err)
+		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1")
+		require.NoError(t, err)
+		require.True(t, undone)
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an abandoned fresh acquisition frees the lock")
+		select {
+		case <-ps.Channel():
+		case <-time.After(5 * time.Second):
+			t.Fatal("abandoning a fresh acquisition must wake waiters")
+		}
+
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2")
+		require.NoError(t, err)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3")
+		require.NoError(t, err)
+		for _, c := range []struct{ owner, req string }{{"o", "a2"}, {"x", "a3"}, {"o", "nope"}} {
+			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req)
+			require.NoError(t, err)
+			require.False(t, undone, "%v: something happened since, or not ours", c)
+		}
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3")
+		require.NoError(t, err)
+		require.True(t, undone)
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3")
+		require.NoError(t, err)
+		require.False(t, undone, "a repeated abandon must not undo twice")
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Depth)
+		require.EqualValues(t, 2, st.LastToken, "the counter is never rolled back")
+	})
 }

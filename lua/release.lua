@@ -1,7 +1,10 @@
 -- release: undo one acquisition; free the lock when the depth reaches 0.
 --
 -- KEYS[1]  lock hash   P:{N}
--- KEYS[2]  tombstone   P:{N}:rel  the request ID of the last full release
+-- KEYS[2]  tombstone   P:{N}:rel:<request ID>, set by a full release so a
+--          repeat of this very request is recognised as done. One key per
+--          request: a shared key would be overwritten when another owner
+--          takes and fully releases the lock before go-redis's retry lands.
 -- ARGV[1]  owner ID
 -- ARGV[2]  token of the ownership being released (decimal)
 -- ARGV[3]  request ID, unique per call (see acquire.lua)
@@ -11,7 +14,7 @@
 --
 -- Returns the depth left (>= 0) when the caller held the lock:
 --   depth > 1:      count - 1 and the hash remembers the request;
---   depth 1:        DEL the hash, set the tombstone, PUBLISH the token, 0;
+--   depth 1:        DEL the hash, SET the tombstone, PUBLISH the token, 0;
 --   repeated call:  the same answer as the first run, nothing changes.
 -- Returns -1 when the caller does not hold this ownership: the lock is free,
 -- expired, or held by another owner or by a later ownership (other token).
@@ -31,12 +34,12 @@ if h[1] == ARGV[1] and h[3] == ARGV[2] then
     return n - 1
   end
   redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
   redis.call('PUBLISH', ARGV[4], ARGV[2])
   return 0
 end
 
-if redis.call('GET', KEYS[2]) == ARGV[3] then
+if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
 return -1

@@ -19,8 +19,8 @@
 // The keys of the lock named N, with the default prefix, are: the hash
 // redfence:{N} (owner, count, token; it carries the TTL), the counter
 // redfence:{N}:fence (no TTL, never reset), the release channel
-// redfence:{N}:released and the short-lived redfence:{N}:rel, which lets a
-// retried release be recognised. Braces and '%' in N are escaped, so all of
+// redfence:{N}:released and short-lived tombstones redfence:{N}:rel:<request>,
+// which let a retried release be recognised. Braces and '%' in N are escaped, so all of
 // them share one Cluster slot.
 package reentrant
 
@@ -237,16 +237,41 @@ func (c *Client) waitErr(ctx context.Context, name string, err error) error {
 // acquire runs one attempt. The returned Acquired.HolderTTL is unused when
 // OK; the lease's clock starts at sent, before the server could have started
 // the TTL, so local expiry estimates err on the early side.
+//
+// When the attempt fails without a reply from Redis (the context ended, the
+// connection broke), the script may still have run: the owner might hold
+// the lock, or one more level of it, with no lease to show for it. acquire
+// then undoes exactly that request, if it was applied, before returning.
 func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Owner) (acquired, error) {
 	sent := time.Now()
-	a, err := lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, c.reqID())
-	if err != nil {
-		if cerr := ctxErr(ctx); cerr != nil {
-			return acquired{}, errors.Join(ErrNotAcquired, cerr, err)
-		}
-		return acquired{}, fmt.Errorf("reentrant: acquire %q: %w", name, err)
+	req := c.reqID()
+	a, err := lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, req)
+	if err == nil {
+		return acquired{a, sent}, nil
 	}
-	return acquired{a, sent}, nil
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		err = errors.Join(err, c.abandon(ctx, k, owner, req))
+	}
+	if cerr := ctxErr(ctx); cerr != nil {
+		return acquired{}, errors.Join(ErrNotAcquired, cerr, err)
+	}
+	return acquired{}, fmt.Errorf("reentrant: acquire %q: %w", name, err)
+}
+
+// abandonTimeout bounds the undo of an acquire whose outcome is unknown.
+const abandonTimeout = 2 * time.Second
+
+// abandon undoes acquire request req if Redis applied it; it returns nil
+// when there was nothing to undo or the undo succeeded, and otherwise an
+// error saying the lock may stay held until its TTL runs out.
+func (c *Client) abandon(ctx context.Context, k lua.Keys, owner Owner, req string) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.cfg.ttl, abandonTimeout))
+	defer cancel()
+	if _, err := lua.Abandon(actx, c.rdb, k, string(owner), req); err != nil {
+		return fmt.Errorf("reentrant: could not undo an acquire of unknown outcome; the lock may stay held for up to %v: %w", c.cfg.ttl, err)
+	}
+	return nil
 }
 
 type acquired struct {

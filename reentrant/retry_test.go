@@ -1,6 +1,8 @@
 package reentrant_test
 
 import (
+	"context"
+
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/redfence/redfence/internal/netfault"
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
 )
 
 // go-redis re-sends a command whose reply did not arrive within ReadTimeout,
@@ -70,4 +73,66 @@ func TestGoRedisRetryDoesNotDoubleApply(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.LastToken)
 	})
+}
+
+// An acquire that fails without a reply (its context ended, or the read
+// timed out) while the script ran must not leave the lock held by an owner
+// that never got a lease: the applied request is undone.
+func TestAcquireOfUnknownOutcomeIsUndone(t *testing.T) {
+	for _, viaCtx := range []bool{true, false} {
+		t.Run(map[bool]string{true: "context-deadline", false: "read-timeout"}[viaCtx], func(t *testing.T) {
+			testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+				testUnknownAcquireUndone(t, b, viaCtx)
+			})
+		})
+	}
+}
+
+func testUnknownAcquireUndone(t *testing.T, b testenv.Backend, viaCtx bool) {
+	p, err := netfault.New(b.Client.Options().Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	opts := &redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true}
+	if !viaCtx {
+		opts.ReadTimeout = 100 * time.Millisecond
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	check := newClient(t, b.Client)
+	name := testenv.Unique(t)
+	warm, err := c.TryLock(t.Context(), name+"-warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(t.Context()))
+
+	for _, reentry := range []bool{false, true} {
+		ctx := t.Context()
+		var outer *reentrant.Lease
+		if reentry {
+			outer, err = c.Lock(ctx, name)
+			require.NoError(t, err)
+			ctx = outer.Context()
+		}
+		p.DelayNext(netfault.Downstream, 400*time.Millisecond)
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if viaCtx {
+			lctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+		}
+		_, err = c.Lock(lctx, name)
+		cancel()
+		require.Error(t, err)
+		if viaCtx {
+			require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		}
+		st, err := check.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		if !reentry {
+			require.False(t, st.Held, "the applied acquire must have been undone")
+			require.NotZero(t, st.LastToken, "the script did run")
+			continue
+		}
+		require.EqualValues(t, 1, st.Depth, "the applied reentry must have been undone")
+		require.NoError(t, outer.Unlock(t.Context()))
+	}
 }
