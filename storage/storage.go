@@ -15,7 +15,10 @@
 //     value but keeps the highest token, so a stale Put after a Delete is
 //     still refused.
 //   - A refused write changes nothing and returns an error for which
-//     errors.Is(err, fence.ErrStale) holds. The zero token is refused with
+//     errors.Is(err, fence.ErrStale) holds. (One exception, in the Redis
+//     store with a go-redis client that retries: an attempt applied whose
+//     reply was lost, re-sent after a higher token got in, reports
+//     ErrStale; see package redisstore.) The zero token is refused with
 //     fence.ErrNoToken; it never means "unfenced".
 //
 // Keys are non-empty strings of arbitrary bytes; an adapter documents its

@@ -17,7 +17,10 @@
 // equals the highest it recorded, so it is accepted again and writes the
 // same fields. If a higher token was accepted in between, the retry reports
 // fence.ErrStale, which is also the truth the caller needs: its value is no
-// longer the current one.
+// longer the current one. It is not "nothing was written", though: the first
+// attempt was applied and then superseded. Build the client with
+// MaxRetries: -1 where ErrStale must mean "never applied"; a lost reply then
+// surfaces as an error of unknown outcome.
 package redisstore
 
 import (
