@@ -164,9 +164,13 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // also wakes when the holder's remaining TTL runs out (plus jitter), and at
 // least every max retry delay.
 //
-// When ctx ends first, the error satisfies both errors.Is(err,
-// ErrNotAcquired) and errors.Is(err, ctx.Err()). Other errors are as for
-// [Client.TryLock].
+// ctx bounds the wait only: once acquired, the lease lives until Unlock,
+// loss or Close, whatever happens to ctx (its values are kept). When ctx
+// ends first, the error satisfies both errors.Is(err, ErrNotAcquired) and
+// errors.Is(err, ctx.Err()). Other errors are as for [Client.TryLock].
+//
+// Waiting is not fair: there is no queue, and a holder that locks again
+// right after unlocking usually wins against the waiters its release woke.
 func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 	owner, err := c.check(ctx, name)
 	if err != nil {
@@ -294,7 +298,8 @@ func ctxErr(ctx context.Context) error {
 }
 
 // Do runs fn while holding name, then unlocks, whatever fn returns. fn gets
-// the lease's context, which is cancelled if the lease is lost, and the
+// the lease's context, which is cancelled if the lease is lost or when ctx
+// ends, and the
 // fencing token to pass to every fenced write. Do returns Lock's error, or
 // fn's error joined with Unlock's (ErrNotHeld when the lease was lost while
 // fn ran). Unlock runs even when ctx has ended, bounded by one TTL.
@@ -303,7 +308,13 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	ferr := fn(l.Context(), l.Token())
+	// fn's context ends with the lease or with ctx, whichever comes first:
+	// Do's caller owns fn's lifetime, unlike a bare Lock's.
+	fctx, stop := context.WithCancelCause(l.Context())
+	defer stop(nil)
+	unhook := context.AfterFunc(ctx, func() { stop(context.Cause(ctx)) })
+	defer unhook()
+	ferr := fn(fctx, l.Token())
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ttl)
 	defer cancel()
 	return errors.Join(ferr, l.Unlock(uctx))

@@ -28,7 +28,7 @@ func Example() {
 	store := memory.New() // or redisstore, sqlstore: any fenced store
 	ctx := context.Background()
 
-	lease, err := locks.Lock(ctx, "invoice-42") // waits until acquired or ctx ends
+	lease, err := locks.Lock(ctx, "invoice-42") // ctx bounds the wait only
 	if err != nil {
 		panic(err)
 	}

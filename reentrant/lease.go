@@ -16,7 +16,9 @@ import (
 // reentries) share its fencing token.
 //
 // A Lease is safe for concurrent use. Unlock it exactly once; a second
-// Unlock returns ErrNotHeld and changes nothing. The lock is released when
+// Unlock returns ErrNotHeld and changes nothing. A lease that is never
+// unlocked is renewed until its Client closes, like a sync.Mutex that is
+// never unlocked; use [Client.Do] to make the unlock automatic. The lock is released when
 // every lease of the ownership is unlocked, in any order.
 type Lease struct {
 	c      *Client
@@ -51,16 +53,16 @@ func (l *Lease) Owner() Owner { return l.owner }
 // Context returns a context that carries the owner, so a lock call made
 // with it reenters, and that is cancelled when this lease ends: with cause
 // ErrReleased after Unlock, ErrLost (wrapped, with the reason) when the lock
-// is found gone or cannot be renewed in time, ErrClosed when the Client
-// closes, or the cause of the context Lock was called with.
+// is found gone or cannot be renewed in time, or ErrClosed when the Client
+// closes. It keeps the values of the context Lock was called with, but not
+// its deadline or cancellation: that context bounds only the wait.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Done is closed when the lease's context is cancelled; see [Lease.Context].
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is live, and afterwards why it ended:
-// ErrReleased, an error wrapping ErrLost, ErrClosed or the parent context's
-// cause. errors.Is(l.Err(), ErrNotHeld) reports a lost lease.
+// ErrReleased, an error wrapping ErrLost, or ErrClosed. errors.Is(l.Err(), ErrNotHeld) reports a lost lease.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
@@ -163,7 +165,11 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 	o.refs++
 	c.mu.Unlock()
 
-	lctx, cancel := context.WithCancelCause(WithOwner(ctx, owner))
+	// The lease keeps the caller's values (owner, tracing) but not its
+	// cancellation: the context given to Lock bounds the wait, as in etcd's
+	// and redislock's APIs, and a deadline meant for acquiring must not
+	// silently stop renewal of the lock once held.
+	lctx, cancel := context.WithCancelCause(WithOwner(context.WithoutCancel(ctx), owner))
 	l := &Lease{c: c, name: name, keys: k, owner: owner, token: a.Token, depth: a.Depth,
 		own: o, ctx: lctx, cancel: cancel, relReq: c.reqID()}
 	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })

@@ -12,7 +12,8 @@ import (
 // ownership is this process's record of one ownership of one lock: the
 // leases that share its token, and the renewal that keeps it alive. It ends
 // (ctx cancelled) when the lock is released or lost, when the Client closes,
-// or when no live lease of it is left in this process; renewal stops then.
+// or when every lease of it in this process has been unlocked; renewal
+// stops then.
 type ownership struct {
 	c      *Client
 	key    string
@@ -36,9 +37,10 @@ func (c *Client) newOwnership(key, name string, k lua.Keys, owner Owner, tok fen
 
 func (o *ownership) end(cause error) { o.cancel(cause) }
 
-// dropRef forgets one lease of o; the last one ends o and its renewal. The
-// lock is not released: a lease whose caller's context ended without
-// Unlock leaves the lock to expire after at most one TTL.
+// dropRef forgets one lease of o once that lease has ended; the last one
+// ends o and its renewal. When the lock is still held in Redis at that point
+// (its other levels belong to the same owner elsewhere), it expires after at
+// most one TTL unless renewed there.
 func (c *Client) dropRef(o *ownership) {
 	c.mu.Lock()
 	o.refs--

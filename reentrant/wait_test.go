@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
@@ -252,4 +253,43 @@ func TestLockShortDeadlinesAlwaysReportTheDeadline(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded, "attempt %d", i)
 		}
 	})
+}
+
+// The context given to Lock bounds the wait only: a lease acquired under a
+// deadline keeps being renewed after that deadline and its cancellation.
+func TestLockContextBoundsOnlyTheWait(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		name := testenv.Unique(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		l, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		cancel()
+		for range 10 {
+			time.Sleep(100 * time.Millisecond)
+			b.Expire(100 * time.Millisecond)
+		}
+		require.NoError(t, l.Err(), "the lease must outlive the context it was acquired with")
+		_, err = c.TryLock(t.Context(), name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "renewal must have kept the lock")
+		owner, ok := reentrant.OwnerFrom(l.Context())
+		require.True(t, ok)
+		require.Equal(t, l.Owner(), owner, "the lease context keeps the caller's values and the owner")
+		require.NoError(t, l.Unlock(t.Context()))
+	})
+}
+
+func TestDoCallbackEndsWithCallerContext(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	c := newClient(t, rdb)
+	ctx, cancel := context.WithCancel(t.Context())
+	err := c.Do(ctx, "x", func(fctx context.Context, _ fence.Token) error {
+		cancel()
+		<-fctx.Done()
+		return fctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	st, err := c.Inspect(t.Context(), "x")
+	require.NoError(t, err)
+	require.False(t, st.Held, "Do must unlock even when its context was cancelled")
 }
