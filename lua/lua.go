@@ -86,6 +86,40 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl 
 	return ParseAcquire(v)
 }
 
+// AcquireAcked runs acquire.lua and then WAIT replicas timeout in one
+// pipeline on node, the primary that owns k's slot: WAIT counts the writes
+// of its own connection, so it must follow the script on the same one. It
+// returns the acquire reply and how many replicas acknowledged it.
+func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, req string, replicas int, timeout time.Duration) (Acquired, int64, error) {
+	keys, args := []string{k.Lock, k.Fence}, []any{owner, ttl.Milliseconds(), req}
+	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
+		pipe := node.Pipeline()
+		acq := eval(pipe)
+		ack := pipe.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
+		_, err := pipe.Exec(ctx)
+		return acq, ack, err
+	}
+	acq, ack, err := run(func(p redis.Pipeliner) *redis.Cmd { return AcquireScript.EvalSha(ctx, p, keys, args...) })
+	if acq != nil && redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+		acq, ack, err = run(func(p redis.Pipeliner) *redis.Cmd { return AcquireScript.Eval(ctx, p, keys, args...) })
+	}
+	if err := acq.Err(); err != nil {
+		return Acquired{}, 0, scriptErr(err)
+	}
+	if err != nil {
+		return Acquired{}, 0, err
+	}
+	a, err := ParseAcquire(acq.Val())
+	if err != nil {
+		return Acquired{}, 0, err
+	}
+	n, err := ack.Int64()
+	if err != nil {
+		return Acquired{}, 0, fmt.Errorf("%w: WAIT returned %v", ErrReply, err)
+	}
+	return a, n, nil
+}
+
 // ParseAcquire decodes an acquire reply.
 func ParseAcquire(v any) (Acquired, error) {
 	a, ok := v.([]any)

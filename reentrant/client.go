@@ -77,6 +77,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := cfg.finish(); err != nil {
 		return nil, err
 	}
+	if err := checkAckClient(rdb, cfg); err != nil {
+		return nil, err
+	}
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	return &Client{
@@ -249,7 +252,12 @@ func (c *Client) waitErr(ctx context.Context, name string, err error) error {
 func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Owner) (acquired, error) {
 	sent := time.Now()
 	req := c.reqID()
-	a, err := lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, req)
+	a, acked, err := c.runAcquire(ctx, k, owner, req)
+	if err == nil && a.OK && acked < c.cfg.ackReplicas {
+		return acquired{}, errors.Join(
+			fmt.Errorf("%w: %q: %d of %d replicas within %v", ErrNotReplicated, name, acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
+			c.abandon(ctx, k, owner, req))
+	}
 	if err == nil {
 		return acquired{a, sent}, nil
 	}
@@ -261,6 +269,48 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 		return acquired{}, errors.Join(ErrNotAcquired, cerr, err)
 	}
 	return acquired{}, fmt.Errorf("reentrant: acquire %q: %w", name, err)
+}
+
+// runAcquire runs the acquire script, followed by WAIT on the same
+// connection when replica acknowledgement is on; acked is the number of
+// replicas that acknowledged (0 when it is off).
+func (c *Client) runAcquire(ctx context.Context, k lua.Keys, owner Owner, req string) (a lua.Acquired, acked int, err error) {
+	if c.cfg.ackReplicas == 0 {
+		a, err = lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, req)
+		return a, 0, err
+	}
+	var node *redis.Client
+	switch rdb := c.rdb.(type) {
+	case *redis.Client:
+		node = rdb
+	case *redis.ClusterClient:
+		if node, err = rdb.MasterForKey(ctx, k.Lock); err != nil {
+			return a, 0, err
+		}
+	}
+	a, n, err := lua.AcquireAcked(ctx, node, k, string(owner), c.cfg.ttl, req, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	return a, int(n), err
+}
+
+// checkAckClient rejects WithReplicaAck on a client where WAIT cannot follow
+// the script on one connection, or would outlast the client's read timeout.
+func checkAckClient(rdb redis.UniversalClient, cfg config) error {
+	if cfg.ackReplicas == 0 {
+		return nil
+	}
+	var readTimeout time.Duration
+	switch rdb := rdb.(type) {
+	case *redis.Client:
+		readTimeout = rdb.Options().ReadTimeout
+	case *redis.ClusterClient:
+		readTimeout = rdb.Options().ReadTimeout
+	default:
+		return invalid("WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+	}
+	if readTimeout > 0 && cfg.ackTimeout >= readTimeout {
+		return invalid("replica acknowledgement timeout %v is not shorter than the client's ReadTimeout %v", cfg.ackTimeout, readTimeout)
+	}
+	return nil
 }
 
 // abandonTimeout bounds the undo of an acquire whose outcome is unknown.

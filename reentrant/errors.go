@@ -32,6 +32,11 @@ var (
 	// out of range, a nil client, an option value out of range.
 	ErrInvalid = errors.New("reentrant: invalid argument")
 
+	// ErrNotReplicated reports an acquisition that fewer replicas than
+	// WithReplicaAck asks for acknowledged in time. It was undone: no lease
+	// and no token were handed out.
+	ErrNotReplicated = errors.New("reentrant: acquisition not acknowledged by enough replicas")
+
 	// ErrClosed reports a call on a Client after Close, and is the cause a
 	// lease's context is cancelled with when its Client closes.
 	ErrClosed = errors.New("reentrant: client closed")
