@@ -20,11 +20,9 @@ import (
 // a failover to that replica cannot issue it again; without enough
 // acknowledgements the acquisition is undone and no token leaves Redis.
 func TestReplicaAckSurvivesFailover(t *testing.T) {
-	primary := redisproc.Start(t)
-	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
-	replica.WaitSync(t.Context())
+	primary, replica := primaryWithReplica(t)
 	ctx := t.Context()
-	c := newClient(t, primary.Client(), reentrant.WithReplicaAck(1, 500*time.Millisecond))
+	c := newClient(t, primary.Client(), reentrant.WithReplicaAck(1, 2*time.Second))
 	name := testenv.Unique(t)
 	k := lua.KeysFor(prefix, name)
 
@@ -85,9 +83,7 @@ func TestReplicaAckBadInput(t *testing.T) {
 // prevents, and why stores must compare tokens with >= rather than trust
 // them to be unique.
 func TestWithoutReplicaAckFailoverRepeatsTokens(t *testing.T) {
-	primary := redisproc.Start(t)
-	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
-	replica.WaitSync(t.Context())
+	primary, replica := primaryWithReplica(t)
 	ctx := t.Context()
 	c := newClient(t, primary.Client())
 	name := testenv.Unique(t)
@@ -103,4 +99,25 @@ func TestWithoutReplicaAckFailoverRepeatsTokens(t *testing.T) {
 	again, err := after.Lock(ctx, name)
 	require.NoError(t, err)
 	require.LessOrEqual(t, again.Token(), handed, "expected the unreplicated token to be issued again")
+}
+
+// primaryWithReplica starts a primary and a replica and returns once the
+// primary counts the replica for WAIT: after the initial sync the replica
+// is not "online" until its first REPLCONF ACK, and WAIT would answer 0.
+func primaryWithReplica(t *testing.T) (primary, replica *redisproc.Server) {
+	primary = redisproc.Start(t)
+	replica = redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	replica.WaitSync(t.Context())
+	rdb := primary.Client()
+	require.Eventually(t, func() bool {
+		// A write first: WAIT on a connection that wrote nothing only
+		// counts replicas, it does not wait for an acknowledgement.
+		pipe := rdb.Pipeline()
+		pipe.Incr(t.Context(), "rf:ready")
+		ack := pipe.Do(t.Context(), "WAIT", 1, 100)
+		_, err := pipe.Exec(t.Context())
+		n, _ := ack.Int64()
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the replica never acknowledged")
+	return primary, replica
 }
