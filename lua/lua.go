@@ -13,6 +13,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -136,7 +137,7 @@ func ParseAcquire(v any) (Acquired, error) {
 	case n[0] == 1 && n[1] > 0 && n[2] > 0:
 		return Acquired{OK: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
 	case n[0] == 0 && n[1] >= -2 && n[2] == 0:
-		ttl := time.Duration(n[1]) * time.Millisecond
+		ttl := millis(n[1])
 		if n[1] < 0 {
 			// -2: the key vanished between HMGET and PTTL, which a script
 			// cannot see; -1: no TTL. Either way there is no expiry to wait for.
@@ -245,7 +246,7 @@ func ParseInspect(v any) (State, error) {
 	if !ok || pttl < -2 {
 		return bad("pttl", nil)
 	}
-	s.TTL = time.Duration(pttl) * time.Millisecond
+	s.TTL = millis(pttl)
 	if pttl < 0 {
 		s.TTL = time.Duration(pttl)
 	}
@@ -260,6 +261,17 @@ func ParseInspect(v any) (State, error) {
 		return bad("fields", errors.New("owner, count and token must be all present or all absent"))
 	}
 	return s, nil
+}
+
+// millis converts a PTTL reply to a Duration. A key given an expiry
+// centuries away (PEXPIREAT by someone else) has a PTTL beyond what a
+// Duration holds; it saturates at the largest Duration, which is still
+// "longer than anyone will wait", instead of wrapping to a negative value.
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // scriptErr turns the scripts' own error replies into typed errors and

@@ -267,3 +267,13 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		require.EqualValues(t, 2, st.LastToken, "the counter is never rolled back")
 	})
 }
+
+// Found by fuzzing: a PTTL beyond what a Duration holds must not wrap.
+func TestHugePTTLSaturates(t *testing.T) {
+	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
+	require.NoError(t, err)
+	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
+	s, err := lua.ParseInspect([]any{"o", "1", "1", int64(1 << 62), "1"})
+	require.NoError(t, err)
+	require.Greater(t, s.TTL, 100*365*24*time.Hour)
+}
