@@ -1,0 +1,172 @@
+// The lock and store workloads through a faulty network: histories with
+// unknown outcomes must still be linearizable.
+
+package jepsen_test
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/history"
+	"github.com/redfence/redfence/internal/netfault"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// TestLinearizableUnderNetworkFaults runs the lock and store workloads through
+// a proxy that adds latency, delays replies past the client's timeout and
+// resets every connection now and then. Some operations end with unknown
+// outcomes; the histories must still be linearizable. The TTL is long, so
+// no lease expires and the lock model still applies.
+func TestLinearizableUnderNetworkFaults(t *testing.T) {
+	workers, ops := linScale()
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		p, err := netfault.New(b.Client.Options().Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		// The lock's client retries, as go-redis does by default: the
+		// scripts must answer a retried call as they answered the first.
+		c := linFaultyClient(t, p, 1)
+		// The stores' client does not: redisstore answers ErrStale to the
+		// retry of a write its first attempt applied once a higher token
+		// has been accepted in between (its package doc says so), and the
+		// register model takes ErrStale at its word.
+		sc := linFaultyClient(t, p, -1)
+
+		stop := linChaos(p)
+		w := linLockWorld{rdb: c, store: linRedisStore(t, sc), names: linLockNames(t), opTimeout: 300 * time.Millisecond}
+		run := linRunLocks(t, w, workers, ops)
+		store := linRunStore(t, linRedisStore(t, sc), workers, ops, 300*time.Millisecond)
+		faults := stop()
+		t.Logf("faults: %s; proxy %+v", faults, p.Stats())
+
+		var unknown int
+		unknown += linCheck(t, "lock", run.locks, history.LockModel()).Unknown
+		unknown += linCheck(t, "fenced writes", run.writes, history.RegisterModel()).Unknown
+		unknown += linCheck(t, "store", store, history.RegisterModel()).Unknown
+		if unknown == 0 {
+			t.Errorf("no operation ended with an unknown outcome: the faults did not bite")
+		}
+	})
+}
+
+// TestLinearizableRetriedFullRelease pins down the race the fault run can
+// hit: owner A's full release runs, its reply comes after go-redis's read
+// timeout, and before go-redis's retry arrives owner B takes and fully
+// releases the lock. The retry must still be answered "released", as the
+// release script promises for a repeated call; an ErrNotHeld here is a
+// release that happened reported as one that did not.
+func TestLinearizableRetriedFullRelease(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		p, err := netfault.New(b.Client.Options().Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		la, err := reentrant.New(linFaultyClient(t, p, 2), reentrant.WithTTL(linTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = la.Close() })
+		lb, err := reentrant.New(b.Client, reentrant.WithTTL(linTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lb.Close() })
+
+		rec := history.NewRecorder()
+		ca, cb := rec.Client(), rec.Client()
+		ctxA := reentrant.WithOwner(t.Context(), reentrant.NewOwner())
+		ctxB := reentrant.WithOwner(t.Context(), reentrant.NewOwner())
+		name := testenv.Unique(t)
+		lease, err := ca.TryLock(ctxA, la, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			// B gets the lock the moment A's release has run.
+			for range 1000 {
+				if l, err := cb.TryLock(ctxB, lb, name); err == nil {
+					_ = cb.Unlock(ctxB, l)
+					return
+				}
+				if cb.Crashed() {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+		p.DelayNext(netfault.Downstream, 300*time.Millisecond)
+		uctx, cancel := context.WithTimeout(ctxA, 5*time.Second)
+		defer cancel()
+		err = ca.Unlock(uctx, lease)
+		wg.Wait()
+		t.Logf("A's Unlock with a late reply: %v", err)
+		linCheck(t, "retried release", rec, history.LockModel())
+	})
+}
+
+// linFaultyClient returns a client of the Redis behind p, with timeouts
+// short enough for the proxy's delays to exceed them, and retries as given
+// (-1: none).
+func linFaultyClient(t *testing.T, p *netfault.Proxy, retries int) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr:                  p.Addr(),
+		DialTimeout:           200 * time.Millisecond,
+		ReadTimeout:           100 * time.Millisecond,
+		WriteTimeout:          100 * time.Millisecond,
+		MaxRetries:            retries,
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// linChaos injects faults into p until the returned function is called, which
+// returns what was injected.
+func linChaos(p *netfault.Proxy) func() string {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var resets, delays int
+	wg.Go(func() {
+		rng := mrand.New(mrand.NewPCG(1, uint64(time.Now().UnixNano())))
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			p.SetLatency(netfault.Upstream, time.Duration(rng.IntN(10))*time.Millisecond)
+			p.SetLatency(netfault.Downstream, time.Duration(rng.IntN(10))*time.Millisecond)
+			switch rng.IntN(20) {
+			case 0:
+				p.ResetAll()
+				resets++
+			case 1, 2:
+				// Past the read timeout: the server has run the command,
+				// the client gives up on it or retries it.
+				p.DelayNext(netfault.Downstream, 150*time.Millisecond)
+				delays++
+			}
+		}
+	})
+	return func() string {
+		close(done)
+		wg.Wait()
+		p.SetLatency(netfault.Upstream, 0)
+		p.SetLatency(netfault.Downstream, 0)
+		p.DelayNext(netfault.Downstream, 0)
+		return fmt.Sprintf("%d resets, %d delayed replies, latency 0-10ms each way", resets, delays)
+	}
+}
