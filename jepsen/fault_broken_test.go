@@ -4,9 +4,11 @@ package jepsen_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
 )
@@ -86,6 +88,16 @@ func TestFaultOracleRules(t *testing.T) {
 	r := faultCheck("backwards", h.snapshot(), faultFinal(t, s, []string{"k"}))
 	if r.TokensRepeated != 1 || r.FencedOut != 1 || r.StaleAccepted != 0 || len(r.Anomalies) != 0 {
 		t.Errorf("backwards counter: %s %v", r, r.Anomalies)
+	}
+
+	// An acquisition undone for want of replica acknowledgements handed
+	// out no token: it is counted as such, neither acquired nor unknown.
+	h = &faultHistory{}
+	notReplicated := fmt.Errorf("reentrant: lock %q: %w", "n", reentrant.ErrNotReplicated)
+	h.add(faultOp{Proc: 1, Kind: faultLock, Outcome: faultOutcome(faultLock, notReplicated), Start: 0, End: 1})
+	r = faultCheck("not-replicated", h.snapshot(), nil)
+	if r.NotReplicated != 1 || r.Acquisitions != 0 || r.Unknown != 0 {
+		t.Errorf("a lock refused with ErrNotReplicated: %s", r)
 	}
 
 	// An unexplained refusal and a lost write are anomalies.

@@ -5,6 +5,7 @@ package jepsen_test
 import (
 	"context"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/redfence/redfence/internal/redisproc"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
 	"github.com/redfence/redfence/storage/redisstore"
@@ -28,9 +30,14 @@ import (
 // stores, which remember the highest token they accepted, must still refuse
 // every write older than that; the repeated holders are fenced out until
 // the counter passes it again.
+//
+// failover-ack runs the same failover with reentrant.WithReplicaAck: no
+// token leaves the primary before the replica has it, so the acquisitions
+// made during the isolation are undone (ErrNotReplicated) and no token
+// repeats after the promotion.
 func TestFaultFailover(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		runFaultFailover(t, "failover/memory", memory.New())
+		runFaultFailover(t, "failover/memory", memory.New(), false)
 	})
 	t.Run("redisstore", func(t *testing.T) {
 		rdb := testenv.Redis(t)
@@ -40,29 +47,61 @@ func TestFaultFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		faultCleanRedis(t, faultHolderConfig{RedisAddr: rdb.Options().Addr, Prefix: prefix, Name: "unused", Keys: []string{"a", "b"}})
-		runFaultFailover(t, "failover/redisstore", s)
+		runFaultFailover(t, "failover/redisstore", s, false)
+	})
+	t.Run("ack/memory", func(t *testing.T) {
+		runFaultFailover(t, "failover-ack/memory", memory.New(), true)
 	})
 }
 
-func runFaultFailover(t *testing.T, scenario string, store storage.Store) faultReport {
-	isolated := 800 * time.Millisecond
+// faultAckTimeout is how long an acquisition waits for the replica with
+// WithReplicaAck.
+const faultAckTimeout = 2 * time.Second
+
+func runFaultFailover(t *testing.T, scenario string, store storage.Store, ack bool) faultReport {
+	isolated, longer := 800*time.Millisecond, 3*time.Second
+	if ack {
+		// Long enough for the acquisitions made during the isolation to
+		// give up waiting for the replica before the primary dies: the
+		// end of the current holder's section, faultAckTimeout, a margin.
+		isolated, longer = faultAckTimeout+time.Second, faultAckTimeout+3*time.Second
+	}
 	if faultLong() {
-		isolated = 3 * time.Second
+		isolated = longer
 	}
 	primary := redisproc.Start(t, redisproc.WithAOF("always"))
 	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	replica.WaitSync(ctx)
+	cfg := faultWorkersSize()
+	readTimeout := faultRedisOptions("").ReadTimeout
+	var spare *redisproc.Server
+	if ack {
+		faultAwaitAck(t, primary)
+		// The replica that takes over needs a replica of its own, or every
+		// acquisition after the failover is refused and nothing is tested.
+		spare = redisproc.Start(t)
+		cfg.lockOpts = []reentrant.Option{reentrant.WithReplicaAck(1, faultAckTimeout)}
+		// A refusal takes faultAckTimeout: Lock must outwait it even when
+		// it had waited a while for the lock, or the refusal shows up as
+		// a timeout; and the client's ReadTimeout must outlast the WAIT
+		// (New checks the latter).
+		cfg.lockWait = faultAckTimeout + 3*time.Second
+		readTimeout = faultAckTimeout + time.Second
+	}
 
 	// The address the holders dial: the primary, then the promoted replica.
 	var current atomic.Pointer[string]
 	addr := primary.Addr()
 	current.Store(&addr)
 	var d net.Dialer
-	w := faultStartWorkers(t, faultWorkersSize(), func(int) redis.UniversalClient {
+	w := faultStartWorkers(t, cfg, func(int) redis.UniversalClient {
+		// A *redis.Client, which WithReplicaAck needs: WAIT must run on
+		// the connection that ran the acquire script.
 		return primary.Client(func(o *redis.Options) {
 			*o = *faultRedisOptions(o.Addr)
+			o.ReadTimeout = readTimeout
 			o.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
 				return d.DialContext(ctx, network, *current.Load())
 			}
@@ -91,20 +130,68 @@ func runFaultFailover(t *testing.T, scenario string, store storage.Store) faultR
 	primary.Kill()
 	replica.Resume()
 	replica.Promote()
+	promotedAt := faultNow()
 	promoted := counter(replica)
+	if ack {
+		spare.ReplicaOf(replica)
+		spare.WaitSync(ctx)
+		faultAwaitAck(t, replica)
+	}
 	time.Sleep(1200 * time.Millisecond)
 	ops := w.stop(t)
 
 	r := faultRecord(t, faultCheck(scenario, ops, faultFinal(t, store, w.keys)))
 	// Holders may have taken a token or two from the promoted replica
 	// before the test read its counter.
-	t.Logf("%s: fencing counter %s at isolation, %s on the primary when it was killed, %s on the promoted replica just after promotion; tokens issued twice: %v; %d writes under them refused, highest accepted %d",
-		scenario, atIsolation, onPrimary, promoted, r.Repeated, r.FencedOut, r.Highest)
+	t.Logf("%s: fencing counter %s at isolation, %s on the primary when it was killed, %s on the promoted replica just after promotion; tokens issued twice: %v; %d writes under them refused, highest accepted %d; %d acquisitions undone unreplicated",
+		scenario, atIsolation, onPrimary, promoted, r.Repeated, r.FencedOut, r.Highest, r.NotReplicated)
 	if onPrimary == atIsolation {
 		t.Errorf("the primary issued no token while the replica was isolated (counter %s): the failover lost nothing", onPrimary)
 	}
-	if r.TokensRepeated == 0 {
-		t.Errorf("no token repeated after promoting a replica behind by %s..%s", atIsolation, onPrimary)
+	if !ack {
+		if r.TokensRepeated == 0 {
+			t.Errorf("no token repeated after promoting a replica behind by %s..%s", atIsolation, onPrimary)
+		}
+		return r
+	}
+	after := slices.ContainsFunc(ops, func(op faultOp) bool {
+		return op.Kind == faultLock && op.Outcome == faultOK && op.Start > promotedAt
+	})
+	// faultRecord has already failed the test on any stale write accepted.
+	if r.TokensRepeated != 0 {
+		t.Errorf("with WithReplicaAck, tokens %v were issued twice", r.Repeated)
+	}
+	if r.NotReplicated == 0 {
+		t.Errorf("no acquisition was refused with ErrNotReplicated while the replica was isolated")
+	}
+	if !after {
+		t.Errorf("no acquisition succeeded after the failover: that no token repeated proves nothing")
 	}
 	return r
+}
+
+// faultAwaitAck returns once s counts a replica for WAIT: after its initial
+// sync a replica is not counted until its first REPLCONF ACK, and until then
+// every acquisition with WithReplicaAck would be refused.
+func faultAwaitAck(t *testing.T, s *redisproc.Server) {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	ctx := t.Context()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A write first: WAIT on a connection that wrote nothing only
+		// counts replicas, it does not wait for an acknowledgement.
+		pipe := c.Pipeline()
+		pipe.Incr(ctx, "redfence:jepsen:ack")
+		acked := pipe.Do(ctx, "WAIT", 1, 100)
+		_, err := pipe.Exec(ctx)
+		if n, _ := acked.Int64(); err == nil && n >= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no replica acknowledged a write within 10s (last error: %v)", s.Addr(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

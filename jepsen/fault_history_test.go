@@ -40,7 +40,10 @@ const (
 	faultStale   = "stale"    // write refused with fence.ErrStale
 	faultFailed  = "failed"   // definitely not applied (lock not acquired in time)
 	faultNotHeld = "not_held" // unlock found the lease gone
-	faultUnknown = "unknown"  // timeout, reset, server gone: may or may not have happened
+	// A lock whose acquisition too few replicas acknowledged
+	// (reentrant.ErrNotReplicated): undone, no token handed out.
+	faultNotReplicated = "not_replicated"
+	faultUnknown       = "unknown" // timeout, reset, server gone: may or may not have happened
 )
 
 // faultOp is one call as its caller saw it. Holder processes print these as
@@ -80,6 +83,8 @@ func faultOutcome(kind string, err error) string {
 		// that moment may still have run, but its lease was never handed
 		// out: it expires after one TTL, like a crashed holder's.
 		return faultFailed
+	case kind == faultLock && errors.Is(err, reentrant.ErrNotReplicated):
+		return faultNotReplicated
 	case kind == faultUnlock && errors.Is(err, reentrant.ErrNotHeld):
 		return faultNotHeld
 	}

@@ -38,8 +38,11 @@ func faultCheck(scenario string, ops []faultOp, final map[string]*storage.Record
 		}
 		switch op.Kind {
 		case faultLock:
-			if op.Outcome == faultOK {
+			switch op.Outcome {
+			case faultOK:
 				r.Acquisitions++
+			case faultNotReplicated:
+				r.NotReplicated++
 			}
 		case faultWrite:
 			byKey[op.Key] = append(byKey[op.Key], op)

@@ -32,6 +32,10 @@ type faultReport struct {
 	// store had already accepted for the key. Must be 0.
 	StaleAccepted int
 	Unknown       int // calls whose outcome is unknown
+	// NotReplicated counts acquisitions undone because too few replicas
+	// acknowledged them (reentrant.WithReplicaAck): the price of not
+	// handing out a token a failover could issue again.
+	NotReplicated int
 	// TokensRepeated counts acquisitions handed a token an earlier
 	// acquisition already had: the counter went backwards.
 	TokensRepeated int
@@ -48,18 +52,18 @@ type faultReport struct {
 
 // String is the report's one-line summary.
 func (r faultReport) String() string {
-	return fmt.Sprintf("%s: ops=%d acquisitions=%d accepted=%d refused=%d mutex_violations=%d stale_accepted=%d unknown=%d tokens_repeated=%d fenced_out=%d writes_after_loss=%d highest=%d",
-		r.Scenario, r.Ops, r.Acquisitions, r.Accepted, r.Refused, r.MutexViolations, r.StaleAccepted, r.Unknown, r.TokensRepeated, r.FencedOut, r.AfterLoss, r.Highest)
+	return fmt.Sprintf("%s: ops=%d acquisitions=%d not_replicated=%d accepted=%d refused=%d mutex_violations=%d stale_accepted=%d unknown=%d tokens_repeated=%d fenced_out=%d writes_after_loss=%d highest=%d",
+		r.Scenario, r.Ops, r.Acquisitions, r.NotReplicated, r.Accepted, r.Refused, r.MutexViolations, r.StaleAccepted, r.Unknown, r.TokensRepeated, r.FencedOut, r.AfterLoss, r.Highest)
 }
 
 // faultTable formats reports as an aligned table.
 func faultTable(rs []faultReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %6s %5s %6s %6s %6s %6s %6s %6s %6s\n",
-		"scenario", "ops", "acq", "accept", "refuse", "mutex", "STALE", "unknwn", "repeat", "fenced")
+	fmt.Fprintf(&b, "%-34s %6s %5s %6s %6s %6s %6s %6s %6s %6s %6s\n",
+		"scenario", "ops", "acq", "noack", "accept", "refuse", "mutex", "STALE", "unknwn", "repeat", "fenced")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "%-34s %6d %5d %6d %6d %6d %6d %6d %6d %6d\n",
-			r.Scenario, r.Ops, r.Acquisitions, r.Accepted, r.Refused, r.MutexViolations, r.StaleAccepted, r.Unknown, r.TokensRepeated, r.FencedOut)
+		fmt.Fprintf(&b, "%-34s %6d %5d %6d %6d %6d %6d %6d %6d %6d %6d\n",
+			r.Scenario, r.Ops, r.Acquisitions, r.NotReplicated, r.Accepted, r.Refused, r.MutexViolations, r.StaleAccepted, r.Unknown, r.TokensRepeated, r.FencedOut)
 	}
 	return b.String()
 }

@@ -14,5 +14,5 @@ func TestFaultSummary(t *testing.T) {
 	if len(rs) == 0 {
 		t.Skip("no fault scenario ran before this test")
 	}
-	t.Logf("fault scenarios (mutex: pairs of holders that believed they held the lock at once; STALE: stale writes accepted, must be 0 but for the broken store; repeat: acquisitions given an already issued token; fenced: writes refused under such tokens):\n%s", faultTable(rs))
+	t.Logf("fault scenarios (noack: acquisitions undone with ErrNotReplicated because no replica acknowledged them; mutex: pairs of holders that believed they held the lock at once; STALE: stale writes accepted, must be 0 but for the broken store; repeat: acquisitions given an already issued token; fenced: writes refused under such tokens):\n%s", faultTable(rs))
 }

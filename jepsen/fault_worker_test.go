@@ -20,8 +20,9 @@ import (
 type faultWorkersConfig struct {
 	workers, steps int
 	gap, ttl       time.Duration
-	lockWait       time.Duration // bound of one Lock
-	opTimeout      time.Duration // bound of one write or unlock
+	lockWait       time.Duration      // bound of one Lock
+	opTimeout      time.Duration      // bound of one write or unlock
+	lockOpts       []reentrant.Option // added to every lock client's
 }
 
 func faultWorkersSize() faultWorkersConfig {
@@ -71,7 +72,8 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	for i := range cfg.workers {
-		lc, err := reentrant.New(rdb(i), reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl))
+		opts := append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
+		lc, err := reentrant.New(rdb(i), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
