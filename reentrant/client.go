@@ -181,10 +181,10 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 	}
 	k := lua.KeysFor(c.cfg.prefix, name)
 	a, err := c.acquire(ctx, k, name, owner)
-	if err != nil || a.OK {
-		if err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
+	}
+	if a.OK {
 		return c.newLease(ctx, name, k, owner, a)
 	}
 
@@ -206,7 +206,7 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 	for {
 		a, err = c.acquire(ctx, k, name, owner)
 		if err != nil {
-			return nil, c.waitErr(ctx, name, err)
+			return nil, err // already classified, with any undo's outcome
 		}
 		if a.OK {
 			return c.newLease(ctx, name, k, owner, a)

@@ -23,6 +23,18 @@ type Release struct {
 	Token fence.Token
 }
 
+// Abandon is what the lock client does after an [Acquire] of unknown
+// outcome: it undoes that very request if Redis applied it (lua's
+// abandon.lua). The recorder adds one, of unknown outcome, for every such
+// acquire, called when the acquire was. Its effect, if it is placed while
+// Owner holds Name, is one level of that hold released; otherwise none.
+// That is more than the client can do (it undoes only its own request), so
+// the model stays permissive: never a false alarm.
+type Abandon struct {
+	Name  string
+	Owner string
+}
+
 // AcquireResult is the output of an [Acquire] that returned.
 type AcquireResult struct {
 	Acquired bool        // false: another owner holds the lock
@@ -78,6 +90,8 @@ var lockModel = porcupine.Model{
 			return in.Name
 		case Release:
 			return in.Name
+		case Abandon:
+			return in.Name
 		}
 		panic(fmt.Sprintf("history: lock model given input %T", in))
 	}),
@@ -89,6 +103,14 @@ var lockModel = porcupine.Model{
 			return stepAcquire(s, in, out)
 		case Release:
 			return stepRelease(s, in, out)
+		case Abandon:
+			if s.Owner != in.Owner {
+				return true, s
+			}
+			if s.Depth--; s.Depth == 0 {
+				return true, lockState{Highest: s.Highest}
+			}
+			return true, s
 		}
 		return false, s
 	},
@@ -183,6 +205,8 @@ func describeLockOp(in, out any) string {
 		call = fmt.Sprintf("acquire(%s, %s)", in.Name, short(in.Owner))
 	case Release:
 		call = fmt.Sprintf("release(%s, %s, %d)", in.Name, short(in.Owner), in.Token)
+	case Abandon:
+		call = fmt.Sprintf("abandon(%s, %s)", in.Name, short(in.Owner))
 	}
 	switch out := out.(type) {
 	case AcquireResult:

@@ -101,3 +101,21 @@ func TestLockModelPartitionsByName(t *testing.T) {
 		t.Fatalf("verdict %s, want Ok", v)
 	}
 }
+
+// The lock client undoes an acquire of unknown outcome inside the same
+// call: others can see the lock held, then free, with no release. Without
+// the recorded Abandon that history has no linearization; with it, it has.
+func TestLockModelAbandonedAcquire(t *testing.T) {
+	h := []step{
+		{client: 0, call: 0, in: acq(a), out: history.Unknown},
+		{client: 1, call: 5, ret: 6, in: acq(b), out: refused}, // saw a's hold
+		{client: 1, call: 9, ret: 10, in: acq(b), out: got(7, 1)},
+	}
+	if v := verdict(history.LockModel(), ops(h...)); v != porcupine.Illegal {
+		t.Fatalf("without the abandon: verdict %s, want Illegal", v)
+	}
+	h = append(h, step{client: 2, call: 0, in: history.Abandon{Name: "n", Owner: a}, out: history.Unknown})
+	if v := verdict(history.LockModel(), ops(h...)); v != porcupine.Ok {
+		t.Fatalf("with the abandon: verdict %s, want Ok", v)
+	}
+}

@@ -57,6 +57,7 @@ func (c *Client) Lock(ctx context.Context, l *reentrant.Client, name string) (*r
 func (c *Client) acquire(ctx context.Context, name string, lock func(context.Context, string) (*reentrant.Lease, error)) (*reentrant.Lease, error) {
 	var lease *reentrant.Lease
 	var lerr error
+	call := c.r.now()
 	err := c.Do(Acquire{Name: name, Owner: owner(ctx)}, func() (any, error) {
 		lease, lerr = lock(ctx, name)
 		switch {
@@ -68,6 +69,10 @@ func (c *Client) acquire(ctx context.Context, name string, lock func(context.Con
 		return nil, lerr
 	})
 	if err != nil {
+		// The client undoes an acquire whose outcome it could not learn,
+		// within this very call: others may have seen the lock held by
+		// it, then free again, with no release in the history.
+		c.r.unknownSince(Abandon{Name: name, Owner: owner(ctx)}, call)
 		return nil, err
 	}
 	return lease, lerr

@@ -109,6 +109,19 @@ func (o *Op) Unknown(err error) {
 	o.c.crashed = true
 }
 
+// unknownSince records an operation with input in, called at call, whose
+// outcome is unknown, on a client of its own (crashed from the start). It
+// stands for work a library did on the caller's behalf inside another
+// operation, such as undoing an acquire of unknown outcome.
+func (r *Recorder) unknownSince(in any, call int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.clients
+	r.clients++
+	r.ops = append(r.ops, porcupine.Operation{ClientId: id, Input: in, Call: call, Output: Unknown})
+	r.open = append(r.open, true)
+}
+
 // Operations returns a copy of the history. Operations of unknown outcome,
 // and any still in flight, get [Unknown] as output and the current time,
 // later than every return so far, as their return time.
