@@ -142,19 +142,32 @@ func (c *Client) check(ctx context.Context, name string) (Owner, error) {
 // joined with ErrNotAcquired when ctx has already ended, and Redis errors
 // wrapped (lua.ErrWrongType when a key holds a foreign value).
 func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
+	l, _, err := c.attempt(ctx, name)
+	if err == nil && l == nil {
+		err = fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+	}
+	return l, err
+}
+
+// attempt validates the call and makes the first acquisition attempt. It
+// returns the lease when acquired; otherwise, with no error, a retry
+// closure for the same owner and keys, and the attempt's reply.
+func (c *Client) attempt(ctx context.Context, name string) (*Lease, func() (*Lease, acquired, error), error) {
 	owner, err := c.check(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	k := lua.KeysFor(c.cfg.prefix, name)
-	a, err := c.acquire(ctx, k, name, owner)
-	if err != nil {
-		return nil, err
+	try := func() (*Lease, acquired, error) {
+		a, err := c.acquire(ctx, k, name, owner)
+		if err != nil || !a.OK {
+			return nil, a, err
+		}
+		l, err := c.newLease(ctx, name, k, owner, a)
+		return l, a, err
 	}
-	if !a.OK {
-		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
-	}
-	return c.newLease(ctx, name, k, owner, a)
+	l, _, err := try()
+	return l, try, err
 }
 
 // Lock acquires name for ctx's owner, or reenters it if that owner holds
@@ -175,20 +188,11 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // Waiting is not fair: there is no queue, and a holder that locks again
 // right after unlocking usually wins against the waiters its release woke.
 func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
-	owner, err := c.check(ctx, name)
-	if err != nil {
-		return nil, err
+	l, try, err := c.attempt(ctx, name)
+	if err != nil || l != nil {
+		return l, err
 	}
-	k := lua.KeysFor(c.cfg.prefix, name)
-	a, err := c.acquire(ctx, k, name, owner)
-	if err != nil {
-		return nil, err
-	}
-	if a.OK {
-		return c.newLease(ctx, name, k, owner, a)
-	}
-
-	w, err := c.note.watch(ctx, k.Channel)
+	w, err := c.note.watch(ctx, lua.KeysFor(c.cfg.prefix, name).Channel)
 	if err != nil {
 		return nil, c.waitErr(ctx, name, err)
 	}
@@ -204,12 +208,9 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 		return nil, errors.Join(ErrNotAcquired, ctx.Err())
 	}
 	for {
-		a, err = c.acquire(ctx, k, name, owner)
-		if err != nil {
-			return nil, err // already classified, with any undo's outcome
-		}
-		if a.OK {
-			return c.newLease(ctx, name, k, owner, a)
+		l, a, err := try()
+		if err != nil || l != nil {
+			return l, err // errors already classified, with any undo's outcome
 		}
 		timer.Reset(c.retryDelay(a.HolderTTL))
 		select {
