@@ -1,0 +1,88 @@
+package reentrant_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// BenchmarkBaselineSetNX is the floor: the two commands of the simplest
+// Redis lock (SET NX PX, then DEL), no token, no reentry, no checks. Compare
+// the lock's figures with it in the same run, as a ratio.
+func BenchmarkBaselineSetNX(b *testing.B) {
+	rdb := testenv.Redis(b)
+	key := "rfbench:" + testenv.Unique(b)
+	ctx := b.Context()
+	for b.Loop() {
+		if !rdb.SetNX(ctx, key, "x", time.Minute).Val() {
+			b.Fatal("SET NX refused")
+		}
+		rdb.Del(ctx, key)
+	}
+}
+
+// BenchmarkLockUnlock is a fresh acquisition and a full release: two
+// script calls (INCR, HSET, PEXPIRE; DEL, SET tombstone, PUBLISH).
+func BenchmarkLockUnlock(b *testing.B) {
+	rdb := testenv.Redis(b)
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	name, ctx := testenv.Unique(b), b.Context()
+	for b.Loop() {
+		l, err := c.Lock(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReenter is a reentry and its release under a held lock.
+func BenchmarkReenter(b *testing.B) {
+	rdb := testenv.Redis(b)
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	name, ctx := testenv.Unique(b), b.Context()
+	outer, err := c.Lock(ctx, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		l, err := c.Lock(outer.Context(), name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTryLockHeld is a refused attempt on a lock another owner holds.
+func BenchmarkTryLockHeld(b *testing.B) {
+	rdb := testenv.Redis(b)
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	name, ctx := testenv.Unique(b), b.Context()
+	if _, err := c.Lock(ctx, name); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := c.TryLock(ctx, name); err == nil {
+			b.Fatal("acquired a held lock")
+		}
+	}
+}
