@@ -1,6 +1,7 @@
 package reentrant_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -26,13 +27,7 @@ func BenchmarkBaselineSetNX(b *testing.B) {
 // BenchmarkLockUnlock is a fresh acquisition and a full release: two
 // script calls (INCR, HSET, PEXPIRE; DEL, SET tombstone, PUBLISH).
 func BenchmarkLockUnlock(b *testing.B) {
-	rdb := testenv.Redis(b)
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	name, ctx := testenv.Unique(b), b.Context()
+	c, name, ctx := benchClient(b)
 	for b.Loop() {
 		l, err := c.Lock(ctx, name)
 		if err != nil {
@@ -46,13 +41,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 
 // BenchmarkReenter is a reentry and its release under a held lock.
 func BenchmarkReenter(b *testing.B) {
-	rdb := testenv.Redis(b)
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	name, ctx := testenv.Unique(b), b.Context()
+	c, name, ctx := benchClient(b)
 	outer, err := c.Lock(ctx, name)
 	if err != nil {
 		b.Fatal(err)
@@ -70,13 +59,7 @@ func BenchmarkReenter(b *testing.B) {
 
 // BenchmarkTryLockHeld is a refused attempt on a lock another owner holds.
 func BenchmarkTryLockHeld(b *testing.B) {
-	rdb := testenv.Redis(b)
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	name, ctx := testenv.Unique(b), b.Context()
+	c, name, ctx := benchClient(b)
 	if _, err := c.Lock(ctx, name); err != nil {
 		b.Fatal(err)
 	}
@@ -85,4 +68,16 @@ func BenchmarkTryLockHeld(b *testing.B) {
 			b.Fatal("acquired a held lock")
 		}
 	}
+}
+
+// benchClient returns a client of the real Redis without renewal (no
+// background traffic in the figures), a fresh lock name and a context.
+func benchClient(b *testing.B) (*reentrant.Client, string, context.Context) {
+	b.Helper()
+	c, err := reentrant.New(testenv.Redis(b), reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c, testenv.Unique(b), b.Context()
 }
