@@ -21,9 +21,11 @@
 //     ErrStale; see package redisstore.) The zero token is refused with
 //     fence.ErrNoToken; it never means "unfenced".
 //
-// Keys are non-empty strings of arbitrary bytes; an adapter documents its
-// maximum key length and refuses longer keys with [ErrInvalid], as it does
-// a token it cannot represent. Nothing is silently truncated or clamped.
+// Keys are non-empty strings of arbitrary bytes, at most [MaxKeyLen] bytes
+// long in every adapter; [CheckKey] is the one check they all apply, and a
+// key it refuses is an error wrapping [ErrInvalid] from every method. A
+// token an adapter cannot represent is refused with ErrInvalid too.
+// Nothing is silently truncated or clamped.
 // A call whose context ends returns an error for which errors.Is with the
 // context's error holds; after such an error, or a backend error, a write
 // was applied whole or not at all.

@@ -33,9 +33,11 @@ type Store struct {
 // New returns an empty Store.
 func New() *Store { return &Store{data: make(map[string]*entry)} }
 
+// checkKey applies the one key rule of package storage, so the reference
+// refuses exactly the keys every other adapter refuses.
 func checkKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty key", storage.ErrInvalid)
+	if err := storage.CheckKey(key); err != nil {
+		return fmt.Errorf("memory: %w", err)
 	}
 	return nil
 }

@@ -1,8 +1,8 @@
 -- get.lua: read one resource's record and fence. Read-only.
 --
--- KEYS[1]  the resource's hash, "<prefix>:{<escaped key>}", with fields
+-- KEYS[1]  the resource's hash, "<prefix>:{<escaped key>}:rec", with fields
 --          h (highest accepted token), t (token that wrote v), v (value);
---          see write.lua
+--          see write.lua (and there, why the ":rec" suffix)
 -- ARGV[1]  "value" to return the value, "highest" to leave it out
 --
 -- Returns one of:

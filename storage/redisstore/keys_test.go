@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 )
 
@@ -62,7 +63,7 @@ func TestKeysSingleSlot(t *testing.T) {
 	}
 	keys := []string{
 		"plain", "{", "}", "{}", "}{", "{a}", "a{b}c", "{{}}", "%", "%7B", "%7D", "%25", "%7B%7D",
-		"{%7B}", "\x00{\x00}", "日本{語}", strings.Repeat("}", redisstore.MaxKeyLen),
+		"{%7B}", "\x00{\x00}", "日本{語}", strings.Repeat("}", storage.MaxKeyLen),
 	}
 	seen := map[string]string{}
 	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

@@ -1,8 +1,8 @@
 // Package redisstore is a fenced store kept in Redis.
 //
-// Each key is one Redis hash, "<prefix>:{<escaped key>}", holding the value,
-// the token that wrote it and the highest token ever accepted for the key.
-// A write is checked and applied by one Lua script, which Redis runs
+// Each key is one Redis hash, "<prefix>:{<escaped key>}:rec", holding the
+// value, the token that wrote it and the highest token ever accepted for
+// the key. A write is checked and applied by one Lua script, which Redis runs
 // atomically: two writers can never both pass the check against the same
 // old highest token. Delete removes the value and keeps the highest token,
 // so a paused writer's late Put is still refused.
@@ -11,6 +11,21 @@
 // escaped (as %25, %7B, %7D), so any key, braces included, maps to one
 // well-formed tag and every script touches a single slot. The escaping is
 // injective: two different keys never share a record.
+//
+// The ":rec" suffix keeps records apart from the keys of redfence's locks
+// whatever prefixes and names are chosen, even a store prefix equal to the
+// lock client's and a key equal to a lock name. A lock's keys are
+// "<prefix>:{<escaped name>}" followed by nothing, ":fence", ":released" or
+// ":rel:<request id>". Neither kind of prefix may hold a brace and escaped
+// names and keys hold none, so the first '}' of any of these keys ends its
+// tag, and what follows it tells a record from every lock key. A record
+// still shares the Cluster slot of the lock of the same name.
+//
+// Data written by versions before the ":rec" suffix, at
+// "<prefix>:{<escaped key>}", is not read: such a record is invisible to
+// this version, which starts that key afresh (no value, no highest token).
+// Migrate it (RENAME each old key to its new name, see [Store.Key]) before
+// switching, or the old fences are lost.
 //
 // Retries: go-redis re-sends a command after a read timeout even though
 // Redis may already have run it. Re-running a write is harmless: its token
@@ -39,10 +54,12 @@ const (
 	// DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
 	DefaultPrefix = "redfence:store"
 
-	// MaxKeyLen is the longest key, in bytes, a Store accepts. Longer keys
-	// are refused with storage.ErrInvalid. Escaping can triple a key's
+	// MaxKeyLen is the longest key, in bytes, a Store accepts: the limit
+	// of every adapter, storage.MaxKeyLen. Escaping can triple a key's
 	// length inside Redis, which stays far below Redis's own limit.
-	MaxKeyLen = 4096
+	//
+	// Deprecated: use storage.MaxKeyLen.
+	MaxKeyLen = storage.MaxKeyLen
 )
 
 // ErrForeign reports that the Redis key where a record belongs holds
@@ -65,6 +82,8 @@ type Option func(*Store)
 // WithPrefix sets the prefix of every Redis key the Store uses. The default
 // is [DefaultPrefix]. A prefix must be non-empty and must not contain '{'
 // or '}', which would move the Cluster hash tag; [New] refuses it otherwise.
+// It may equal the prefix of redfence's locks: a record never shares a key
+// with a lock (see the package documentation).
 func WithPrefix(prefix string) Option { return func(s *Store) { s.prefix = prefix } }
 
 // New returns a Store on c, which may be a *redis.Client, *redis.ClusterClient,
@@ -91,15 +110,19 @@ func New(c redis.Scripter, opts ...Option) (*Store, error) {
 // the mapping injective: "{" becomes "%7B" and a literal "%7B" "%257B".
 var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// Key returns the Redis key that holds key's record, for inspection and
-// debugging. It returns an error wrapping storage.ErrInvalid for an empty
-// key or one longer than [MaxKeyLen].
+// recordSuffix follows the hash tag of every record. A lock's keys end
+// their tag with "", ":fence", ":released" or ":rel:..." (package lua);
+// without a suffix of its own a record would be the very key of the lock
+// hash when prefixes and names coincide, and taking the lock would wipe it.
+const recordSuffix = ":rec"
+
+// Key returns the Redis key that holds key's record,
+// "<prefix>:{<escaped key>}:rec", for inspection, debugging and migration.
+// It returns an error wrapping storage.ErrInvalid for a key that
+// storage.CheckKey refuses: empty, or longer than storage.MaxKeyLen.
 func (s *Store) Key(key string) (string, error) {
-	if key == "" {
-		return "", fmt.Errorf("redisstore: empty key: %w", storage.ErrInvalid)
+	if err := storage.CheckKey(key); err != nil {
+		return "", fmt.Errorf("redisstore: %w", err)
 	}
-	if len(key) > MaxKeyLen {
-		return "", fmt.Errorf("redisstore: key of %d bytes exceeds %d: %w", len(key), MaxKeyLen, storage.ErrInvalid)
-	}
-	return s.prefix + ":{" + escaper.Replace(key) + "}", nil
+	return s.prefix + ":{" + escaper.Replace(key) + "}" + recordSuffix, nil
 }

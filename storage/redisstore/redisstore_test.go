@@ -49,7 +49,6 @@ func TestConformanceMiniredis(t *testing.T) {
 		_, c := testenv.Mini(t)
 		return newStore(t, c)
 	},
-		storagetest.WithMaxKeyLen(redisstore.MaxKeyLen),
 		storagetest.WithFault(func(t *testing.T) storagetest.Fault {
 			// The server goes away: miniredis closes its listener and
 			// every connection, then comes back with its data.
@@ -80,7 +79,6 @@ func TestConformanceMiniredis(t *testing.T) {
 func TestConformanceRedis(t *testing.T) {
 	testenv.RedisAddr(t) // skip the whole suite, not each subtest, without a server
 	storagetest.Run(t, func(t *testing.T) storage.Store { return newStore(t, testenv.Redis(t)) },
-		storagetest.WithMaxKeyLen(redisstore.MaxKeyLen),
 		storagetest.WithFault(func(t *testing.T) storagetest.Fault {
 			// Redis becomes unreachable: a proxy in front of it resets
 			// every connection and refuses new ones.
@@ -116,7 +114,7 @@ func TestConformanceRedis(t *testing.T) {
 }
 
 func prefixOf(t *testing.T, s *redisstore.Store) string {
-	return strings.TrimSuffix(mustKey(t, s, "x"), ":{x}")
+	return strings.TrimSuffix(mustKey(t, s, "x"), ":{x}:rec")
 }
 
 func mustKey(t *testing.T, s *redisstore.Store, key string) string {
@@ -144,7 +142,7 @@ func TestNewInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mustKey(t, s, "k"); got != redisstore.DefaultPrefix+":{k}" {
-		t.Errorf("default key layout %q; want %q", got, redisstore.DefaultPrefix+":{k}")
+	if got := mustKey(t, s, "k"); got != redisstore.DefaultPrefix+":{k}:rec" {
+		t.Errorf("default key layout %q; want %q", got, redisstore.DefaultPrefix+":{k}:rec")
 	}
 }

@@ -1,11 +1,15 @@
 -- write.lua: a fenced Put or Delete of one resource, checked and applied in
 -- one step (a script runs atomically, so no other command interleaves).
 --
--- KEYS[1]  the resource's hash, "<prefix>:{<escaped key>}". Its fields:
+-- KEYS[1]  the resource's hash, "<prefix>:{<escaped key>}:rec". Its fields:
 --            h  the highest token ever accepted (set by the first accepted
 --               write and never removed, so Delete keeps the fence)
 --            t  the token that wrote v      (absent while there is no value)
 --            v  the value, any bytes        (absent while there is no value)
+--          The ":rec" after the tag is what no lock key has (a lock's keys
+--          end their tag with nothing, ":fence", ":released" or ":rel:..."),
+--          so a record never shares a key with a lock, whatever the prefixes
+--          and names.
 -- ARGV[1]  the write's token: canonical decimal, 1..18446744073709551615
 -- ARGV[2]  "put" or "del"
 -- ARGV[3]  the value, for "put" only

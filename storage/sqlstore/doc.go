@@ -14,7 +14,9 @@
 // has no value) and "highest", the highest token ever accepted for the key.
 // [Store.Migrate] creates it; [Store.Schema] returns the statement for
 // programs that run their own migrations. Keys are stored as bytes (bytea,
-// BLOB), so any key, NUL bytes and invalid UTF-8 included, round-trips.
+// BLOB), so any key, NUL bytes and invalid UTF-8 included, round-trips; they
+// are at most storage.MaxKeyLen bytes, the limit of every adapter, which
+// keeps the primary key well inside PostgreSQL's B-tree entry limit.
 // Rows are never deleted: Delete sets the value to NULL and keeps the fence.
 //
 // # Atomicity
@@ -46,5 +48,8 @@
 // transaction, or fails with fence.ErrStale. The caller then writes its own
 // tables in the same transaction and commits; a stale lock holder's
 // transaction is refused before it writes anything. Concurrent guards on
-// one resource serialize on its fence row until commit or rollback.
+// one resource serialize on its fence row until commit or rollback. A guard
+// that fails rolls the transaction back itself, so a caller that ignores
+// the error still cannot commit: later statements and Commit fail with
+// sql.ErrTxDone, on every database and driver.
 package sqlstore

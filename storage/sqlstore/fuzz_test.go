@@ -30,7 +30,7 @@ func FuzzStore(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	z := storagetest.NewFuzzer(s, sqlstore.MaxKeyLen)
+	z := storagetest.NewFuzzer(s)
 	f.Fuzz(func(t *testing.T, op byte, key string, value []byte, tok uint64) {
 		z.Step(t, op, key, value, tok%uint64(sqlstore.MaxToken))
 	})

@@ -11,11 +11,8 @@ import (
 )
 
 func checkKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("sqlstore: empty key: %w", storage.ErrInvalid)
-	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("sqlstore: key of %d bytes exceeds %d: %w", len(key), MaxKeyLen, storage.ErrInvalid)
+	if err := storage.CheckKey(key); err != nil {
+		return fmt.Errorf("sqlstore: %w", err)
 	}
 	return nil
 }

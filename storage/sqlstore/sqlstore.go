@@ -17,10 +17,12 @@ const (
 	// otherwise.
 	DefaultTable = "redfence_store"
 
-	// MaxKeyLen is the longest key, in bytes, a Store accepts; longer keys
-	// are refused with storage.ErrInvalid. It keeps every key well inside
-	// PostgreSQL's limit for a B-tree index entry (about 2.7 KB).
-	MaxKeyLen = 1024
+	// MaxKeyLen is the longest key, in bytes, a Store accepts: the limit
+	// of every adapter, storage.MaxKeyLen, which keeps every key well
+	// inside PostgreSQL's limit for a B-tree index entry (about 2.7 KB).
+	//
+	// Deprecated: use storage.MaxKeyLen.
+	MaxKeyLen = storage.MaxKeyLen
 
 	// MaxToken is the highest token a Store can record: tokens are stored
 	// as signed 64-bit integers (bigint, INTEGER). Higher tokens are

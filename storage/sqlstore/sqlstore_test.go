@@ -87,7 +87,6 @@ func mustNew(t *testing.T, db sqlstore.DB, d sqlstore.Dialect, table string) *sq
 }
 
 var sqlOptions = []storagetest.Option{
-	storagetest.WithMaxKeyLen(sqlstore.MaxKeyLen),
 	storagetest.WithMaxToken(sqlstore.MaxToken),
 }
 

@@ -16,13 +16,13 @@ import (
 // f.Fuzz.
 type Fuzzer struct {
 	store, ref storage.Store
-	maxKey     int
 }
 
-// NewFuzzer returns a Fuzzer for s, whose keys may be at most maxKeyLen
-// bytes (longer ones must be refused with storage.ErrInvalid).
-func NewFuzzer(s storage.Store, maxKeyLen int) *Fuzzer {
-	return &Fuzzer{store: s, ref: memory.New(), maxKey: maxKeyLen}
+// NewFuzzer returns a Fuzzer for s. Keys that storage.CheckKey refuses
+// (empty, or longer than storage.MaxKeyLen) must be refused by s with
+// storage.ErrInvalid, as by every adapter.
+func NewFuzzer(s storage.Store) *Fuzzer {
+	return &Fuzzer{store: s, ref: memory.New()}
 }
 
 // Step applies one operation chosen by op (put, delete, or a stale put
@@ -30,7 +30,7 @@ func NewFuzzer(s storage.Store, maxKeyLen int) *Fuzzer {
 func (z *Fuzzer) Step(t *testing.T, op byte, key string, value []byte, tok uint64) {
 	t.Helper()
 	ctx := context.Background()
-	if key == "" || len(key) > z.maxKey {
+	if storage.CheckKey(key) != nil {
 		if err := z.store.Put(ctx, key, value, fence.Token(tok|1)); !errors.Is(err, storage.ErrInvalid) {
 			t.Fatalf("Put with a %d-byte key: %v, want ErrInvalid", len(key), err)
 		}

@@ -7,6 +7,10 @@
 // against a linearizability oracle, cancelled contexts, and, when the
 // adapter supplies a [Fault], a backend that breaks in the middle of calls.
 //
+// The key limit is not an option: every adapter must accept keys of up to
+// storage.MaxKeyLen bytes and refuse longer ones with storage.ErrInvalid,
+// so that a key that works in one store works in all of them.
+//
 // [Concurrent] is the concurrency check on its own, for adapters that want
 // to run it larger or with one connection per writer.
 package storagetest
@@ -40,18 +44,11 @@ type Fault struct {
 type Option func(*config)
 
 type config struct {
-	maxKeyLen int
-	maxToken  fence.Token
-	writers   int
-	writes    int
-	fault     func(t *testing.T) Fault
+	maxToken fence.Token
+	writers  int
+	writes   int
+	fault    func(t *testing.T) Fault
 }
-
-// WithMaxKeyLen tells the suite the adapter's documented maximum key length
-// in bytes: a key of exactly n bytes must work and one of n+1 bytes must fail
-// with storage.ErrInvalid. The default, 0, means the adapter documents no
-// maximum; the suite then checks a 64 KiB key works.
-func WithMaxKeyLen(n int) Option { return func(c *config) { c.maxKeyLen = n } }
 
 // WithMaxToken tells the suite the highest token the adapter can store: the
 // suite checks max works and, if max is below the largest uint64, that max+1
