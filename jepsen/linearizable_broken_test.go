@@ -47,13 +47,16 @@ func (s *linStaleStore) Put(ctx context.Context, key string, value []byte, t fen
 // the token but not the owner. Tokens are small sequential integers anyone
 // can read, so it lets any client release anyone's lock.
 var linOwnerBlindRelease = redis.NewScript(`
-local h = redis.call('HMGET', KEYS[1], 'count', 'token')
-if h[2] ~= ARGV[1] then return -1 end
-local n = tonumber(h[1])
-if n > 1 then
-  redis.call('HSET', KEYS[1], 'count', string.format('%d', n - 1))
-  return n - 1
+local h = redis.call('HMGET', KEYS[1], 'token')
+if h[1] ~= ARGV[1] then return -1 end
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'l:' then
+    redis.call('HDEL', KEYS[1], f)
+    break
+  end
 end
+local n = redis.call('HLEN', KEYS[1]) - 2
+if n > 0 then return n end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return 0`)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +35,10 @@ type linLockWorld struct {
 	// release, when set, replaces the real release script for raw
 	// releases: the hook for a deliberately broken lock.
 	release func(ctx context.Context, k lua.Keys, owner string, t fence.Token) (int64, error)
+	// sharedOwners makes workers act in pairs for one owner, each with its
+	// own client and leases: the same owner reenters and releases from two
+	// places at once, as when an owner is handed to a worker goroutine.
+	sharedOwners bool
 }
 
 // linLockRun is the outcome of a lock run: the lock history and the history of
@@ -53,13 +58,17 @@ func linRunLocks(t *testing.T, w linLockWorld, workers, ops int) linLockRun {
 	var budget atomic.Int64
 	budget.Store(int64(ops))
 	var wg sync.WaitGroup
+	var owner reentrant.Owner
 	for i := range workers {
 		lc, err := reentrant.New(w.rdb, reentrant.WithTTL(linTTL), reentrant.WithMaxRetryDelay(200*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = lc.Close() })
-		k := &linWorker{w: &w, run: run, lc: lc, owner: reentrant.NewOwner(), id: i,
+		if !w.sharedOwners || i%2 == 0 {
+			owner = reentrant.NewOwner()
+		}
+		k := &linWorker{w: &w, run: run, lc: lc, owner: owner, id: i,
 			held: map[string]*linHolding{}, last: map[string]fence.Token{},
 			rng: mrand.New(mrand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
 		ctx, cancel := context.WithCancel(reentrant.WithOwner(t.Context(), k.owner))
@@ -78,18 +87,18 @@ func linRunLocks(t *testing.T, w linLockWorld, workers, ops int) linLockRun {
 	return run
 }
 
-// linHolding is what a worker knows of its hold on one name: the token, the
-// depth the server last reported, and the leases it has. A worker whose
-// client crashed forgets its leases; the depth they held shows up as the
-// difference on its next reentry, and is released with the raw script.
+// linHolding is what a worker knows of its hold on one name: the token and
+// the leases it has (the levels it took; a worker sharing its owner does not
+// see its partner's). A level an acquire of unknown outcome may have taken
+// has no lease: the client undoes it, recorded as an Abandon.
 type linHolding struct {
 	token  fence.Token
-	depth  int64
 	leases []*reentrant.Lease
 }
 
-// linWorker is one owner of a lock run; its process (history client)
-// changes when an operation's outcome is unknown, its owner never does.
+// linWorker is one owner of a lock run, or one of two for the same owner;
+// its process (history client) changes when an operation's outcome is
+// unknown, its owner and its leases never do.
 type linWorker struct {
 	w      *linLockWorld
 	run    linLockRun
@@ -106,9 +115,10 @@ type linWorker struct {
 
 func (k *linWorker) step() {
 	if k.hl == nil || k.hl.Crashed() {
-		// A new process, the same owner: what the crashed one held, it
-		// still holds, and finds out by reentering.
-		k.hl, k.held = k.run.locks.Client(), map[string]*linHolding{}
+		// A new history process, the same owner and leases: an operation
+		// of unknown outcome leaves its process unable to go on in the
+		// history, not the worker.
+		k.hl = k.run.locks.Client()
 	}
 	if k.hw == nil || k.hw.Crashed() {
 		k.hw = k.run.writes.Client()
@@ -131,24 +141,19 @@ func (k *linWorker) step() {
 	}
 }
 
-// windDown releases every hold of the owner, those its crashed processes
-// left included, so no other worker waits for an owner that has stopped.
+// windDown releases every hold of the worker, so no other worker waits for
+// an owner that has stopped.
 func (k *linWorker) windDown() {
 	for _, name := range k.w.names {
-		for range 3 {
-			if k.hl == nil || k.hl.Crashed() {
-				k.hl, k.held = k.run.locks.Client(), map[string]*linHolding{}
-			}
-			if k.held[name] == nil {
-				// Reentering reveals a hold a crashed process left.
-				k.acquire(name)
-			}
-			for h := k.held[name]; h != nil && !k.hl.Crashed(); h = k.held[name] {
-				k.release(name, h)
-			}
-			if !k.hl.Crashed() {
+		for range 100 {
+			h := k.held[name]
+			if h == nil {
 				break
 			}
+			if k.hl == nil || k.hl.Crashed() {
+				k.hl = k.run.locks.Client()
+			}
+			k.release(name, h)
 		}
 	}
 }
@@ -173,46 +178,53 @@ func (k *linWorker) acquire(name string) {
 		return
 	}
 	h := k.held[name]
-	if h == nil {
+	if h == nil || h.token != lease.Token() {
 		h = &linHolding{}
 		k.held[name] = h
 	}
-	h.token, h.depth = lease.Token(), lease.Depth()
+	h.token = lease.Token()
 	h.leases = append(h.leases, lease)
 	k.last[name] = h.token
 }
 
-// release undoes one acquisition: a hold with no lease left (its process
-// crashed) through the raw script, which reports the depth left, otherwise
-// by unlocking a random lease.
+// release unlocks a random lease of the hold. When the outcome is unknown,
+// the lease's level ID tells: Inspect (not recorded) shows whether the level
+// is still there, and if so the lease is kept and unlocked again later, as
+// every attempt names the same level and applies at most once.
 func (k *linWorker) release(name string, h *linHolding) {
 	ctx, cancel := context.WithTimeout(k.ctx, k.w.opTimeout)
 	defer cancel()
-	if int64(len(h.leases)) < h.depth {
-		n, err := k.rawRelease(ctx, name, h.token)
-		switch {
-		case err != nil:
-		case n < 0:
-			delete(k.held, name)
-		default:
-			h.depth = n
-		}
-		if h.depth == 0 {
-			delete(k.held, name)
-		}
-		return
-	}
 	i := k.rng.IntN(len(h.leases))
 	lease := h.leases[i]
-	h.leases = append(h.leases[:i], h.leases[i+1:]...)
-	switch err := k.hl.Unlock(ctx, lease); {
+	err := k.hl.Unlock(ctx, lease)
+	switch {
 	case err == nil:
-		h.depth--
 	case errors.Is(err, reentrant.ErrNotHeld):
-		h.depth = 0
-	}
-	if h.depth == 0 {
 		delete(k.held, name)
+		return
+	default:
+		if k.levelLive(name, lease) {
+			return
+		}
+	}
+	h.leases = append(h.leases[:i], h.leases[i+1:]...)
+	if len(h.leases) == 0 {
+		delete(k.held, name)
+	}
+}
+
+// levelLive reports whether lease's level is still in the lock hash, asking
+// until Redis answers.
+func (k *linWorker) levelLive(name string, lease *reentrant.Lease) bool {
+	for {
+		st, err := k.lc.Inspect(k.ctx, name)
+		if err == nil {
+			return st.Owner == lease.Owner() && st.Token == lease.Token() && slices.Contains(st.Levels, lease.ID())
+		}
+		if k.ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -235,6 +247,10 @@ func (k *linWorker) wrongRelease(name string, h *linHolding) {
 			return
 		}
 		t = max(st.Token, st.LastToken, 1)
+		if st.Owner == k.owner {
+			// The partner worker holds it for this owner: a wrong token.
+			t = st.Token + 1
+		}
 	}
 	_, _ = k.rawRelease(ctx, name, t)
 }
@@ -249,6 +265,8 @@ func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) 
 		if k.w.release != nil {
 			n, err = k.w.release(ctx, keys, string(k.owner), t)
 		} else {
+			// A level ID nobody took: a release with the wrong token is
+			// refused before the level is looked at.
 			n, err = lua.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), time.Minute)
 		}
 		switch {

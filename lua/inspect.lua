@@ -1,18 +1,28 @@
--- inspect: an atomic snapshot of one lock, for tools and tests.
+-- inspect: an atomic snapshot of one lock, for tools and tests. Read-only.
 --
--- KEYS[1]  lock hash   P:{N}
+-- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
 -- KEYS[2]  counter     P:{N}:fence
 --
--- Returns {owner, count, token, pttl, counter}: strings as stored, false
--- (nil in Go) for absent fields; pttl is an integer (-2 absent, -1 no TTL);
--- counter is the last token ever issued, false if none was.
--- Error "WRONGTYPE <key>" when the lock key holds a foreign value.
-local h = redis.pcall('HMGET', KEYS[1], 'owner', 'count', 'token')
-if h.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1])
+-- Returns {owner, token, pttl, counter, levels}: owner and token as stored,
+-- false (nil in Go) when the lock is free; pttl an integer (-2 free, -1 no
+-- TTL); counter the last token ever issued, 0 if none was; levels the
+-- IDs of the live levels (empty when free).
+-- Error "FOREIGN <key>" when a key holds a value this library did not write.
+local h, err = lockOf(KEYS[1])
+if h == nil then
+  return err
 end
-local c = redis.pcall('GET', KEYS[2])
-if type(c) == 'table' and c.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2])
+local c, cerr = counterOf(KEYS[2])
+if c == nil then
+  return cerr
 end
-return {h[1], h[2], h[3], redis.call('PTTL', KEYS[1]), c}
+if not h then
+  return {false, false, -2, c, {}}
+end
+local levels = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'l:' then
+    levels[#levels + 1] = string.sub(f, 3)
+  end
+end
+return {h[1], h[2], redis.call('PTTL', KEYS[1]), c, levels}

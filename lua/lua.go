@@ -14,8 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +22,8 @@ import (
 )
 
 var (
+	//go:embed lib.lua
+	libSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -36,13 +36,14 @@ var (
 	abandonSrc string
 )
 
-// The scripts, loaded once per process.
+// The scripts, loaded once per process. Each is lib.lua followed by the
+// script's own file, so the helpers that recognise a lock exist once.
 var (
-	AcquireScript = redis.NewScript(acquireSrc)
-	ReleaseScript = redis.NewScript(releaseSrc)
-	ExtendScript  = redis.NewScript(extendSrc)
-	InspectScript = redis.NewScript(inspectSrc)
-	AbandonScript = redis.NewScript(abandonSrc)
+	AcquireScript = redis.NewScript(libSrc + acquireSrc)
+	ReleaseScript = redis.NewScript(libSrc + releaseSrc)
+	ExtendScript  = redis.NewScript(libSrc + extendSrc)
+	InspectScript = redis.NewScript(libSrc + inspectSrc)
+	AbandonScript = redis.NewScript(libSrc + abandonSrc)
 )
 
 // Scripts lists every script, for tests that load them all into a server.
@@ -54,15 +55,22 @@ var Scripts = map[string]*redis.Script{
 	"abandon": AbandonScript,
 }
 
-var (
-	// ErrWrongType reports a lock key, counter or tombstone holding a
-	// value redfence did not write. The error names the key; the value is
-	// left untouched.
-	ErrWrongType = errors.New("lua: key holds a foreign value")
+// Source returns lib.lua followed by the named script's source, as the
+// server runs it; for tests that run a modified copy.
+func Source(name string) string {
+	return libSrc + map[string]string{"acquire": acquireSrc, "release": releaseSrc,
+		"extend": extendSrc, "inspect": inspectSrc, "abandon": abandonSrc}[name]
+}
 
-	// ErrOverflow reports a fencing counter past 2^53, beyond which the
-	// scripts cannot represent tokens exactly. At a million acquisitions a
-	// second a counter takes 285 years to get there.
+var (
+	// ErrForeign reports a lock key, counter or tombstone holding a value
+	// this library did not write. Nothing was changed. The error names the
+	// key and wraps the server's reply, so errors.As finds a redis.Error.
+	ErrForeign = errors.New("lua: key holds a foreign value")
+
+	// ErrOverflow reports a fencing counter at 2^53 - 1, beyond which the
+	// scripts cannot represent tokens exactly; the lock was not taken. At a
+	// million acquisitions a second a counter takes 285 years to get there.
 	ErrOverflow = errors.New("lua: fencing counter beyond 2^53")
 
 	// ErrReply reports a script reply of an unexpected shape: a server that
@@ -78,9 +86,10 @@ type Acquired struct {
 	HolderTTL time.Duration // the holder's remaining TTL when !OK; -1 if none
 }
 
-// Acquire runs acquire.lua. See the script's header for its semantics.
-func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, req string) (Acquired, error) {
-	v, err := AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, ttl.Milliseconds(), req).Result()
+// Acquire runs acquire.lua for the level ID level (the request ID of one
+// Lock call). See the script's header for its semantics.
+func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, level string) (Acquired, error) {
+	v, err := AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, ttl.Milliseconds(), level).Result()
 	if err != nil {
 		return Acquired{}, scriptErr(err)
 	}
@@ -91,8 +100,8 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl 
 // pipeline on node, the primary that owns k's slot: WAIT counts the writes
 // of its own connection, so it must follow the script on the same one. It
 // returns the acquire reply and how many replicas acknowledged it.
-func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, req string, replicas int, timeout time.Duration) (Acquired, int64, error) {
-	keys, args := []string{k.Lock, k.Fence}, []any{owner, ttl.Milliseconds(), req}
+func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, level string, replicas int, timeout time.Duration) (Acquired, int64, error) {
+	keys, args := []string{k.Lock, k.Fence}, []any{owner, ttl.Milliseconds(), level}
 	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
 		pipe := node.Pipeline()
 		acq := eval(pipe)
@@ -148,11 +157,12 @@ func ParseAcquire(v any) (Acquired, error) {
 	return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
 }
 
-// Release runs release.lua and returns the depth left, or -1 when the
-// caller's ownership does not hold the lock.
-func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, req string, tombstoneTTL time.Duration) (int64, error) {
-	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(req)},
-		owner, token.String(), req, k.Channel, tombstoneTTL.Milliseconds()).Result()
+// Release runs release.lua for the level taken by the Lock call whose
+// request ID is level, and returns the depth left, or -1 when the caller's
+// ownership does not hold the lock.
+func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, tombstoneTTL time.Duration) (int64, error) {
+	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(level)},
+		owner, token.String(), level, k.Channel, tombstoneTTL.Milliseconds()).Result()
 	if err != nil {
 		return 0, scriptErr(err)
 	}
@@ -187,11 +197,11 @@ func ParseExtend(v any) (bool, error) {
 	return n == 1, nil
 }
 
-// Abandon runs abandon.lua: it undoes the acquire request req of owner if,
-// and only if, that request was applied and nothing has happened to the
-// lock since. It reports whether it undid anything.
-func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, req string) (bool, error) {
-	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock}, owner, req, k.Channel).Result()
+// Abandon runs abandon.lua: it removes the level the acquire request level
+// of owner took, if that request was applied and the level is still there.
+// It reports whether it removed anything.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string) (bool, error) {
+	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock}, owner, level, k.Channel).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -205,6 +215,7 @@ type State struct {
 	Token     fence.Token   // the current ownership's token; None when free
 	TTL       time.Duration // remaining lease; -1 no TTL, -2 free
 	LastToken fence.Token   // the last token ever issued; None if never
+	Levels    []string      // the level IDs of the hold, in no order
 }
 
 // Inspect runs inspect.lua.
@@ -228,21 +239,14 @@ func ParseInspect(v any) (State, error) {
 	var s State
 	owner, _ := a[0].(string)
 	s.Owner = owner
-	if c, ok := a[1].(string); ok {
-		d, err := strconv.ParseInt(c, 10, 64)
-		if err != nil || d < 1 {
-			return bad("count", err)
-		}
-		s.Depth = d
-	}
-	if t, ok := a[2].(string); ok {
+	if t, ok := a[1].(string); ok {
 		tok, err := fence.Parse(t)
 		if err != nil || tok == fence.None {
 			return bad("token", err)
 		}
 		s.Token = tok
 	}
-	pttl, ok := a[3].(int64)
+	pttl, ok := a[2].(int64)
 	if !ok || pttl < -2 {
 		return bad("pttl", nil)
 	}
@@ -250,15 +254,25 @@ func ParseInspect(v any) (State, error) {
 	if pttl < 0 {
 		s.TTL = time.Duration(pttl)
 	}
-	if c, ok := a[4].(string); ok {
-		tok, err := fence.Parse(c)
-		if err != nil {
-			return bad("counter", err)
-		}
-		s.LastToken = tok
+	c, ok := a[3].(int64)
+	if !ok || c < 0 {
+		return bad("counter", nil)
 	}
+	s.LastToken = fence.Token(c)
+	levels, ok := a[4].([]any)
+	if !ok {
+		return bad("levels", nil)
+	}
+	for _, l := range levels {
+		id, ok := l.(string)
+		if !ok {
+			return bad("levels", nil)
+		}
+		s.Levels = append(s.Levels, id)
+	}
+	s.Depth = int64(len(s.Levels))
 	if (s.Owner == "") != (s.Token == fence.None) || (s.Owner == "") != (s.Depth == 0) {
-		return bad("fields", errors.New("owner, count and token must be all present or all absent"))
+		return bad("fields", errors.New("owner, token and levels must be all present or all absent"))
 	}
 	return s, nil
 }
@@ -274,18 +288,21 @@ func millis(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// scriptErr turns the scripts' own error replies into typed errors and
-// leaves every other error (network, NOSCRIPT after a failed fallback,
-// OOM, READONLY...) wrapped as it came.
+// scriptErr turns the scripts' own refusals into typed errors that still
+// wrap the server's reply (errors.As finds the redis.Error), and passes
+// every other error (network, OOM, READONLY...) on as it came.
 func scriptErr(err error) error {
-	msg := err.Error()
-	for _, p := range []struct {
-		code string
-		err  error
-	}{{"WRONGTYPE ", ErrWrongType}, {"OVERFLOW ", ErrOverflow}} {
-		if key, ok := strings.CutPrefix(msg, p.code); ok && !strings.HasPrefix(key, "Operation") {
-			return fmt.Errorf("%w: %s", p.err, key)
-		}
+	switch {
+	case redis.HasErrorPrefix(err, "FOREIGN"):
+		return fmt.Errorf("%w: %w", ErrForeign, err)
+	case redis.HasErrorPrefix(err, "OVERFLOW"):
+		return fmt.Errorf("%w: %w", ErrOverflow, err)
 	}
 	return err
+}
+
+// IsRefusal reports whether err is one of the scripts' own refusals
+// (ErrForeign, ErrOverflow): the script ran, checked, and changed nothing.
+func IsRefusal(err error) bool {
+	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow)
 }

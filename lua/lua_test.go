@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -40,8 +41,8 @@ func assertLeaseShape(t *testing.T, rdb *redis.Client, k lua.Keys) {
 func TestRepeatedRequestsApplyOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		run := func(req string) lua.Acquired {
-			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, req)
+		run := func(level string) lua.Acquired {
+			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, level)
 			require.NoError(t, err)
 			assertLeaseShape(t, rdb, k)
 			return a
@@ -52,35 +53,90 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"))
 		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"), "a repeated reentry must not count twice")
 
-		rel := func(req string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, req, time.Minute)
+		rel := func(level string) int64 {
+			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, time.Minute)
 			require.NoError(t, err)
 			return n
 		}
-		require.EqualValues(t, 1, rel("r3"))
-		require.EqualValues(t, 1, rel("r3"), "a repeated partial release must not count twice")
-		require.EqualValues(t, 0, rel("r4"))
-		require.EqualValues(t, 0, rel("r4"), "a repeated full release must still report success")
-		require.EqualValues(t, -1, rel("r5"), "a new release of a free lock is not held")
+		require.EqualValues(t, 1, rel("r2"))
+		require.EqualValues(t, 1, rel("r2"), "a repeated partial release must not count twice")
+		require.EqualValues(t, 0, rel("r1"))
+		require.EqualValues(t, 0, rel("r1"), "a repeated full release must still report success")
+		require.EqualValues(t, -1, rel("r5"), "a release of a level never taken, on a free lock, is not held")
 
 		// Someone else takes the lock; the old full release, repeated, must
 		// still answer as before and must not touch the new holder.
 		other, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6")
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
-		require.EqualValues(t, 0, rel("r4"))
+		require.EqualValues(t, 0, rel("r1"))
 		// ...even after that other owner fully released in turn: each full
 		// release leaves its own tombstone.
-		n, err := lua.Release(ctx, rdb, k, "o2", other.Token, "r7", time.Minute)
+		n, err := lua.Release(ctx, rdb, k, "o2", other.Token, "r6", time.Minute)
 		require.NoError(t, err)
 		require.Zero(t, n)
-		require.EqualValues(t, 0, rel("r4"), "a retried release must not be told 'not held' after another owner's release")
+		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
 		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b")
 		require.NoError(t, err)
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.Equal(t, "o2", st.Owner)
 		require.EqualValues(t, 1, st.Depth)
+		require.Equal(t, []string{"r6b"}, st.Levels)
+		// The tombstone says whose release it was.
+		require.Equal(t, "1 o1", rdb.Get(ctx, k.TombstoneFor("r1")).Val())
+		require.Equal(t, "2 o2", rdb.Get(ctx, k.TombstoneFor("r6")).Val())
+	})
+}
+
+// The bug this layout fixes: an inner release (depth 2 to 1) whose reply
+// is lost is retried by go-redis after the same owner reentered (depth 2
+// again). The old script remembered only the last request, so the retry
+// applied twice and freed a lock one level still relied on. Each level is
+// now removed by its own ID, exactly once.
+func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		outer, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer")
+		require.NoError(t, err)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner")
+		require.NoError(t, err)
+		rel := func(level string) int64 {
+			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, time.Minute)
+			require.NoError(t, err)
+			return n
+		}
+		require.EqualValues(t, 1, rel("inner"))
+		again, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, again.Depth)
+		require.EqualValues(t, 2, rel("inner"), "the retry of a release already applied changes nothing")
+		busy, err := lua.Acquire(ctx, rdb, k, "other", time.Minute, "x")
+		require.NoError(t, err)
+		require.False(t, busy.OK, "the lock is still held at depth 2")
+		require.EqualValues(t, 1, rel("inner2"))
+		require.EqualValues(t, 0, rel("outer"))
+	})
+}
+
+// Extending, reentering or renewing never shortens the lock: one level's
+// short Extend must not cut the lease another level relies on.
+func TestExtendNeverShortens(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer")
+		require.NoError(t, err)
+		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a shorter extend must not shorten")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner")
+		require.NoError(t, err)
+		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
+		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 119*time.Minute, "a longer extend lengthens")
 	})
 }
 
@@ -131,7 +187,7 @@ func TestLargeTokensExact(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, a.Token, st.Token)
 			require.Equal(t, a.Token, st.LastToken)
-			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r2", time.Minute)
+			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n, "release with the exact token of seed %d", seed)
 		}
@@ -146,28 +202,81 @@ func TestLargeTokensExact(t *testing.T) {
 func TestForeignValuesNamedAndUntouched(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
-		k := keys(t)
-		require.NoError(t, rdb.Set(ctx, k.Lock, "not a hash", 0).Err())
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
-		require.ErrorIs(t, err, lua.ErrWrongType)
-		require.ErrorContains(t, err, k.Lock)
-		_, err = lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute)
-		require.ErrorIs(t, err, lua.ErrWrongType)
-		_, err = lua.Extend(ctx, rdb, k, "o", 1, time.Minute)
-		require.ErrorIs(t, err, lua.ErrWrongType)
-		_, err = lua.Inspect(ctx, rdb, k)
-		require.ErrorIs(t, err, lua.ErrWrongType)
-		require.Equal(t, "not a hash", rdb.Get(ctx, k.Lock).Val())
-		require.Zero(t, rdb.Exists(ctx, k.Fence).Val(), "nothing may be written when the lock key is foreign")
+		// Every script, on every kind of foreign lock key: refused with
+		// ErrForeign naming the key, the server's reply still reachable
+		// with errors.As, and nothing written.
+		for _, plant := range []struct {
+			what string
+			set  func(key string) error
+		}{
+			{"string", func(key string) error { return rdb.Set(ctx, key, "not a hash", 0).Err() }},
+			{"hash without owner", func(key string) error { return rdb.HSet(ctx, key, "h", "10", "t", "10", "v", "x").Err() }},
+			{"hash with a bad token", func(key string) error { return rdb.HSet(ctx, key, "owner", "o", "token", "x", "l:r", "1").Err() }},
+			{"hash with no level", func(key string) error { return rdb.HSet(ctx, key, "owner", "o", "token", "1").Err() }},
+		} {
+			k := keys(t)
+			require.NoError(t, plant.set(k.Lock))
+			before := snapshot(t, rdb, k.Lock)
+			calls := map[string]func() error{
+				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r"); return err },
+				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute); return err },
+				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute); return err },
+				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r"); return err },
+				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
+			}
+			for name, call := range calls {
+				err := call()
+				require.ErrorIs(t, err, lua.ErrForeign, "%s on a %s", name, plant.what)
+				require.ErrorContains(t, err, k.Lock)
+				var rerr redis.Error
+				require.True(t, errors.As(err, &rerr), "%s on a %s: the server's reply keeps its type", name, plant.what)
+			}
+			after := snapshot(t, rdb, k.Lock)
+			require.Equal(t, before, after, "a %s must be left as it was", plant.what)
+			require.EqualValues(t, -1, rdb.PTTL(ctx, k.Lock).Val(), "no TTL may be put on a %s", plant.what)
+			require.Zero(t, rdb.Exists(ctx, k.Fence).Val(), "nothing may be written when the lock key is foreign")
+		}
 
-		k = keys(t)
-		require.NoError(t, rdb.SAdd(ctx, k.Fence, "x").Err())
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
-		require.ErrorIs(t, err, lua.ErrWrongType)
-		require.ErrorContains(t, err, k.Fence)
-		require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
-		require.Equal(t, []string{"x"}, rdb.SMembers(ctx, k.Fence).Val())
+		for _, bad := range []func(key string) error{
+			func(key string) error { return rdb.SAdd(ctx, key, "x").Err() },
+			func(key string) error { return rdb.Set(ctx, key, "-5", 0).Err() },
+			func(key string) error { return rdb.Set(ctx, key, "abc", 0).Err() },
+		} {
+			k := keys(t)
+			require.NoError(t, bad(k.Fence))
+			before := snapshot(t, rdb, k.Fence)
+			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
+			require.ErrorIs(t, err, lua.ErrForeign)
+			require.ErrorContains(t, err, k.Fence)
+			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
+			after := snapshot(t, rdb, k.Fence)
+			require.Equal(t, before, after)
+		}
+
+		k := keys(t)
+		require.NoError(t, rdb.Set(ctx, k.TombstoneFor("r"), "junk", 0).Err())
+		_, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute)
+		require.ErrorIs(t, err, lua.ErrForeign)
+		require.ErrorContains(t, err, k.TombstoneFor("r"))
 	})
+}
+
+// snapshot returns a printable copy of key's type and contents (miniredis
+// has no DUMP).
+func snapshot(t *testing.T, rdb *redis.Client, key string) string {
+	t.Helper()
+	ctx := t.Context()
+	kind := rdb.Type(ctx, key).Val()
+	switch kind {
+	case "string":
+		return kind + ":" + rdb.Get(ctx, key).Val()
+	case "hash":
+		return kind + ":" + fmt.Sprint(rdb.HGetAll(ctx, key).Val())
+	case "set":
+		return kind + ":" + fmt.Sprint(rdb.SMembers(ctx, key).Val())
+	}
+	t.Fatalf("snapshot of a %s", kind)
+	return ""
 }
 
 func TestNoScriptFallsBackToEval(t *testing.T) {
@@ -178,7 +287,7 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r2", time.Minute)
+		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -193,7 +302,7 @@ func TestReleasePublishes(t *testing.T) {
 		require.NoError(t, err)
 		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
 		require.NoError(t, err)
-		_, err = lua.Release(ctx, rdb, k, "o", a.Token, "r2", time.Minute)
+		_, err = lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
 		require.NoError(t, err)
 		select {
 		case m := <-ps.Channel():
@@ -219,8 +328,11 @@ func TestParseRejectsMalformed(t *testing.T) {
 		_, err := lua.ParseExtend(v)
 		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
 	}
-	for _, v := range []any{nil, []any{}, []any{"o", nil, "1", int64(5), "1"}, []any{nil, nil, nil, int64(-9), nil},
-		[]any{"o", "1", "0", int64(5), "1"}, []any{"o", "1", "1", int64(5), "x"}} {
+	for _, v := range []any{nil, []any{}, []any{"o", nil, int64(5), int64(1), []any{"a"}},
+		[]any{nil, nil, int64(-9), int64(0), []any{}}, []any{"o", "1", int64(5), int64(1), []any{}},
+		[]any{"o", "1", int64(5), "1", []any{"a"}}, []any{"o", "1", int64(5), int64(-1), []any{"a"}},
+		[]any{"o", "0", int64(5), int64(1), []any{"a"}}, []any{"o", "1", int64(5), int64(1), []any{int64(1)}},
+		[]any{nil, nil, int64(-2), int64(1), []any{"a"}}} {
 		_, err := lua.ParseInspect(v)
 		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
 	}
@@ -250,10 +362,10 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		require.NoError(t, err)
 		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3")
 		require.NoError(t, err)
-		for _, c := range []struct{ owner, req string }{{"o", "a2"}, {"x", "a3"}, {"o", "nope"}} {
+		for _, c := range []struct{ owner, req string }{{"x", "a3"}, {"o", "nope"}} {
 			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req)
 			require.NoError(t, err)
-			require.False(t, undone, "%v: something happened since, or not ours", c)
+			require.False(t, undone, "%v: not a level of this owner", c)
 		}
 		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3")
 		require.NoError(t, err)
@@ -261,6 +373,11 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3")
 		require.NoError(t, err)
 		require.False(t, undone, "a repeated abandon must not undo twice")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a4")
+		require.NoError(t, err)
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2")
+		require.NoError(t, err)
+		require.True(t, undone, "a level is undone by its ID even after later reentries")
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Depth)
@@ -273,7 +390,7 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := lua.ParseInspect([]any{"o", "1", "1", int64(1 << 62), "1"})
+	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

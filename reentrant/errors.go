@@ -37,6 +37,12 @@ var (
 	// and no token were handed out.
 	ErrNotReplicated = errors.New("reentrant: acquisition not acknowledged by enough replicas")
 
+	// ErrEvictionPolicy reports a server whose maxmemory-policy may evict
+	// the fencing counter (allkeys-lru, allkeys-lfu, allkeys-random): tokens
+	// would restart at 1. Lock and TryLock return it before acquiring
+	// anything unless the client was built WithEvictionAllowed.
+	ErrEvictionPolicy = errors.New("reentrant: server may evict the fencing counter")
+
 	// ErrClosed reports a call on a Client after Close, and is the cause a
 	// lease's context is cancelled with when its Client closes.
 	ErrClosed = errors.New("reentrant: client closed")

@@ -11,15 +11,15 @@ import (
 	"github.com/redfence/redfence/lua"
 )
 
-// Lease is one successful Lock or TryLock: a hold on a name at some depth
-// of reentry. All leases of one ownership (the first acquisition and its
-// reentries) share its fencing token.
+// Lease is one successful Lock or TryLock: one level of a hold on a name.
+// All leases of one ownership (the first acquisition and its reentries)
+// share its fencing token.
 //
 // A Lease is safe for concurrent use. Unlock it exactly once; a second
 // Unlock returns ErrNotHeld and changes nothing. A lease that is never
 // unlocked is renewed until its Client closes, like a sync.Mutex that is
-// never unlocked; use [Client.Do] to make the unlock automatic. The lock is released when
-// every lease of the ownership is unlocked, in any order.
+// never unlocked; use [Client.Do] to make the unlock automatic. The lock is
+// released when every lease of the ownership is unlocked, in any order.
 type Lease struct {
 	c      *Client
 	name   string
@@ -27,10 +27,10 @@ type Lease struct {
 	owner  Owner
 	token  fence.Token
 	depth  int64
+	level  string // this level's ID in the lock hash: every Unlock attempt names it
 	own    *ownership
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	relReq string // one request ID for every Unlock attempt, so retrying is safe
 
 	mu       sync.Mutex
 	unlocked bool
@@ -50,19 +50,30 @@ func (l *Lease) Depth() int64 { return l.depth }
 // Owner returns the owner holding the lock.
 func (l *Lease) Owner() Owner { return l.owner }
 
+// ID returns this level's ID: unique per Lock call, it names the level in
+// Redis, in [State.Levels] and in the release tombstone, so logs and a
+// post-mortem can tell which call took and released it.
+func (l *Lease) ID() string { return l.level }
+
 // Context returns a context that carries the owner, so a lock call made
 // with it reenters, and that is cancelled when this lease ends: with cause
 // ErrReleased after Unlock, ErrLost (wrapped, with the reason) when the lock
-// is found gone or cannot be renewed in time, or ErrClosed when the Client
-// closes. It keeps the values of the context Lock was called with, but not
-// its deadline or cancellation: that context bounds only the wait.
+// is found gone or no renewal was confirmed in time, or ErrClosed when the
+// Client closes. It keeps the values of the context Lock was called with,
+// but not its deadline or cancellation: that context bounds only the wait.
+//
+// Loss is decided by a local timer: the context ends at the send time of
+// the last confirmed acquisition, reentry, renewal or Extend, plus the TTL,
+// less the safety margin (see [WithSafetyMargin]), whether or not Redis
+// answers. It is measured on this process's monotonic clock.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Done is closed when the lease's context is cancelled; see [Lease.Context].
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is live, and afterwards why it ended:
-// ErrReleased, an error wrapping ErrLost, or ErrClosed. errors.Is(l.Err(), ErrNotHeld) reports a lost lease.
+// ErrReleased, an error wrapping ErrLost, or ErrClosed.
+// errors.Is(l.Err(), ErrNotHeld) reports a lost lease.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
@@ -70,27 +81,36 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// Unlock undoes this lease's acquisition: it decrements the depth, and
-// releases the lock and wakes waiters when the depth reaches zero. Only the
-// ownership that took the lock can release it: Unlock checks both the owner
-// and the token, so a lease of an earlier ownership never touches a later
-// one, even by the same owner.
+// Unlock gives up this lease's level of the hold, and releases the lock and
+// wakes waiters when it was the last level. Only the ownership that took the
+// lock can release it: Unlock checks the owner and the token, so a lease of
+// an earlier ownership never touches a later one, even by the same owner.
+// Each level is released by its own ID, so a retried Unlock (by go-redis or
+// by the caller) is applied at most once, whatever the owner does meanwhile.
 //
 // Unlock returns ErrNotHeld when the lease was already unlocked, expired or
-// was superseded; Redis errors are returned wrapped, and then the lease
-// stays unlocked=false so Unlock may be retried: every attempt carries the
-// same request ID and is applied at most once. Unlock on a nil *Lease
-// returns ErrNotHeld.
+// was superseded; ErrInvalid for a nil ctx; the context's error when ctx
+// ended before Redis answered (the release may still land; call Unlock
+// again to learn the outcome); Redis errors wrapped. After any error other
+// than ErrNotHeld the lease stays unlocked=false and Unlock may be retried.
+// Unlock works after the Client is closed. Unlock on a nil *Lease returns
+// ErrNotHeld.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if ctx == nil {
+		return invalid("unlock %q: nil context", l.name)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked {
 		return fmt.Errorf("%w: %q: lease already unlocked", ErrNotHeld, l.name)
 	}
-	n, err := lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.relReq, l.c.cfg.retryWindow)
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
+		return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.retryWindow)
+	}, nil)
+	n, err := out.v, out.err
 	if err != nil {
 		return fmt.Errorf("reentrant: unlock %q: %w", l.name, err)
 	}
@@ -108,18 +128,27 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// Extend sets the lock's remaining lease to ttl from now, if this lease's
-// ownership (owner and token) still holds it. Renewal, when on, later
-// resets the lease to the Client's TTL; Extend is mainly for clients built
-// WithoutRenewal.
+// Extend keeps the lock held for at least ttl from now, if this lease's
+// ownership (owner and token) still holds it. It never shortens the lock:
+// when the lock already expires later, it is left as is, so one level cannot
+// cut the lease another level or the renewal relies on. The lease's local
+// deadline (see [Lease.Context]) moves with a confirmed Extend, at every
+// level of the ownership. Extend is mainly for clients built WithoutRenewal.
 //
-// Extend returns ErrInvalid for a ttl outside [MinTTL, MaxTTL] or not in
-// whole milliseconds, ErrNotHeld when the lease was unlocked, lost or
-// superseded (a lost lease is never revived, even if the key is still
-// there), and Redis errors wrapped.
+// Extend returns ErrInvalid for a nil ctx or a ttl outside [MinTTL, MaxTTL]
+// or not in whole milliseconds; ErrClosed after Close; ErrNotHeld when the
+// lease was unlocked, lost or superseded (a lost lease is never revived,
+// even if the key is still there); the context's error when ctx ended
+// before Redis answered; and Redis errors wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return invalid("extend %q: nil context", l.name)
+	}
 	if err := checkTTL(ttl); err != nil {
 		return err
+	}
+	if l.c.isClosed() {
+		return ErrClosed
 	}
 	l.mu.Lock()
 	unlocked := l.unlocked
@@ -127,10 +156,17 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if unlocked {
 		return fmt.Errorf("%w: %q: lease already unlocked", ErrNotHeld, l.name)
 	}
-	if errors.Is(l.Err(), ErrNotHeld) {
-		return fmt.Errorf("%w: %q: lease was lost", ErrNotHeld, l.name)
+	if err := l.Err(); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("%w: %q: lease ended: %w", ErrNotHeld, l.name, err)
 	}
-	ok, err := lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl)
+	sent := time.Now()
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+		return lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl)
+	}, nil)
+	ok, err := out.v, out.err
 	if err != nil {
 		return fmt.Errorf("reentrant: extend %q: %w", l.name, err)
 	}
@@ -138,6 +174,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.own.end(l.lostErr())
 		return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
 	}
+	l.own.confirm(sent, ttl)
 	return nil
 }
 
@@ -145,12 +182,15 @@ func (l *Lease) lostErr() error {
 	return fmt.Errorf("%w: %q token %d: expired or taken by another ownership", ErrLost, l.name, l.token)
 }
 
+// newLease records a granted level. A fresh ownership whose reply came so
+// late that its lease would already be over is not handed out: the level is
+// undone and the caller told it was not acquired.
 func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Owner, a acquired) (*Lease, error) {
-	key := string(owner) + "\x00" + name
+	key := ownKey{owner, name}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		// The lock was taken as Close ran; it expires after one TTL.
+		c.undoInBackground(k, owner, a.level) // a no-op once closed: the level expires after one TTL
 		return nil, ErrClosed
 	}
 	o := c.owns[key]
@@ -159,8 +199,15 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 			// The same owner got a new token: its earlier ownership expired.
 			o.end(fmt.Errorf("%w: %q token %d: superseded by token %d", ErrLost, name, o.token, a.Token))
 		}
-		o = c.newOwnership(key, name, k, owner, a.Token, a.sent)
+		if late := time.Since(a.sent); late >= c.cfg.ttl-c.cfg.margin {
+			c.mu.Unlock()
+			return nil, errors.Join(fmt.Errorf("%w: %q: Redis answered after %v, past the lease's safe window of %v",
+				ErrNotAcquired, name, late.Round(time.Millisecond), c.cfg.ttl-c.cfg.margin), c.undo(k, owner, a.level))
+		}
+		o = c.newOwnership(key, k, a.Token, a.sent)
 		c.owns[key] = o
+	} else {
+		o.confirm(a.sent, c.cfg.ttl) // a reentry raised the lock's TTL too
 	}
 	o.refs++
 	c.mu.Unlock()
@@ -171,7 +218,7 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 	// silently stop renewal of the lock once held.
 	lctx, cancel := context.WithCancelCause(WithOwner(context.WithoutCancel(ctx), owner))
 	l := &Lease{c: c, name: name, keys: k, owner: owner, token: a.Token, depth: a.Depth,
-		own: o, ctx: lctx, cancel: cancel, relReq: c.reqID()}
+		level: a.level, own: o, ctx: lctx, cancel: cancel}
 	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })
 	context.AfterFunc(lctx, func() {
 		stop()

@@ -51,6 +51,9 @@ type config struct {
 	retryWindow   time.Duration
 	ackReplicas   int
 	ackTimeout    time.Duration
+	margin        time.Duration
+	marginSet     bool
+	allowEviction bool
 }
 
 func defaults() config {
@@ -89,7 +92,8 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithRenewInterval sets how often a held lock's lease is renewed
-// (default TTL/3). It must be positive and shorter than the TTL.
+// (default TTL/3). It must be positive and shorter than the TTL less the
+// safety margin; the default leaves room for two attempts.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -100,11 +104,43 @@ func WithRenewInterval(d time.Duration) Option {
 	}
 }
 
-// WithoutRenewal turns renewal off (it is on by default): a lease then
-// ends after the TTL unless extended with [Lease.Extend].
+// WithoutRenewal turns renewal off (it is on by default): a lease's
+// context then ends at the TTL less the safety margin, counted from the
+// acquisition's send time, unless [Lease.Extend] moves it.
 func WithoutRenewal() Option {
 	return func(c *config) error {
 		c.renew, c.renewSet = 0, true
+		return nil
+	}
+}
+
+// WithSafetyMargin sets how long before Redis could expire the lock a
+// lease is declared lost when no renewal was confirmed (default TTL/10).
+// The lease's context ends at the send time of the last confirmed
+// acquisition or renewal plus TTL minus this margin, on this process's
+// monotonic clock. The margin covers the rate at which this host's clock may
+// run slower than Redis's, over one TTL, and the time work under the lease
+// needs to notice its context and stop. It must be positive and shorter
+// than the TTL, and with renewal on the renew interval must be shorter than
+// TTL - margin, or New returns ErrInvalid.
+func WithSafetyMargin(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("safety margin %v is not positive", d)
+		}
+		c.margin, c.marginSet = d, true
+		return nil
+	}
+}
+
+// WithEvictionAllowed lets the client lock on a server whose
+// maxmemory-policy may evict the fencing counter (allkeys-*). Without it,
+// Lock and TryLock return ErrEvictionPolicy there. With it, an evicted
+// counter restarts tokens at 1: fenced stores that saw higher tokens then
+// refuse every new holder until the counter climbs past them.
+func WithEvictionAllowed() Option {
+	return func(c *config) error {
+		c.allowEviction = true
 		return nil
 	}
 }
@@ -194,12 +230,18 @@ func checkTTL(d time.Duration) error {
 }
 
 func (c *config) finish() error {
+	if !c.marginSet {
+		c.margin = c.ttl / 10
+	}
+	if c.margin >= c.ttl {
+		return invalid("safety margin %v is not shorter than the TTL %v", c.margin, c.ttl)
+	}
 	if !c.renewSet {
 		c.renew = c.ttl / 3
-		return nil
 	}
-	if c.renew >= c.ttl {
-		return invalid("renew interval %v is not shorter than the TTL %v", c.renew, c.ttl)
+	if c.renew >= c.ttl-c.margin {
+		return invalid("renew interval %v is not shorter than the TTL %v less the safety margin %v: "+
+			"the lease would be declared lost before its first renewal", c.renew, c.ttl, c.margin)
 	}
 	return nil
 }

@@ -241,7 +241,7 @@ func TestForeignValueLeftUntouched(t *testing.T) {
 			func() error { _, err := c.Inspect(t.Context(), name); return err },
 		} {
 			err := f()
-			require.ErrorIs(t, err, lua.ErrWrongType)
+			require.ErrorIs(t, err, lua.ErrForeign)
 			require.ErrorContains(t, err, k.Lock)
 		}
 		require.Equal(t, []string{"mine"}, b.Client.LRange(t.Context(), k.Lock, 0, -1).Val())

@@ -3,6 +3,7 @@ package reentrant
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redfence/redfence/fence"
@@ -10,32 +11,76 @@ import (
 )
 
 // ownership is this process's record of one ownership of one lock: the
-// leases that share its token, and the renewal that keeps it alive. It ends
-// (ctx cancelled) when the lock is released or lost, when the Client closes,
-// or when every lease of it in this process has been unlocked; renewal
-// stops then.
+// leases that share its token, the local timer that decides loss, and the
+// renewal that keeps it alive. It ends (ctx cancelled) when the lock is
+// released or lost, when the Client closes, or when every lease of it in
+// this process has been unlocked; renewal stops then.
 type ownership struct {
 	c      *Client
-	key    string
-	name   string
+	key    ownKey
 	keys   lua.Keys
-	owner  Owner
 	token  fence.Token
 	refs   int // live leases; guarded by c.mu
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time   // sent time of the last confirmation + TTL - margin
+	timer    *time.Timer // fires at deadline
+	lastErr  error       // the last renewal's error, for the loss's cause
 }
 
-func (c *Client) newOwnership(key, name string, k lua.Keys, owner Owner, tok fence.Token, sent time.Time) *ownership {
+// newOwnership starts the local timer and, when on, the renewal. Called
+// with c.mu held and c not closed.
+func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time.Time) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	o := &ownership{c: c, key: key, name: name, keys: k, owner: owner, token: tok, ctx: ctx, cancel: cancel}
+	o := &ownership{c: c, key: key, keys: k, token: tok, ctx: ctx, cancel: cancel,
+		deadline: sent.Add(c.cfg.ttl - c.cfg.margin)}
+	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
+	// retries can hold a renewal call far past the lease.
+	o.timer = time.AfterFunc(time.Until(o.deadline), o.expire)
+	context.AfterFunc(ctx, func() { o.timer.Stop() })
 	if c.cfg.renew > 0 {
-		go o.renew(sent)
+		c.wg.Go(o.renew)
 	}
 	return o
 }
 
 func (o *ownership) end(cause error) { o.cancel(cause) }
+
+// confirm records that Redis extended the lease to at least ttl from sent
+// (a renewal, an Extend, a reentry): the local deadline moves to
+// sent + ttl - margin, never back.
+func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
+	d := sent.Add(ttl - o.c.cfg.margin)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ctx.Err() != nil || !d.After(o.deadline) {
+		return
+	}
+	o.deadline = d
+	o.timer.Reset(time.Until(d))
+}
+
+// expire ends the ownership when its deadline has passed; a timer that
+// fired just before a confirmation moved the deadline is re-armed.
+func (o *ownership) expire() {
+	o.mu.Lock()
+	left := time.Until(o.deadline)
+	if left > 0 {
+		o.timer.Reset(left)
+		o.mu.Unlock()
+		return
+	}
+	err := o.lastErr
+	o.mu.Unlock()
+	cause := fmt.Errorf("%w: %q token %d: no renewal confirmed within the TTL less the %v safety margin",
+		ErrLost, o.key.name, o.token, o.c.cfg.margin)
+	if err != nil {
+		cause = fmt.Errorf("%w; last renewal: %w", cause, err)
+	}
+	o.end(cause)
+}
 
 // dropRef forgets one lease of o once that lease has ended; the last one
 // ends o and its renewal. When the lock is still held in Redis at that point
@@ -54,14 +99,11 @@ func (c *Client) dropRef(o *ownership) {
 	}
 }
 
-// renew extends the lease every renew interval. It declares the lease lost
-// when Redis says the ownership is gone, or when renewals keep failing and
-// the next attempt would come after the lease may have expired: the holder
-// is told to stop at least half a renew interval before another owner can
-// be granted the lock, as long as this host's and Redis's clocks drift less
-// than that per TTL. With the default TTL/3 interval that means after two
-// failed renewals in a row.
-func (o *ownership) renew(lastSent time.Time) {
+// renew extends the lease every renew interval until the ownership ends.
+// It ends the ownership when Redis says it is gone; a renewal that fails or
+// hangs changes nothing, and the local timer ends the ownership if no
+// renewal is confirmed in time.
+func (o *ownership) renew() {
 	cfg := o.c.cfg
 	t := time.NewTicker(cfg.renew)
 	defer t.Stop()
@@ -73,21 +115,23 @@ func (o *ownership) renew(lastSent time.Time) {
 		}
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(o.ctx, cfg.renew)
-		ok, err := lua.Extend(ctx, o.c.rdb, o.keys, string(o.owner), o.token, cfg.ttl)
+		ok, err := lua.Extend(ctx, o.c.rdb, o.keys, string(o.key.owner), o.token, cfg.ttl)
 		cancel()
 		switch {
 		case o.ctx.Err() != nil:
 			return
 		case err == nil && ok:
-			lastSent = sent
+			o.confirm(sent, cfg.ttl)
 		case err == nil:
-			o.end(fmt.Errorf("%w: %q token %d: renewal found it expired or taken by another ownership", ErrLost, o.name, o.token))
+			o.end(fmt.Errorf("%w: %q token %d: renewal found it expired or taken by another ownership", ErrLost, o.key.name, o.token))
 			return
-		case time.Since(lastSent)+cfg.renew+cfg.renew/2 >= cfg.ttl:
-			// The next tick may come after the lease ran out; half an
-			// interval of margin absorbs the ticker's and the call's delay.
-			o.end(fmt.Errorf("%w: %q token %d: could not renew before the lease ran out: %w", ErrLost, o.name, o.token, err))
+		case lua.IsRefusal(err):
+			o.end(fmt.Errorf("%w: %q token %d: renewal refused: %w", ErrLost, o.key.name, o.token, err))
 			return
+		default:
+			o.mu.Lock()
+			o.lastErr = err
+			o.mu.Unlock()
 		}
 	}
 }

@@ -1,0 +1,316 @@
+//go:build unix
+
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/netfault"
+	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage/redisstore"
+)
+
+// The holder's lease must end before Redis can give the lock to anyone
+// else, whatever go-redis does. With a default-options client (3 s read
+// timeout, 3 retries, context deadlines ignored on reads), a renewal sent to
+// a frozen server does not return for many seconds; the lease's context must
+// still end before the TTL, measured from before the acquisition was sent.
+func TestLeaseEndsBeforeTTLWhileRedisIsFrozen(t *testing.T) {
+	srv := redisproc.Start(t)
+	rdb := srv.Client() // go-redis defaults
+	const ttl = time.Second
+	c := newClient(t, rdb, reentrant.WithTTL(ttl))
+	before := time.Now()
+	l, err := c.Lock(t.Context(), testenv.Unique(t))
+	require.NoError(t, err)
+	time.Sleep(ttl / 2) // one renewal confirmed
+	srv.Pause()
+	defer srv.Resume() // before Close, which waits for the renewal in flight
+	select {
+	case <-l.Done():
+	case <-time.After(5 * ttl):
+		t.Fatal("the lease outlived its TTL by far while Redis was frozen")
+	}
+	require.Less(t, time.Since(before), ttl+ttl/2, "at most one TTL after the last confirmed renewal")
+	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+
+	// The margin, not only the TTL, is kept: the loss comes at least the
+	// margin before the key can expire, counted from the renewal's send.
+	srv.Resume()
+	l2, err := c.Lock(t.Context(), testenv.Unique(t))
+	require.NoError(t, err)
+	sent := time.Now()
+	srv.Pause()
+	<-l2.Done()
+	require.Less(t, time.Since(sent), ttl-ttl/10+50*time.Millisecond, "loss must come by TTL - margin after the last confirmation")
+}
+
+// Without renewal, a lease's context ends at its TTL less the margin: the
+// holder learns it may no longer act, and Extend moves that point.
+func TestLeaseWithoutRenewalEndsAtItsTTL(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		const ttl = 400 * time.Millisecond
+		c := newClient(t, b.Client, reentrant.WithTTL(ttl), reentrant.WithoutRenewal())
+		before := time.Now()
+		l, err := c.Lock(t.Context(), testenv.Unique(t))
+		require.NoError(t, err)
+		<-l.Done()
+		took := time.Since(before)
+		require.Less(t, took, ttl, "the lease must end before Redis can expire the key")
+		require.GreaterOrEqual(t, took, ttl-ttl/10-20*time.Millisecond, "and not much before TTL - margin")
+		require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+
+		l, err = c.Lock(t.Context(), testenv.Unique(t))
+		require.NoError(t, err)
+		time.Sleep(ttl / 2)
+		extended := time.Now()
+		require.NoError(t, l.Extend(t.Context(), ttl))
+		<-l.Done()
+		require.GreaterOrEqual(t, time.Since(extended), ttl-ttl/10-20*time.Millisecond, "Extend moves the local deadline")
+	})
+}
+
+// New refuses a renew interval or margin that cannot keep the lease alive.
+func TestRenewalThatCannotMeetTheMarginIsRefused(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	for _, opts := range [][]reentrant.Option{
+		{reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(950 * time.Millisecond)},
+		{reentrant.WithTTL(time.Second), reentrant.WithSafetyMargin(time.Second)},
+		{reentrant.WithTTL(time.Second), reentrant.WithSafetyMargin(0)},
+		{reentrant.WithTTL(time.Second), reentrant.WithSafetyMargin(700 * time.Millisecond)}, // renew TTL/3 > TTL - margin
+	} {
+		_, err := reentrant.New(rdb, opts...)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+	}
+	_, err := reentrant.New(rdb, reentrant.WithTTL(time.Second), reentrant.WithSafetyMargin(500*time.Millisecond))
+	require.NoError(t, err)
+}
+
+// An inner Unlock whose reply is lost is retried by go-redis; if the same
+// owner reenters before the retry lands, the retry must not release a
+// second level (the old script, which remembered only the last request,
+// did, and freed a lock one level still relied on).
+func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		p, err := netfault.New(b.Client.Options().Addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		slow := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3,
+			MinRetryBackoff: 300 * time.Millisecond, MaxRetryBackoff: 300 * time.Millisecond})
+		t.Cleanup(func() { _ = slow.Close() })
+		c := newClient(t, slow)
+		direct := newClient(t, b.Client) // the same owner, elsewhere
+		name := testenv.Unique(t)
+		ctx := t.Context()
+
+		outer, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		inner, err := c.Lock(outer.Context(), name)
+		require.NoError(t, err)
+
+		conns := p.Stats().Accepted
+		p.DelayNext(netfault.Downstream, time.Second)
+		done := make(chan error, 1)
+		go func() { done <- inner.Unlock(ctx) }()
+		// The first attempt has run (its reply is held) and go-redis has not
+		// retried yet: the owner reenters in between.
+		time.Sleep(100 * time.Millisecond)
+		again, err := direct.Lock(reentrant.WithOwner(ctx, outer.Owner()), name)
+		require.NoError(t, err)
+		require.NoError(t, <-done)
+		require.Greater(t, p.Stats().Accepted, conns, "go-redis must have retried on a new connection")
+
+		st, err := direct.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, st.Depth, "outer and the new reentry hold; the retry must not have taken one")
+		require.ElementsMatch(t, []string{outer.ID(), again.ID()}, st.Levels)
+		require.NoError(t, again.Unlock(ctx))
+		_, err = direct.TryLock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "the outer level still holds the lock")
+		require.NoError(t, outer.Unlock(ctx))
+	})
+}
+
+// Extend on an inner lease never shortens the lock the outer level holds.
+func TestInnerExtendDoesNotShortenTheLock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client, reentrant.WithTTL(time.Minute)), testenv.Unique(t)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		inner, err := c.Lock(outer.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, inner.Extend(t.Context(), time.Second))
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, st.TTL, 50*time.Second, "a shorter Extend must leave the lock's TTL alone")
+		require.NoError(t, inner.Extend(t.Context(), 10*time.Minute))
+		st, err = c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, st.TTL, 9*time.Minute, "a longer Extend lengthens it, for every level")
+		require.NoError(t, outer.Err())
+	})
+}
+
+// A lock client and a Redis store sharing a prefix, on a name equal to a
+// store key: neither touches the other's data.
+func TestLockAndStoreSharingAPrefix(t *testing.T) {
+	rdb := testenv.Redis(t)
+	ctx := t.Context()
+	name := testenv.Unique(t)
+	store, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, name, []byte("v10"), 10))
+
+	c := newClient(t, rdb)
+	l, err := c.Lock(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+
+	rec, err := store.Get(ctx, name)
+	require.NoError(t, err)
+	require.Equal(t, "v10", string(rec.Value))
+	require.ErrorIs(t, store.Put(ctx, name, []byte("v3"), 3), fence.ErrStale, "the store must still remember token 10")
+}
+
+// A value this library did not write, at a lock's key: every call refuses
+// with ErrForeign, keeps go-redis's error type, says nothing of an unknown
+// outcome (the script ran and refused), and leaves the value alone.
+func TestForeignLockKeyRefusedWithItsType(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		c, name := newClient(t, rdb), testenv.Unique(t)
+		k := lua.KeysFor(prefix, name)
+		require.NoError(t, rdb.HSet(ctx, k.Lock, "h", "10", "t", "10", "v", "record").Err())
+		for _, call := range []func() error{
+			func() error { _, err := c.TryLock(ctx, name); return err },
+			func() error { _, err := c.Lock(ctx, name); return err },
+			func() error { _, err := c.Inspect(ctx, name); return err },
+			func() error { return c.Do(ctx, name, func(context.Context, fence.Token) error { return nil }) },
+		} {
+			err := call()
+			require.ErrorIs(t, err, lua.ErrForeign)
+			var rerr redis.Error
+			require.True(t, errors.As(err, &rerr), "errors.As must find go-redis's error in %v", err)
+			require.NotContains(t, err.Error(), "unknown")
+			require.NotContains(t, err.Error(), "undo")
+			require.NotErrorIs(t, err, reentrant.ErrNotAcquired)
+		}
+		require.Equal(t, map[string]string{"h": "10", "t": "10", "v": "record"}, rdb.HGetAll(ctx, k.Lock).Val())
+		require.EqualValues(t, -1, rdb.PTTL(ctx, k.Lock).Val())
+	})
+}
+
+// Redis's own errors keep their identity through the lock.
+func TestRedisErrorsKeepTheirType(t *testing.T) {
+	t.Run("OOM", func(t *testing.T) {
+		srv := redisproc.Start(t, redisproc.WithArgs("--maxmemory-policy", "noeviction"))
+		rdb := srv.Client()
+		require.NoError(t, rdb.ConfigSet(t.Context(), "maxmemory", "1").Err())
+		c := newClient(t, rdb)
+		_, err := c.TryLock(t.Context(), "n")
+		require.Error(t, err)
+		var rerr redis.Error
+		require.True(t, errors.As(err, &rerr), "%v", err)
+		require.True(t, strings.HasPrefix(rerr.Error(), "OOM"), "%v", rerr)
+		require.NotErrorIs(t, err, lua.ErrForeign)
+		require.NotContains(t, err.Error(), "unknown", "an OOM refusal changed nothing")
+		require.NoError(t, rdb.ConfigSet(t.Context(), "maxmemory", "0").Err())
+		st, err := c.Inspect(t.Context(), "n")
+		require.NoError(t, err)
+		require.False(t, st.Held)
+	})
+	t.Run("READONLY", func(t *testing.T) {
+		primary := redisproc.Start(t)
+		replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+		replica.WaitSync(t.Context())
+		c := newClient(t, replica.Client())
+		_, err := c.TryLock(t.Context(), "n")
+		require.Error(t, err)
+		require.True(t, redis.IsReadOnlyError(err) || strings.Contains(err.Error(), "READONLY"), "%v", err)
+		var rerr redis.Error
+		require.True(t, errors.As(err, &rerr), "%v", err)
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close()) // nothing listens there now
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := newClient(t, rdb)
+		_, err = c.TryLock(t.Context(), "n")
+		var op *net.OpError
+		require.True(t, errors.As(err, &op), "%v", err)
+		require.Equal(t, "dial", op.Op)
+		require.NotContains(t, err.Error(), "unknown", "a command that never left has no unknown outcome")
+		require.NotContains(t, err.Error(), "may stay held")
+	})
+}
+
+// The server's maxmemory-policy is checked before the first acquisition.
+func TestEvictionPolicyChecked(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		args   []string
+		refuse bool
+	}{
+		{"allkeys-lru", nil, true},
+		{"allkeys-lfu", nil, true},
+		{"allkeys-random", nil, true},
+		{"volatile-lru", nil, false},
+		{"noeviction", nil, false},
+		{"allkeys-lru", []string{"--rename-command", "CONFIG", `""`}, true}, // read from INFO instead
+	} {
+		t.Run(c.policy+strings.Join(c.args, ""), func(t *testing.T) {
+			srv := redisproc.Start(t, redisproc.WithArgs(append([]string{"--maxmemory-policy", c.policy}, c.args...)...))
+			rdb := srv.Client()
+			lc := newClient(t, rdb)
+			_, err := lc.TryLock(t.Context(), "n")
+			if !c.refuse {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, reentrant.ErrEvictionPolicy)
+			require.ErrorContains(t, err, c.policy)
+			require.Zero(t, rdb.Exists(t.Context(), lua.KeysFor(prefix, "n").Fence).Val(), "nothing may be written")
+			ok := newClient(t, rdb, reentrant.WithEvictionAllowed())
+			_, err = ok.TryLock(t.Context(), "n")
+			require.NoError(t, err)
+		})
+	}
+}
+
+// Lock honours its context when Redis is frozen: the caller gets its
+// deadline back within CleanupBudget, whatever go-redis's timeouts.
+func TestLockReturnsAtItsDeadlineWhileRedisIsFrozen(t *testing.T) {
+	srv := redisproc.Start(t)
+	c := newClient(t, srv.Client()) // go-redis defaults: 3 s read timeout, retries
+	_, err := c.TryLock(t.Context(), "warm") // scripts loaded, policy checked
+	require.NoError(t, err)
+	srv.Pause()
+	defer srv.Resume()
+	for _, call := range []func(ctx context.Context) error{
+		func(ctx context.Context) error { _, err := c.Lock(ctx, "n"); return err },
+		func(ctx context.Context) error { _, err := c.TryLock(ctx, "n"); return err },
+		func(ctx context.Context) error { _, err := c.Inspect(ctx, "n"); return err },
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 200*time.Millisecond+reentrant.CleanupBudget+100*time.Millisecond)
+	}
+}
