@@ -215,14 +215,29 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 	// The lease keeps the caller's values (owner, tracing) but not its
 	// cancellation: the context given to Lock bounds the wait, as in etcd's
 	// and redislock's APIs, and a deadline meant for acquiring must not
-	// silently stop renewal of the lock once held.
-	lctx, cancel := context.WithCancelCause(WithOwner(context.WithoutCancel(ctx), owner))
+	// silently stop renewal of the lock once held. Its cancellation is a
+	// child of the ownership's, so that ending the ownership (loss, Close)
+	// ends every lease before the call that ended it returns.
+	done, cancel := context.WithCancelCause(o.ctx)
+	lctx := leaseCtx{Context: done, values: WithOwner(context.WithoutCancel(ctx), owner)}
 	l := &Lease{c: c, name: name, keys: k, owner: owner, token: a.Token, depth: a.Depth,
 		level: a.level, own: o, ctx: lctx, cancel: cancel}
-	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })
-	context.AfterFunc(lctx, func() {
-		stop()
-		c.dropRef(o)
-	})
+	context.AfterFunc(lctx, func() { c.dropRef(o) })
 	return l, nil
+}
+
+// leaseCtx is a lease's context: cancellation from a child of the
+// ownership's context, values from the context the lock call was made with.
+type leaseCtx struct {
+	context.Context                 // Deadline, Done, Err, and the cancellation's own keys
+	values          context.Context // every other value
+}
+
+func (c leaseCtx) Value(key any) any {
+	// The ownership's context carries no values of its own; what it
+	// answers is the context package's bookkeeping (context.Cause).
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }

@@ -296,7 +296,7 @@ func TestEvictionPolicyChecked(t *testing.T) {
 // deadline back within CleanupBudget, whatever go-redis's timeouts.
 func TestLockReturnsAtItsDeadlineWhileRedisIsFrozen(t *testing.T) {
 	srv := redisproc.Start(t)
-	c := newClient(t, srv.Client()) // go-redis defaults: 3 s read timeout, retries
+	c := newClient(t, srv.Client())          // go-redis defaults: 3 s read timeout, retries
 	_, err := c.TryLock(t.Context(), "warm") // scripts loaded, policy checked
 	require.NoError(t, err)
 	srv.Pause()
