@@ -33,9 +33,10 @@ type lockModel struct {
 }
 
 type leaseRec struct {
-	owner int
-	lease *reentrant.Lease
-	live  bool // the model says Unlock must succeed
+	owner    int
+	lease    *reentrant.Lease
+	live     bool // the model says Unlock must succeed
+	released bool // Unlock succeeded: its release may be re-sent
 }
 
 // lockMachine drives several owners doing lock / reenter / unlock /
@@ -124,7 +125,7 @@ func (lm *lockMachine) unlock(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("Unlock of a live lease: %v", err)
 	}
-	r.live = false
+	r.live, r.released = false, true
 	if lm.m.depth--; lm.m.depth == 0 {
 		lm.m.owner, lm.m.token = -1, fence.None
 	}
@@ -138,6 +139,30 @@ func (lm *lockMachine) extend(t *rapid.T) {
 	}
 	if !r.live && !errors.Is(err, reentrant.ErrNotHeld) {
 		t.Fatalf("Extend of a dead lease: %v, want ErrNotHeld", err)
+	}
+}
+
+// replay re-sends the release of a lease that was already unlocked, as
+// go-redis does when the first attempt's reply was lost: at any later
+// point, after whatever the owners did in between. It must change nothing.
+func (lm *lockMachine) replay(t *rapid.T) {
+	var done []*leaseRec
+	for _, r := range lm.leases {
+		if r.released {
+			done = append(done, r)
+		}
+	}
+	if len(done) == 0 {
+		t.Skip("nothing released yet")
+	}
+	l := rapid.SampledFrom(done).Draw(t, "released lease").lease
+	n, err := lua.Release(context.Background(), lm.b.Client, lua.KeysFor(propPrefix, lm.name),
+		string(l.Owner()), l.Token(), l.ID(), time.Minute)
+	if err != nil {
+		t.Fatalf("replayed release: %v", err)
+	}
+	if n < -1 {
+		t.Fatalf("replayed release answered %d", n)
 	}
 }
 
@@ -189,6 +214,7 @@ func lockMachineBody(b testenv.Backend, c *reentrant.Client) func(*rapid.T) {
 			"trylock": func(t *rapid.T) { lm.acquire(t, true) },
 			"unlock":  lm.unlock,
 			"extend":  lm.extend,
+			"replay":  lm.replay,
 			"expire":  lm.expire,
 			"":        lm.check,
 		})
@@ -229,6 +255,32 @@ func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
 	rec := mustFail(t, "MutantReleaseWithoutOwnerCheck")
 	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
 	require.True(t, rec.failed, "the state machine accepted a release that skips the owner check")
+}
+
+// TestLockPropertiesCatchReplayedRelease reintroduces the bug the level
+// layout fixed: a release whose level is already gone (a retry) takes
+// another level instead, as the count-based script did when the owner had
+// reentered between the two attempts. The replay action must notice.
+func TestLockPropertiesCatchReplayedRelease(t *testing.T) {
+	m, rdb := testenv.Mini(t)
+	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
+	src := lua.ReleaseScript
+	src0 := lua.Source("release")
+	broken := strings.Replace(src0, "if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 or h[3] > 1 then",
+		`if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 then
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.sub(f, 1, 2) == 'l:' then redis.call('HDEL', KEYS[1], f) break end
+    end
+    return redis.call('HLEN', KEYS[1]) - 2
+  end
+  if h[3] > 1 then`, 1)
+	require.NotEqual(t, src0, broken, "the mutation must apply")
+	lua.ReleaseScript = redis.NewScript(broken)
+	t.Cleanup(func() { lua.ReleaseScript = src })
+
+	rec := mustFail(t, "MutantReplayedReleaseTakesALevel")
+	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
+	require.True(t, rec.failed, "the state machine accepted a replayed release that took another level")
 }
 
 // failRecorder stands in for *testing.T where a check is expected to fail:

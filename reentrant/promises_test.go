@@ -115,6 +115,12 @@ func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
 		name := testenv.Unique(t)
 		ctx := t.Context()
 
+		// Load the scripts through this client first: on a cold server the
+		// held reply would be NOSCRIPT, applied nowhere, and prove nothing.
+		warm, err := c.Lock(ctx, name+"-warm")
+		require.NoError(t, err)
+		require.NoError(t, warm.Unlock(ctx))
+
 		outer, err := c.Lock(ctx, name)
 		require.NoError(t, err)
 		inner, err := c.Lock(outer.Context(), name)
