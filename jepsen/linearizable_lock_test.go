@@ -192,7 +192,9 @@ func (k *linWorker) acquire(name string) {
 // is still there, and if so the lease is kept and unlocked again later, as
 // every attempt names the same level and applies at most once.
 func (k *linWorker) release(name string, h *linHolding) {
-	ctx, cancel := context.WithTimeout(k.ctx, k.w.opTimeout)
+	// Long enough that go-redis, not the context, ends a failing Unlock:
+	// then no attempt is still in flight when Inspect looks at the level.
+	ctx, cancel := context.WithTimeout(k.ctx, 10*k.w.opTimeout)
 	defer cancel()
 	i := k.rng.IntN(len(h.leases))
 	lease := h.leases[i]
@@ -214,9 +216,10 @@ func (k *linWorker) release(name string, h *linHolding) {
 }
 
 // levelLive reports whether lease's level is still in the lock hash, asking
-// until Redis answers.
+// for up to a second until Redis answers (a broken lock may never answer
+// sensibly; its lease is then given up).
 func (k *linWorker) levelLive(name string, lease *reentrant.Lease) bool {
-	for {
+	for range 100 {
 		st, err := k.lc.Inspect(k.ctx, name)
 		if err == nil {
 			return st.Owner == lease.Owner() && st.Token == lease.Token() && slices.Contains(st.Levels, lease.ID())
@@ -226,6 +229,7 @@ func (k *linWorker) levelLive(name string, lease *reentrant.Lease) bool {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return false
 }
 
 // wrongRelease releases name with a token this owner's current ownership

@@ -12,7 +12,8 @@
 --   free -> held:   counter + 1 is the token, depth 1, TTL ARGV[2];
 --   reentry:        same token, one more level, the TTL raised to ARGV[2]
 --                   if it was lower (never shortened);
---   repeated call:  the stored token and the current depth, nothing changes.
+--   repeated call:  the stored token and the depth that level was granted
+--                   at (the value of its field), nothing changes.
 -- Returns {0, pttl, 0} when another owner holds it; pttl is the holder's
 -- remaining TTL in ms (-1 if the key has no TTL).
 -- Error "FOREIGN <key>" when a key holds a value this library did not
@@ -42,12 +43,13 @@ if not h then
 end
 
 if h[1] == ARGV[1] then
-  local depth = h[3]
-  if redis.call('HSETNX', KEYS[1], level, '1') == 1 then
-    depth = depth + 1
-    keepAtLeast(KEYS[1], ARGV[2])
+  local granted = redis.call('HGET', KEYS[1], level)
+  if granted then
+    return {1, tonumber(h[2]), tonumber(granted)}
   end
-  return {1, tonumber(h[2]), depth}
+  redis.call('HSET', KEYS[1], level, string.format('%d', h[3] + 1))
+  keepAtLeast(KEYS[1], ARGV[2])
+  return {1, tonumber(h[2]), h[3] + 1}
 end
 
 return {0, redis.call('PTTL', KEYS[1]), 0}

@@ -5,7 +5,7 @@
 --   token      the fencing token of this ownership (canonical decimal)
 --   l:<id>     one field per live level of the hold (the first acquisition
 --              and each reentry); <id> is the request ID of the Lock call
---              that took the level, the value is unused ("1")
+--              that took the level, the value the depth it was granted at
 -- so the depth is HLEN - 2, and each level can be released exactly once,
 -- by its ID, however often a request is retried and whatever the owner
 -- does in between.

@@ -1,0 +1,96 @@
+// Same-owner interleavings under retried replies: two workers act for one
+// owner, through a proxy that holds replies past go-redis's read timeout so
+// that calls are retried after the partner has reentered or released.
+
+package jepsen_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/history"
+	"github.com/redfence/redfence/internal/netfault"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/storage/memory"
+)
+
+// linSharedOwnerRun runs the lock workload with workers paired on owners,
+// through a chaotic proxy, on the Redis behind b, and returns the lock
+// history and the proxy's delayed-reply count.
+func linSharedOwnerRun(t *testing.T, b testenv.Backend) (linLockRun, int64) {
+	workers, ops := linScale()
+	p, err := netfault.New(b.Client.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c := linFaultyClient(t, p, 3) // go-redis retries, as by default
+	// Hold a reply past the read timeout every few milliseconds: go-redis
+	// then re-sends the call, often after the partner's next step.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(40 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				p.DelayNext(netfault.Downstream, 150*time.Millisecond)
+			}
+		}
+	})
+	w := linLockWorld{rdb: c, store: memory.New(), names: linLockNames(t), opTimeout: 300 * time.Millisecond, sharedOwners: true}
+	run := linRunLocks(t, w, workers, ops)
+	close(done)
+	wg.Wait()
+	t.Logf("proxy %+v", p.Stats())
+	return run, p.Stats().Delayed[netfault.Downstream]
+}
+
+// TestLinearizableSharedOwnersUnderRetries: with the partner reentering and
+// releasing between a call's attempts, every release still takes exactly
+// its own level, so the history is linearizable.
+func TestLinearizableSharedOwnersUnderRetries(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		run, delayed := linSharedOwnerRun(t, b)
+		n := linCheck(t, "lock", run.locks, history.LockModel())
+		if delayed == 0 || n.OK == 0 {
+			t.Errorf("%v with %d delayed replies: the run must grant and must delay replies", n, delayed)
+		}
+		if d := linMaxDepth(run.locks.Operations()); d < 2 {
+			t.Errorf("deepest reentry %d: the shared owners never reentered", d)
+		}
+	})
+}
+
+// TestLinearizableCatchesReplayedReleaseTakingALevel reintroduces the bug of
+// the count-based script: a retried release whose level is gone takes
+// another level. The checker must call the history illegal.
+func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
+	src := lua.ReleaseScript
+	src0 := lua.Source("release")
+	broken := strings.Replace(src0, "if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 or h[3] > 1 then",
+		`if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 then
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.sub(f, 1, 2) == 'l:' then redis.call('HDEL', KEYS[1], f) break end
+    end
+    return redis.call('HLEN', KEYS[1]) - 2
+  end
+  if h[3] > 1 then`, 1)
+	if broken == src0 {
+		t.Fatal("the mutation must apply")
+	}
+	lua.ReleaseScript = redis.NewScript(broken)
+	t.Cleanup(func() { lua.ReleaseScript = src })
+	m, c := testenv.Mini(t)
+	run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m})
+	r := history.NotLinearizable(t, history.LockModel(), run.locks.Operations(), linCheckTimeout)
+	t.Logf("%v; check %v", run.locks.Counts(), r)
+}
