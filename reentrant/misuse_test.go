@@ -147,3 +147,30 @@ func TestNilArguments(t *testing.T) {
 	require.ErrorIs(t, l.Unlock(nilCtx), reentrant.ErrInvalid)
 	require.NoError(t, l.Unlock(t.Context()))
 }
+
+// A full release leaves a tombstone that says whose release it was, and
+// Releases reads it back, names with glob characters included.
+func TestReleasesAttributeTombstones(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client)
+		name := testenv.Unique(t) + "*?[x]\\{}"
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		inner, err := c.Lock(l.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(t.Context()))
+		rels, err := c.Releases(t.Context(), name)
+		require.NoError(t, err)
+		require.Empty(t, rels, "a partial release leaves no tombstone")
+		require.NoError(t, inner.Unlock(t.Context()))
+		_, err = c.TryLock(t.Context(), testenv.Unique(t)) // another name's lock is not listed
+		require.NoError(t, err)
+		rels, err = c.Releases(t.Context(), name)
+		require.NoError(t, err)
+		require.Len(t, rels, 1)
+		require.Equal(t, inner.ID(), rels[0].Level, "the last level's Unlock freed it")
+		require.Equal(t, l.Owner(), rels[0].Owner)
+		require.Equal(t, l.Token(), rels[0].Token)
+		require.Greater(t, rels[0].TTL, time.Duration(0))
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,18 +46,34 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	rels, err := c.Releases(ctx, name)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			Name      string `json:"name"`
-			Held      bool   `json:"held"`
-			Owner     string `json:"owner,omitempty"`
-			Depth     int64  `json:"depth"`
+		type release struct {
+			Level     string `json:"level"`
+			Owner     string `json:"owner"`
 			Token     uint64 `json:"token"`
-			TTLMillis int64  `json:"ttl_ms"`
-			LastToken uint64 `json:"last_token"`
-		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken)})
+			TTLMillis int64  `json:"kept_ms"`
+		}
+		rs := []release{}
+		for _, r := range rels {
+			rs = append(rs, release{r.Level, string(r.Owner), uint64(r.Token), r.TTL.Milliseconds()})
+		}
+		return enc.Encode(struct {
+			Name      string    `json:"name"`
+			Held      bool      `json:"held"`
+			Owner     string    `json:"owner,omitempty"`
+			Depth     int64     `json:"depth"`
+			Token     uint64    `json:"token"`
+			TTLMillis int64     `json:"ttl_ms"`
+			LastToken uint64    `json:"last_token"`
+			Levels    []string  `json:"levels,omitempty"`
+			Releases  []release `json:"recent_releases"`
+		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, rs})
 	}
 	fmt.Fprintf(stdout, "lock        %q (prefix %q)\n", st.Name, *prefix)
 	if !st.Held {
@@ -66,8 +83,12 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if st.TTL > 0 {
 			ttl = st.TTL.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(stdout, "state       held\nowner       %s\ndepth       %d\ntoken       %d\nlease left  %s\n", st.Owner, st.Depth, st.Token, ttl)
+		fmt.Fprintf(stdout, "state       held\nowner       %s\ndepth       %d\ntoken       %d\nlease left  %s\nlevels      %s\n",
+			st.Owner, st.Depth, st.Token, ttl, strings.Join(st.Levels, " "))
 	}
 	fmt.Fprintf(stdout, "last token  %d\n", st.LastToken)
+	for _, r := range rels {
+		fmt.Fprintf(stdout, "released    token %d by %s (level %s), remembered %s more\n", r.Token, r.Owner, r.Level, r.TTL.Round(time.Millisecond))
+	}
 	return nil
 }

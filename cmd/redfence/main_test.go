@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
 )
 
 // The demo checks its own story (the late write must be refused) and fails
@@ -67,4 +70,20 @@ func TestInspect(t *testing.T) {
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"inspect", "--json", "--redis", addr, name}, &out, &errOut))
 	require.True(t, strings.Contains(out.String(), `"held": false`), out.String())
+
+	// After a full release, inspect says whose release it was.
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := reentrant.New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.Lock(t.Context(), name)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(t.Context()))
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"inspect", name, "--redis", addr}, &out, &errOut))
+	require.Contains(t, out.String(), fmt.Sprintf("released    token %d by %s (level %s)", l.Token(), l.Owner(), l.ID()))
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"inspect", "--json", "--redis", addr, name}, &out, &errOut))
+	require.Contains(t, out.String(), fmt.Sprintf(`"level": %q`, l.ID()))
 }
