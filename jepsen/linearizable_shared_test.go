@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/internal/history"
@@ -89,8 +90,17 @@ func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
 	}
 	lua.ReleaseScript = redis.NewScript(broken)
 	t.Cleanup(func() { lua.ReleaseScript = src })
-	m, c := testenv.Mini(t)
-	run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m})
-	r := history.NotLinearizable(t, history.LockModel(), run.locks.Operations(), linCheckTimeout)
-	t.Logf("%v; check %v", run.locks.Counts(), r)
+	// The bug shows only when a retry lands after its level was released
+	// and the extra level taken is then observed; a run may miss it, so up
+	// to five runs get the chance, and the last one must be called illegal.
+	for i := range 5 {
+		m, c := testenv.Mini(t)
+		run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m})
+		ops := run.locks.Operations()
+		if r := history.Check(history.LockModel(), ops, linCheckTimeout); r.Verdict == porcupine.Illegal || i == 4 {
+			r = history.NotLinearizable(t, history.LockModel(), ops, linCheckTimeout)
+			t.Logf("run %d: %v; check %v", i+1, run.locks.Counts(), r)
+			return
+		}
+	}
 }
