@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/mutant"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
@@ -245,12 +244,7 @@ func TestLockProperties(t *testing.T) {
 func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
 	m, rdb := testenv.Mini(t)
 	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
-	src := lua.ReleaseScript
-	src0 := lua.Source("release")
-	broken := strings.Replace(src0, "if h and h[1] == ARGV[1] and h[2] == ARGV[2] then", "if h then", 1)
-	require.NotEqual(t, src0, broken, "the mutation must apply")
-	lua.ReleaseScript = redis.NewScript(broken)
-	t.Cleanup(func() { lua.ReleaseScript = src })
+	mutant.ReleaseWithoutOwnerCheck(t)
 
 	rec := mustFail(t, "MutantReleaseWithoutOwnerCheck")
 	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
@@ -264,19 +258,7 @@ func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
 func TestLockPropertiesCatchReplayedRelease(t *testing.T) {
 	m, rdb := testenv.Mini(t)
 	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
-	src := lua.ReleaseScript
-	src0 := lua.Source("release")
-	broken := strings.Replace(src0, "if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 or h[3] > 1 then",
-		`if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 then
-    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      if string.sub(f, 1, 2) == 'l:' then redis.call('HDEL', KEYS[1], f) break end
-    end
-    return redis.call('HLEN', KEYS[1]) - 2
-  end
-  if h[3] > 1 then`, 1)
-	require.NotEqual(t, src0, broken, "the mutation must apply")
-	lua.ReleaseScript = redis.NewScript(broken)
-	t.Cleanup(func() { lua.ReleaseScript = src })
+	mutant.ReplayedReleaseTakesALevel(t)
 
 	rec := mustFail(t, "MutantReplayedReleaseTakesALevel")
 	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))

@@ -5,18 +5,16 @@
 package jepsen_test
 
 import (
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/internal/history"
+	"github.com/redfence/redfence/internal/mutant"
 	"github.com/redfence/redfence/internal/netfault"
 	"github.com/redfence/redfence/internal/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage/memory"
 )
 
@@ -75,21 +73,7 @@ func TestLinearizableSharedOwnersUnderRetries(t *testing.T) {
 // the count-based script: a retried release whose level is gone takes
 // another level. The checker must call the history illegal.
 func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
-	src := lua.ReleaseScript
-	src0 := lua.Source("release")
-	broken := strings.Replace(src0, "if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 or h[3] > 1 then",
-		`if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 then
-    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      if string.sub(f, 1, 2) == 'l:' then redis.call('HDEL', KEYS[1], f) break end
-    end
-    return redis.call('HLEN', KEYS[1]) - 2
-  end
-  if h[3] > 1 then`, 1)
-	if broken == src0 {
-		t.Fatal("the mutation must apply")
-	}
-	lua.ReleaseScript = redis.NewScript(broken)
-	t.Cleanup(func() { lua.ReleaseScript = src })
+	mutant.ReplayedReleaseTakesALevel(t)
 	// The bug shows only when a retry lands after its level was released
 	// and the extra level taken is then observed; a run may miss it, so up
 	// to five runs get the chance, and the last one must be called illegal.

@@ -1,0 +1,47 @@
+// Package mutant plants deliberately broken lock scripts for tests that must
+// show their checker catches a bug: each swaps a script for the rest of the
+// test and restores it when the test ends.
+package mutant
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/lua"
+)
+
+// ReplayedReleaseTakesALevel brings back the bug of the count-based release
+// script: a release whose level is already gone (a retry, or a replay) takes
+// another level of the hold instead of changing nothing.
+func ReplayedReleaseTakesALevel(t testing.TB) {
+	t.Helper()
+	swapRelease(t, "if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 or h[3] > 1 then",
+		`if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 then
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.sub(f, 1, 2) == 'l:' then redis.call('HDEL', KEYS[1], f) break end
+    end
+    return redis.call('HLEN', KEYS[1]) - 2
+  end
+  if h[3] > 1 then`)
+}
+
+// ReleaseWithoutOwnerCheck lets anyone release a held lock: the release
+// script skips its owner and token check.
+func ReleaseWithoutOwnerCheck(t testing.TB) {
+	t.Helper()
+	swapRelease(t, "if h and h[1] == ARGV[1] and h[2] == ARGV[2] then", "if h then")
+}
+
+func swapRelease(t testing.TB, from, to string) {
+	t.Helper()
+	src := lua.Source("release")
+	broken := strings.Replace(src, from, to, 1)
+	if broken == src {
+		t.Fatalf("mutant: %q is not in release.lua any more", from)
+	}
+	old := lua.ReleaseScript
+	lua.ReleaseScript = redis.NewScript(broken)
+	t.Cleanup(func() { lua.ReleaseScript = old })
+}
