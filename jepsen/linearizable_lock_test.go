@@ -250,10 +250,15 @@ func (k *linWorker) wrongRelease(name string, h *linHolding) {
 		if err != nil {
 			return
 		}
-		t = max(st.Token, st.LastToken, 1)
-		if st.Owner == k.owner {
-			// The partner worker holds it for this owner: a wrong token.
-			t = st.Token + 1
+		// A release with this owner, the token of its own ownership and a
+		// level nobody took is answered as a repeat, so the token must be one
+		// this owner cannot hold when the release lands: one already issued
+		// (the holder's, or the last one). When the partner sharing this
+		// owner holds it, or nothing was issued yet (the next token may go to
+		// the partner), one far beyond anything this run issues.
+		t = max(st.Token, st.LastToken)
+		if t == fence.None || st.Owner == k.owner {
+			t += 1 << 40
 		}
 	}
 	_, _ = k.rawRelease(ctx, name, t)

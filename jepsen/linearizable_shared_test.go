@@ -34,8 +34,9 @@ func linSharedOwnerRun(t *testing.T, b testenv.Backend) (linLockRun, int64) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(40 * time.Millisecond)
+		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
+		p.DelayNext(netfault.Downstream, 150*time.Millisecond)
 		for {
 			select {
 			case <-done:
