@@ -1,29 +1,49 @@
 -- abandon: undo an acquire whose reply the caller never saw (its context
--- ended, or the connection broke, while the script may have run).
+-- ended, or the connection broke, while the script may have run), or take a
+-- waiter that gives up out of the queue.
 --
--- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
+-- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
+-- KEYS[2]  counter     P:{N}:fence, for the token of a handed-over lock
+-- KEYS[3]  wait queue  P:{N}:q   (layout in lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
--- ARGV[3]  release channel P:{N}:released
+-- ARGV[3]  the caller's queue member, or "" when it never queued
 --
--- Returns 1 when the owner holds the lock and the level is there: the level
--- is removed, and when it was the last one the hash is deleted and the
--- release published, so waiters need not wait out the TTL.
+-- The member leaves the queue. Returns 1 when the owner holds the lock and
+-- the level is there (taken by the request, or handed to the waiter and not
+-- yet claimed): the level is removed, and when it was the last one the lock
+-- is handed to the next waiter or freed, so nobody waits out a TTL.
 -- Returns 0 when the request left no level (it never ran, was undone
 -- already, or the hold has ended since): there is nothing to undo. Repeating
--- the call is harmless. The fencing counter is never touched: a token
--- issued and abandoned is simply never used.
--- Error "FOREIGN <key>" when the lock key holds a value this library did
--- not write.
-local h, err = lockOf(KEYS[1])
+-- the call is harmless. A token issued and abandoned is never used.
+-- Error "FOREIGN <key>" when a key holds a value this library did not write.
+local level = 'l:' .. ARGV[2]
+local h, err = lockOf(KEYS[1], level)
 if h == nil then
   return err
 end
-if not h or h[1] ~= ARGV[1] or redis.call('HDEL', KEYS[1], 'l:' .. ARGV[2]) == 0 then
+if ARGV[3] ~= '' then
+  local r = redis.pcall('ZREM', KEYS[3], ARGV[3])
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then
+      return redis.error_reply('FOREIGN ' .. KEYS[3])
+    end
+    return r
+  end
+end
+if not h or h[1] ~= ARGV[1] or not h[4] then
   return 0
 end
-if h[3] <= 1 then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], h[2])
+if h[3] > 1 then
+  redis.call('HDEL', KEYS[1], level)
+  return 1
+end
+local w, werr = nextWaiter(KEYS[3], KEYS[2])
+if w == nil then
+  return werr
+end
+redis.call('DEL', KEYS[1])
+if w then
+  handTo(KEYS[1], KEYS[2], KEYS[3], w)
 end
 return 1

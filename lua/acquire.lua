@@ -1,55 +1,88 @@
--- acquire: take the lock if it is free, reenter it if the caller owns it.
+-- acquire: take the lock if it is free and nobody queues for it, reenter it
+-- if the caller owns it, or (waiting) join the queue.
 --
--- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
+-- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  counter     P:{N}:fence, a canonical decimal, never expires
+-- KEYS[3]  wait queue  P:{N}:q   (layout in lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
 -- ARGV[3]  level ID: the request ID of this call, unique per Lock call. A
---          re-run of the same call (go-redis retries after a read timeout)
---          finds its level and is answered without applying twice.
+--          re-run of the same call (go-redis retries after a read timeout,
+--          or a waiter polling) finds its level and is answered without
+--          applying twice.
+-- ARGV[4]  the caller's queue member (lib.lua) when it waits, "" when not
+-- ARGV[5]  when waiting: the queue's expiry in ms, renewed by every waiter
+--          that polls, so a queue whose waiters all died goes away
 --
 -- Returns {1, token, depth} when the caller holds the lock afterwards:
---   free -> held:   counter + 1 is the token, depth 1, TTL ARGV[2];
+--   free, nobody queued, or the caller first in the queue:
+--                   counter + 1 is the token, depth 1, TTL ARGV[2];
 --   reentry:        same token, one more level, the TTL raised to ARGV[2]
---                   if it was lower (never shortened);
---   repeated call:  the stored token and the depth that level was granted
---                   at (the value of its field), nothing changes.
--- Returns {0, pttl, 0} when another owner holds it; pttl is the holder's
--- remaining TTL in ms (-1 if the key has no TTL).
+--                   if it was lower (never shortened); reentry never queues;
+--   repeated call, or the claim of a lock handed to this waiter:
+--                   the stored token and the depth that level was granted
+--                   at; the TTL raised to ARGV[2] if it was lower.
+-- Returns {0, pttl, 0} when the caller does not hold it; pttl is the
+-- holder's remaining TTL in ms (-1 if the key has no TTL). A waiting caller
+-- is then in the queue (added at the back if it was not there). A free lock
+-- with others queued is handed to the oldest of them first: a caller that
+-- does not wait never jumps the queue.
 -- Error "FOREIGN <key>" when a key holds a value this library did not
 -- write; "OVERFLOW <key>" when the next token would reach 2^53, beyond
 -- which Lua's doubles are not exact. Nothing is written in either case.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
-local h, err = lockOf(KEYS[1])
+local level = 'l:' .. ARGV[3]
+local h, err = lockOf(KEYS[1], level)
 if h == nil then
   return err
 end
-local level = 'l:' .. ARGV[3]
-
-if not h then
-  local c, cerr = counterOf(KEYS[2])
-  if c == nil then
-    return cerr
-  end
-  local t = c + 1
-  if t >= 9007199254740992 then
-    return redis.error_reply('OVERFLOW ' .. KEYS[2])
-  end
-  local ts = string.format('%d', t)
-  redis.call('SET', KEYS[2], ts)
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', ts, level, '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, t, 1}
+local member = ARGV[4]
+if member ~= '' and not parseWaiter(member) then
+  return redis.error_reply('ERR malformed queue member')
 end
 
-if h[1] == ARGV[1] then
-  local granted = redis.call('HGET', KEYS[1], level)
-  if granted then
-    return {1, tonumber(h[2]), tonumber(granted)}
+if h and h[1] == ARGV[1] then
+  if h[4] then
+    -- Rewriting the level makes this a write even when the expiry is
+    -- already long enough, so that a WAIT after it (WithReplicaAck) also
+    -- covers the release that handed the lock here.
+    redis.call('HSET', KEYS[1], level, h[4])
+    keepAtLeast(KEYS[1], ARGV[2])
+    return {1, tonumber(h[2]), tonumber(h[4])}
   end
   redis.call('HSET', KEYS[1], level, string.format('%d', h[3] + 1))
   keepAtLeast(KEYS[1], ARGV[2])
+  if member ~= '' then
+    redis.call('ZREM', KEYS[3], member)
+  end
   return {1, tonumber(h[2]), h[3] + 1}
 end
 
+if not h then
+  -- Free. The oldest waiter goes first; if that is the caller, or nobody
+  -- waits, the caller takes it now.
+  local w, werr = nextWaiter(KEYS[3], KEYS[2])
+  if w == nil then
+    return werr
+  end
+  if w and w[1] ~= member then
+    handTo(KEYS[1], KEYS[2], KEYS[3], w)
+  else
+    local t, terr = nextToken(KEYS[2])
+    if not t then
+      return terr
+    end
+    if w then
+      redis.call('ZREM', KEYS[3], member)
+    end
+    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', string.format('%d', t), level, '1')
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, t, 1}
+  end
+end
+
+if member ~= '' then
+  redis.call('ZADD', KEYS[3], 'NX', serverMicros(), member)
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+end
 return {0, redis.call('PTTL', KEYS[1]), 0}

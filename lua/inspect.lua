@@ -2,11 +2,13 @@
 --
 -- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
 -- KEYS[2]  counter     P:{N}:fence
+-- KEYS[3]  wait queue  P:{N}:q
 --
--- Returns {owner, token, pttl, counter, levels}: owner and token as stored,
--- false (nil in Go) when the lock is free; pttl an integer (-2 free, -1 no
--- TTL); counter the last token ever issued, 0 if none was; levels the
--- IDs of the live levels (empty when free).
+-- Returns {owner, token, pttl, counter, levels, waiters}: owner and token
+-- as stored, false (nil in Go) when the lock is free; pttl an integer (-2
+-- free, -1 no TTL); counter the last token ever issued, 0 if none was;
+-- levels the IDs of the live levels (empty when free); waiters the number
+-- of Lock calls queued.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
 local h, err = lockOf(KEYS[1])
 if h == nil then
@@ -16,13 +18,14 @@ local c, cerr = counterOf(KEYS[2])
 if c == nil then
   return cerr
 end
-if not h then
-  return {false, false, -2, c, {}}
-end
-local levels = {}
-for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if string.sub(f, 1, 2) == 'l:' then
-    levels[#levels + 1] = string.sub(f, 3)
+local n = redis.pcall('ZCARD', KEYS[3])
+if type(n) == 'table' then
+  if n.err and string.sub(n.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('FOREIGN ' .. KEYS[3])
   end
+  return n
 end
-return {h[1], h[2], redis.call('PTTL', KEYS[1]), c, levels}
+if not h then
+  return {false, false, -2, c, {}, n}
+end
+return {h[1], h[2], redis.call('PTTL', KEYS[1]), c, h[5], n}

@@ -11,7 +11,7 @@ type Keys struct {
 	Lock      string // P:{N}, the lock hash
 	Fence     string // P:{N}:fence, the fencing counter
 	Tombstone string // P:{N}:rel, the stem of the per-request release tombstones
-	Channel   string // P:{N}:released, published on every full release
+	Queue     string // P:{N}:q, the Lock calls waiting, oldest first
 }
 
 // escaper makes a name safe inside a hash tag. Redis takes the tag from the
@@ -29,7 +29,7 @@ func KeysFor(prefix, name string) Keys {
 		Lock:      base,
 		Fence:     base + ":fence",
 		Tombstone: base + ":rel",
-		Channel:   base + ":released",
+		Queue:     base + ":q",
 	}
 }
 

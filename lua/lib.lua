@@ -17,38 +17,50 @@ local function canonical(s)
   return type(s) == 'string' and #s <= 16 and string.find(s, '^[1-9][0-9]*$') ~= nil
 end
 
--- lockOf reads the lock hash. It returns false when the key does not
--- exist, {owner, token, depth} when it holds a lock of this library, and
--- nil plus an error reply otherwise (a foreign value, or the server's own
--- error, passed on unchanged so the caller keeps its code).
-local function lockOf(key)
-  local h = redis.pcall('HMGET', key, 'owner', 'token')
-  if h.err then
-    if string.sub(h.err, 1, 9) == 'WRONGTYPE' then
+-- lockOf reads the lock hash in one HGETALL. It returns false when the key
+-- does not exist, and {owner, token, depth, granted, levels} when it holds a
+-- lock of this library: granted is the value of the field named level (the
+-- depth that level was granted at) or nil, levels the live level IDs. It
+-- returns nil plus an error reply otherwise (a foreign value, or the
+-- server's own error, passed on unchanged so the caller keeps its code).
+local function lockOf(key, level)
+  local r = redis.pcall('HGETALL', key)
+  if r.err then
+    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then
       return nil, redis.error_reply('FOREIGN ' .. key)
     end
-    return nil, h
+    return nil, r
   end
-  if not h[1] then
-    if h[2] or redis.call('EXISTS', key) == 1 then
-      return nil, redis.error_reply('FOREIGN ' .. key)
-    end
+  if #r == 0 then
     return false
   end
-  local depth = redis.call('HLEN', key) - 2
-  if not canonical(h[2]) or depth < 1 then
+  local owner, token, granted, levels = nil, nil, nil, {}
+  for i = 1, #r, 2 do
+    local f = r[i]
+    if f == 'owner' then
+      owner = r[i + 1]
+    elseif f == 'token' then
+      token = r[i + 1]
+    elseif string.sub(f, 1, 2) == 'l:' then
+      levels[#levels + 1] = string.sub(f, 3)
+      if f == level then
+        granted = r[i + 1]
+      end
+    else
+      return nil, redis.error_reply('FOREIGN ' .. key)
+    end
+  end
+  if not owner or not canonical(token) or #levels < 1 then
     return nil, redis.error_reply('FOREIGN ' .. key)
   end
-  return {h[1], h[2], depth}
+  return {owner, token, #levels, granted, levels}
 end
 
 -- keepAtLeast sets key's expiry to ttl ms from now unless it already
--- expires later: extending never shortens a lease another level relies on.
+-- expires later (or never): extending never shortens a lease another level
+-- relies on.
 local function keepAtLeast(key, ttl)
-  local left = redis.call('PTTL', key)
-  if left >= 0 and left < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  redis.call('PEXPIRE', key, ttl, 'GT')
 end
 
 -- counterOf reads the fencing counter: 0 if absent, its value if it is a
@@ -81,4 +93,80 @@ local function tombstoneOf(key)
     return nil, redis.error_reply('FOREIGN ' .. key)
   end
   return v
+end
+
+-- nextToken issues the next fencing token from the counter and writes it
+-- back: the token, or nil plus an error reply (foreign counter, overflow).
+local function nextToken(key)
+  local c, err = counterOf(key)
+  if c == nil then
+    return nil, err
+  end
+  local t = c + 1
+  if t >= 9007199254740992 then
+    return nil, redis.error_reply('OVERFLOW ' .. key)
+  end
+  redis.call('SET', key, string.format('%d', t))
+  return t
+end
+
+-- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
+-- lock, oldest first (the score is the server time they queued at, in
+-- microseconds). A member is "<level ID>\n<claim ms>\n<owner>\n<channel>":
+-- the level the waiter will hold, how long it has to claim a lock handed to
+-- it, its owner, and the channel its client listens on.
+local function parseWaiter(m)
+  return string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n(.+)$')
+end
+
+-- serverMicros is the server's clock in microseconds.
+local function serverMicros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- nextWaiter reads the oldest waiter of queue and the token it would get,
+-- writing nothing: false when nobody waits, {member, level ID, claim ms,
+-- owner, channel, token} otherwise, nil plus an error reply for a foreign
+-- queue or counter, or a counter at its end.
+local function nextWaiter(queue, counter)
+  local head = redis.pcall('ZRANGE', queue, 0, 0)
+  if head.err then
+    if string.sub(head.err, 1, 9) == 'WRONGTYPE' then
+      return nil, redis.error_reply('FOREIGN ' .. queue)
+    end
+    return nil, head
+  end
+  if #head == 0 then
+    return false
+  end
+  local id, claim, owner, channel = parseWaiter(head[1])
+  if not id then
+    return nil, redis.error_reply('FOREIGN ' .. queue)
+  end
+  local c, err = counterOf(counter)
+  if c == nil then
+    return nil, err
+  end
+  if c + 1 >= 9007199254740992 then
+    return nil, redis.error_reply('OVERFLOW ' .. counter)
+  end
+  return {head[1], id, claim, owner, channel, c + 1}
+end
+
+-- handTo gives the free lock (its key must not exist) to waiter w, from
+-- nextWaiter: the new token, depth 1 at the waiter's level, an expiry of
+-- the waiter's claim time, and one message "<level ID> <token>" on the
+-- waiter's channel. The waiter claims it by calling acquire with its level
+-- ID, which raises the expiry to its TTL. A waiter that never claims (it
+-- died, or its message was lost and it did not poll in time) loses the
+-- lock when the claim time runs out, and the next acquire or poll of
+-- another waiter hands it on.
+local function handTo(lock, counter, queue, w)
+  local ts = string.format('%d', w[6])
+  redis.call('ZREM', queue, w[1])
+  redis.call('SET', counter, ts)
+  redis.call('HSET', lock, 'owner', w[4], 'token', ts, 'l:' .. w[2], '1')
+  redis.call('PEXPIRE', lock, w[3])
+  redis.call('PUBLISH', w[5], w[2] .. ' ' .. ts)
 end

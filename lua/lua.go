@@ -86,10 +86,41 @@ type Acquired struct {
 	HolderTTL time.Duration // the holder's remaining TTL when !OK; -1 if none
 }
 
+// Waiter describes a Lock call that waits in the lock's queue: the lock,
+// when it is freed and this waiter is the oldest, is handed to it, and a
+// message "<level ID> <token>" is published on Channel. The waiter then
+// has Claim to claim it (by calling acquire again with its level ID)
+// before the lock expires and passes on.
+type Waiter struct {
+	Channel string        // where the waiter's client listens
+	Claim   time.Duration // how long a handed lock waits to be claimed
+	Queue   time.Duration // how long the queue outlives its last poll
+}
+
+// member is w's queue entry for level and owner (layout in lib.lua).
+func (w *Waiter) member(level, owner string) string {
+	if w == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s\n%d\n%s\n%s", level, max(w.Claim.Milliseconds(), 1), owner, w.Channel)
+}
+
+func acquireArgs(k Keys, owner string, ttl time.Duration, level string, w *Waiter) ([]string, []any) {
+	var queue int64
+	if w != nil {
+		queue = max(w.Queue.Milliseconds(), 1)
+	}
+	return []string{k.Lock, k.Fence, k.Queue}, []any{owner, ttl.Milliseconds(), level, w.member(level, owner), queue}
+}
+
 // Acquire runs acquire.lua for the level ID level (the request ID of one
-// Lock call). See the script's header for its semantics.
-func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, level string) (Acquired, error) {
-	v, err := AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, ttl.Milliseconds(), level).Result()
+// Lock call), without waiting: a free lock others queue for is handed to the
+// oldest of them and not taken. With w, the caller joins the queue (or stays
+// in it) when it does not get the lock. See the script's header for its
+// semantics.
+func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, level string, w *Waiter) (Acquired, error) {
+	keys, args := acquireArgs(k, owner, ttl, level, w)
+	v, err := AcquireScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
 		return Acquired{}, scriptErr(err)
 	}
@@ -100,8 +131,8 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl 
 // pipeline on node, the primary that owns k's slot: WAIT counts the writes
 // of its own connection, so it must follow the script on the same one. It
 // returns the acquire reply and how many replicas acknowledged it.
-func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, level string, replicas int, timeout time.Duration) (Acquired, int64, error) {
-	keys, args := []string{k.Lock, k.Fence}, []any{owner, ttl.Milliseconds(), level}
+func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, level string, w *Waiter, replicas int, timeout time.Duration) (Acquired, int64, error) {
+	keys, args := acquireArgs(k, owner, ttl, level, w)
 	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
 		pipe := node.Pipeline()
 		acq := eval(pipe)
@@ -161,8 +192,8 @@ func ParseAcquire(v any) (Acquired, error) {
 // request ID is level, and returns the depth left, or -1 when the caller's
 // ownership does not hold the lock.
 func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, tombstoneTTL time.Duration) (int64, error) {
-	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(level)},
-		owner, token.String(), level, k.Channel, tombstoneTTL.Milliseconds()).Result()
+	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(level), k.Fence, k.Queue},
+		owner, token.String(), level, tombstoneTTL.Milliseconds()).Result()
 	if err != nil {
 		return 0, scriptErr(err)
 	}
@@ -197,11 +228,12 @@ func ParseExtend(v any) (bool, error) {
 	return n == 1, nil
 }
 
-// Abandon runs abandon.lua: it removes the level the acquire request level
-// of owner took, if that request was applied and the level is still there.
-// It reports whether it removed anything.
-func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string) (bool, error) {
-	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock}, owner, level, k.Channel).Result()
+// Abandon runs abandon.lua: it takes the waiter w (nil: the call never
+// waited) of the request level out of the queue, and removes the level
+// that request of owner took, if it was applied or the lock handed to it
+// and the level is still there. It reports whether it removed a level.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, w *Waiter) (bool, error) {
+	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, owner, level, w.member(level, owner)).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -216,11 +248,12 @@ type State struct {
 	TTL       time.Duration // remaining lease; -1 no TTL, -2 free
 	LastToken fence.Token   // the last token ever issued; None if never
 	Levels    []string      // the level IDs of the hold, in no order
+	Waiters   int64         // Lock calls in the queue
 }
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := InspectScript.Run(ctx, rdb, []string{k.Lock, k.Fence}).Result()
+	v, err := InspectScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}).Result()
 	if err != nil {
 		return State{}, scriptErr(err)
 	}
@@ -230,7 +263,7 @@ func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 // ParseInspect decodes an inspect reply.
 func ParseInspect(v any) (State, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 5 {
+	if !ok || len(a) != 6 {
 		return State{}, fmt.Errorf("%w: inspect returned %#v", ErrReply, v)
 	}
 	bad := func(what string, err error) (State, error) {
@@ -271,6 +304,9 @@ func ParseInspect(v any) (State, error) {
 		s.Levels = append(s.Levels, id)
 	}
 	s.Depth = int64(len(s.Levels))
+	if s.Waiters, ok = a[5].(int64); !ok || s.Waiters < 0 {
+		return bad("waiters", nil)
+	}
 	if (s.Owner == "") != (s.Token == fence.None) || (s.Owner == "") != (s.Depth == 0) {
 		return bad("fields", errors.New("owner, token and levels must be all present or all absent"))
 	}

@@ -42,7 +42,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		run := func(level string) lua.Acquired {
-			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, level)
+			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, level, nil)
 			require.NoError(t, err)
 			assertLeaseShape(t, rdb, k)
 			return a
@@ -66,7 +66,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 
 		// Someone else takes the lock; the old full release, repeated, must
 		// still answer as before and must not touch the new holder.
-		other, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6")
+		other, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6", nil)
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
 		require.EqualValues(t, 0, rel("r1"))
@@ -76,7 +76,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
-		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b")
+		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b", nil)
 		require.NoError(t, err)
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
@@ -97,9 +97,9 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		outer, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer")
+		outer, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil)
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil)
 		require.NoError(t, err)
 		rel := func(level string) int64 {
 			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, time.Minute)
@@ -107,14 +107,14 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 			return n
 		}
 		require.EqualValues(t, 1, rel("inner"))
-		again, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2")
+		again, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, again.Depth)
 		require.EqualValues(t, 2, rel("inner"), "the retry of a release already applied changes nothing")
-		replayed, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2")
+		replayed, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil)
 		require.NoError(t, err)
 		require.Equal(t, again, replayed, "a repeated reentry answers the depth it was granted, not today's")
-		busy, err := lua.Acquire(ctx, rdb, k, "other", time.Minute, "x")
+		busy, err := lua.Acquire(ctx, rdb, k, "other", time.Minute, "x", nil)
 		require.NoError(t, err)
 		require.False(t, busy.OK, "the lock is still held at depth 2")
 		require.EqualValues(t, 1, rel("inner2"))
@@ -127,13 +127,13 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 func TestExtendNeverShortens(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer")
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer", nil)
 		require.NoError(t, err)
 		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a shorter extend must not shorten")
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner", nil)
 		require.NoError(t, err)
 		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
 		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour)
@@ -146,11 +146,11 @@ func TestExtendNeverShortens(t *testing.T) {
 func TestOwnerAndTokenChecked(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "a1")
+		a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "a1", nil)
 		require.NoError(t, err)
 
 		// A second owner is refused and told the holder's remaining TTL.
-		busy, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "a2")
+		busy, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "a2", nil)
 		require.NoError(t, err)
 		require.False(t, busy.OK)
 		require.Greater(t, busy.HolderTTL, 50*time.Second)
@@ -183,7 +183,7 @@ func TestLargeTokensExact(t *testing.T) {
 		for _, seed := range []int64{999_999, 1 << 40, 1<<53 - 2} {
 			k := keys(t)
 			require.NoError(t, rdb.Set(ctx, k.Fence, seed, 0).Err())
-			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
+			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
 			require.NoError(t, err)
 			require.Equal(t, fence.Token(seed+1), a.Token)
 			st, err := lua.Inspect(ctx, rdb, k)
@@ -196,7 +196,7 @@ func TestLargeTokensExact(t *testing.T) {
 		}
 		k := keys(t)
 		require.NoError(t, rdb.Set(ctx, k.Fence, strconv.FormatInt(1<<53-1, 10), 0).Err())
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
+		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
 		require.ErrorIs(t, err, lua.ErrOverflow)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an overflowing acquire must not take the lock")
 	})
@@ -221,10 +221,10 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			require.NoError(t, plant.set(k.Lock))
 			before := snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
-				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r"); return err },
+				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil); return err },
 				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute); return err },
 				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute); return err },
-				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r"); return err },
+				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r", nil); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 			}
 			for name, call := range calls {
@@ -248,7 +248,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			k := keys(t)
 			require.NoError(t, bad(k.Fence))
 			before := snapshot(t, rdb, k.Fence)
-			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
+			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
 			require.ErrorIs(t, err, lua.ErrForeign)
 			require.ErrorContains(t, err, k.Fence)
 			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
@@ -277,6 +277,8 @@ func snapshot(t *testing.T, rdb *redis.Client, key string) string {
 		return kind + ":" + fmt.Sprint(rdb.HGetAll(ctx, key).Val())
 	case "set":
 		return kind + ":" + fmt.Sprint(rdb.SMembers(ctx, key).Val())
+	case "zset":
+		return kind + ":" + fmt.Sprint(rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
 	}
 	t.Fatalf("snapshot of a %s", kind)
 	return ""
@@ -286,33 +288,13 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
 		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
 		require.NoError(t, err)
 		require.Zero(t, n)
-	})
-}
-
-func TestReleasePublishes(t *testing.T) {
-	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		ps := rdb.Subscribe(ctx, k.Channel)
-		defer ps.Close()
-		_, err := ps.Receive(ctx)
-		require.NoError(t, err)
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r")
-		require.NoError(t, err)
-		_, err = lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
-		require.NoError(t, err)
-		select {
-		case m := <-ps.Channel():
-			require.Equal(t, a.Token.String(), m.Payload)
-		case <-time.After(5 * time.Second):
-			t.Fatal("no release message")
-		}
 	})
 }
 
@@ -331,11 +313,12 @@ func TestParseRejectsMalformed(t *testing.T) {
 		_, err := lua.ParseExtend(v)
 		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
 	}
-	for _, v := range []any{nil, []any{}, []any{"o", nil, int64(5), int64(1), []any{"a"}},
-		[]any{nil, nil, int64(-9), int64(0), []any{}}, []any{"o", "1", int64(5), int64(1), []any{}},
-		[]any{"o", "1", int64(5), "1", []any{"a"}}, []any{"o", "1", int64(5), int64(-1), []any{"a"}},
-		[]any{"o", "0", int64(5), int64(1), []any{"a"}}, []any{"o", "1", int64(5), int64(1), []any{int64(1)}},
-		[]any{nil, nil, int64(-2), int64(1), []any{"a"}}} {
+	for _, v := range []any{nil, []any{}, []any{"o", nil, int64(5), int64(1), []any{"a"}, int64(0)},
+		[]any{nil, nil, int64(-9), int64(0), []any{}, int64(0)}, []any{"o", "1", int64(5), int64(1), []any{}, int64(0)},
+		[]any{"o", "1", int64(5), "1", []any{"a"}, int64(0)}, []any{"o", "1", int64(5), int64(-1), []any{"a"}, int64(0)},
+		[]any{"o", "0", int64(5), int64(1), []any{"a"}, int64(0)}, []any{"o", "1", int64(5), int64(1), []any{int64(1)}, int64(0)},
+		[]any{nil, nil, int64(-2), int64(1), []any{"a"}, int64(0)}, []any{"o", "1", int64(5), int64(1), []any{"a"}},
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(-1)}, []any{"o", "1", int64(5), int64(1), []any{"a"}, "1"}} {
 		_, err := lua.ParseInspect(v)
 		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
 	}
@@ -344,41 +327,31 @@ func TestParseRejectsMalformed(t *testing.T) {
 func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		ps := rdb.Subscribe(ctx, k.Channel)
-		defer ps.Close()
-		_, err := ps.Receive(ctx)
+		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "a1", nil)
 		require.NoError(t, err)
-
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a1")
-		require.NoError(t, err)
-		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1")
+		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1", nil)
 		require.NoError(t, err)
 		require.True(t, undone)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an abandoned fresh acquisition frees the lock")
-		select {
-		case <-ps.Channel():
-		case <-time.After(5 * time.Second):
-			t.Fatal("abandoning a fresh acquisition must wake waiters")
-		}
 
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2", nil)
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3", nil)
 		require.NoError(t, err)
 		for _, c := range []struct{ owner, req string }{{"x", "a3"}, {"o", "nope"}} {
-			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req)
+			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req, nil)
 			require.NoError(t, err)
 			require.False(t, undone, "%v: not a level of this owner", c)
 		}
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3")
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil)
 		require.NoError(t, err)
 		require.True(t, undone)
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3")
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil)
 		require.NoError(t, err)
 		require.False(t, undone, "a repeated abandon must not undo twice")
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a4")
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a4", nil)
 		require.NoError(t, err)
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2")
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2", nil)
 		require.NoError(t, err)
 		require.True(t, undone, "a level is undone by its ID even after later reentries")
 		st, err := lua.Inspect(ctx, rdb, k)
@@ -393,7 +366,7 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}})
+	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

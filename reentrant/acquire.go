@@ -20,19 +20,28 @@ import (
 const CleanupBudget = 200 * time.Millisecond
 
 // TryLock acquires name for ctx's owner, or reenters it if that owner holds
-// it, without waiting. A context without an owner gets a fresh one.
+// it, without waiting. A context without an owner gets a fresh one. TryLock
+// never jumps the queue: when other Lock calls wait for name, it fails even
+// if the lock is free at that instant (it then hands the lock to the oldest
+// waiter, as a release would). Reentry never queues.
 //
-// It returns ErrNotAcquired when another owner holds the lock; ErrInvalid
-// for a nil ctx, a bad name or owner; ErrClosed after Close;
-// ErrEvictionPolicy when the server may evict the fencing counter; the
-// context's error joined with ErrNotAcquired when ctx ended first (TryLock
-// returns then even if go-redis is still waiting for Redis, and undoes the
-// acquisition if it lands later); lua.ErrForeign when a key holds a value
-// this library did not write; and Redis errors wrapped, keeping their types.
+// It returns ErrNotAcquired when another owner holds the lock or others
+// wait for it; ErrInvalid for a nil ctx, a bad name or owner; ErrClosed
+// after Close; ErrEvictionPolicy when the server may evict the fencing
+// counter; the context's error joined with ErrNotAcquired when ctx ended
+// first (TryLock returns then even if go-redis is still waiting for Redis,
+// and undoes the acquisition if it lands later); lua.ErrForeign when a key
+// holds a value this library did not write; and Redis errors wrapped,
+// keeping their types.
 func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
-	l, _, err := c.attempt(ctx, name)
+	owner, err := c.check(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	k := c.keys(name)
+	l, _, err := c.try(ctx, name, k, owner, c.reqID(), nil, false)
 	if err == nil && l == nil {
-		err = fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+		err = fmt.Errorf("%w: %q is held by another owner or others wait for it", ErrNotAcquired, name)
 	}
 	return l, err
 }
@@ -42,10 +51,15 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // fresh one, so two Lock calls with a plain context are two owners and the
 // second waits for the first, like sync.Mutex.
 //
-// Waiting is notified: a full release publishes on the lock's channel and
-// wakes the waiters at once. Because an expiry publishes nothing, a waiter
-// also wakes when the holder's remaining TTL runs out (plus jitter), and at
-// least every max retry delay.
+// Waiting is fair: a Lock that cannot take the lock joins the lock's queue
+// in Redis, first come first served across every client. A full release
+// hands the lock straight to the oldest waiter (a new token, depth 1) and
+// wakes that waiter alone; it claims the lock, and nobody else competes.
+// Reentry never queues. A waiter whose context ends leaves the queue at
+// once (giving the lock on if it had just been handed to it). A waiter
+// that dies, or misses its handoff message, delays the next one by at most
+// the handoff timeout (see WithHandoffTimeout), and a lock whose holder
+// died passes to the oldest waiter within a quarter of it after its TTL.
 //
 // ctx bounds the wait only, and is honoured whatever the go-redis client's
 // options: Lock returns when ctx ends even if a Redis call is in flight.
@@ -53,66 +67,65 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // happens to ctx (its values are kept). When ctx ends first, the error
 // satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err,
 // ctx.Err()). Other errors are as for [Client.TryLock].
-//
-// Waiting is not fair: there is no queue, and a holder that locks again
-// right after unlocking usually wins against the waiters its release woke.
 func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
-	l, try, err := c.attempt(ctx, name)
+	owner, err := c.check(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	k := c.keys(name)
+	level := c.reqID()
+	// Registered before the first request, so that a handoff published
+	// right after it finds this waiter.
+	w, err := c.note.register(level)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	// A handed lock waits at most half the handoff timeout to be claimed,
+	// and never longer than a lease would have lasted.
+	q := &lua.Waiter{Channel: c.channel, Claim: min(c.cfg.handoff/2, c.cfg.ttl), Queue: max(c.cfg.ttl, 4*c.cfg.handoff)}
+	l, a, err := c.try(ctx, name, k, owner, level, q, false)
 	if err != nil || l != nil {
 		return l, err
 	}
-	w, err := c.note.watch(ctx, c.keys(name).Channel)
-	if err != nil {
-		if cerr := ctxErr(ctx); cerr != nil {
-			return nil, errors.Join(ErrNotAcquired, cerr)
-		}
-		return nil, fmt.Errorf("reentrant: lock %q: waiting: %w", name, err)
-	}
-	defer w.stop()
-	timer := time.NewTimer(c.cfg.maxRetryDelay)
+	c.note.listen()
+	timer := time.NewTimer(c.pollDelay(a.HolderTTL))
 	defer timer.Stop()
-	// Retry only once the subscription is active, or a release published in
-	// between would be missed; the timer bounds the wait if it never is.
-	select {
-	case <-w.ready:
-	case <-timer.C:
-	case <-ctx.Done():
-		return nil, errors.Join(ErrNotAcquired, ctx.Err())
-	}
 	for {
-		l, a, err := try()
-		if err != nil || l != nil {
-			return l, err // errors already classified, with any undo's outcome
-		}
-		timer.Reset(c.retryDelay(a.HolderTTL))
+		poll := false
 		select {
 		case <-w.wake:
 		case <-timer.C:
+			poll = true
 		case <-ctx.Done():
-			return nil, errors.Join(ErrNotAcquired, ctx.Err())
+			// Leave the queue, and give the lock on if it was just handed
+			// here: the undo takes this waiter's level and queue entry.
+			return nil, errors.Join(ErrNotAcquired, ctx.Err(), c.undo(k, owner, level, q))
 		}
+		l, a, err = c.try(ctx, name, k, owner, level, q, poll)
+		if err != nil || l != nil {
+			return l, err // errors already classified, with any undo's outcome
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(c.pollDelay(a.HolderTTL))
 	}
 }
 
-// attempt validates the call and makes the first acquisition attempt. It
-// returns the lease when acquired; otherwise, with no error, a retry
-// closure for the same owner and keys, and the attempt's reply.
-func (c *Client) attempt(ctx context.Context, name string) (*Lease, func() (*Lease, acquired, error), error) {
-	owner, err := c.check(ctx, name)
-	if err != nil {
-		return nil, nil, err
+// try makes one acquisition attempt for level (q: as a waiter), and returns
+// the lease when acquired, otherwise the attempt's reply. poll says the
+// attempt is a waiter's periodic poll, which seldom acquires.
+func (c *Client) try(ctx context.Context, name string, k lua.Keys, owner Owner, level string, q *lua.Waiter, poll bool) (*Lease, acquired, error) {
+	a, err := c.acquire(ctx, k, name, owner, level, q, poll)
+	if err != nil || !a.OK {
+		return nil, a, err
 	}
-	k := c.keys(name)
-	try := func() (*Lease, acquired, error) {
-		a, err := c.acquire(ctx, k, name, owner)
-		if err != nil || !a.OK {
-			return nil, a, err
-		}
-		l, err := c.newLease(ctx, name, k, owner, a)
-		return l, a, err
-	}
-	l, _, err := try()
-	return l, try, err
+	l, err := c.newLease(ctx, name, k, owner, a)
+	return l, a, err
 }
 
 func (c *Client) check(ctx context.Context, name string) (Owner, error) {
@@ -138,10 +151,13 @@ func (c *Client) check(ctx context.Context, name string) (Owner, error) {
 	return owner, nil
 }
 
-// retryDelay is how long to sleep when no release is published: until the
-// holder's lease runs out, plus jitter, at most maxRetryDelay.
-func (c *Client) retryDelay(holderTTL time.Duration) time.Duration {
-	d := c.cfg.maxRetryDelay
+// pollDelay is how long a waiter sleeps before polling when no handoff
+// message wakes it: a quarter of the handoff timeout, or until the
+// holder's lease runs out if that is sooner, at most maxRetryDelay, plus
+// jitter. Polling is what hands on a lock whose holder died or whose
+// handoff was never claimed.
+func (c *Client) pollDelay(holderTTL time.Duration) time.Duration {
+	d := min(c.cfg.handoff/4, c.cfg.maxRetryDelay)
 	if holderTTL >= 0 && holderTTL < d {
 		d = holderTTL
 	}
@@ -163,21 +179,29 @@ type acquired struct {
 // When the attempt fails in a way that leaves its outcome unknown (no
 // reply, the read timed out, the caller's context ended first), the script
 // may still have run and left the owner a level of the lock with no lease to
-// show for it. acquire then undoes exactly that level, if it exists: within
-// CleanupBudget when the caller is still there, in the background otherwise.
-func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Owner) (acquired, error) {
+// show for it, or a waiter in the queue. acquire then undoes exactly that
+// level and queue entry, if they exist: within CleanupBudget when the
+// caller is still there, in the background otherwise.
+func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Owner, level string, q *lua.Waiter, poll bool) (acquired, error) {
 	sent := time.Now()
-	level := c.reqID()
 	type reply struct {
 		a     lua.Acquired
 		acked int
 	}
+	// left says whether an attempt whose caller has gone left something to
+	// undo: a level, or (a waiter's) a place in the queue.
+	left := func(r reply, err error) bool {
+		if err != nil {
+			return mayHaveRun(err, c.retries)
+		}
+		return r.a.OK || q != nil
+	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		a, acked, err := c.runAcquire(ctx, k, owner, level)
+		a, acked, err := c.runAcquire(ctx, k, owner, level, q, poll)
 		return reply{a, acked}, err
 	}, func(r reply, err error) {
-		if (err == nil && r.a.OK) || (err != nil && mayHaveRun(err, c.retries)) {
-			c.undoInBackground(k, owner, level)
+		if left(r, err) {
+			c.undoInBackground(k, owner, level, q)
 		}
 	})
 	r, err := out.v, out.err
@@ -186,8 +210,8 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 		return acquired{}, errors.Join(ErrNotAcquired, err)
 	case out.ended:
 		// The caller has gone: whatever the attempt did is undone.
-		if (err == nil && r.a.OK) || (err != nil && mayHaveRun(err, c.retries)) {
-			if uerr := c.undo(k, owner, level); uerr != nil {
+		if left(r, err) {
+			if uerr := c.undo(k, owner, level, q); uerr != nil {
 				err = errors.Join(err, uerr)
 			}
 		}
@@ -195,11 +219,11 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 	case err == nil && r.a.OK && r.acked < c.cfg.ackReplicas:
 		return acquired{}, errors.Join(
 			fmt.Errorf("%w: %q: %d of %d replicas within %v", ErrNotReplicated, name, r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
-			c.undo(k, owner, level))
+			c.undo(k, owner, level, q))
 	case err == nil:
 		return acquired{r.a, sent, level}, nil
 	case mayHaveRun(err, c.retries):
-		if uerr := c.undo(k, owner, level); uerr != nil {
+		if uerr := c.undo(k, owner, level, q); uerr != nil {
 			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, c.cfg.ttl, uerr)
 		}
 	}
@@ -212,21 +236,21 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 // undo removes the level an acquire request may have left, waiting at most
 // CleanupBudget/2 for Redis; past that the undo goes on in the background.
 // It returns nil once Redis confirmed the level is gone (or never was).
-func (c *Client) undo(k lua.Keys, owner Owner, level string) error {
+func (c *Client) undo(k lua.Keys, owner Owner, level string, q *lua.Waiter) error {
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
-		return lua.Abandon(context.WithoutCancel(ctx), c.rdb, k, string(owner), level)
+		return lua.Abandon(context.WithoutCancel(ctx), c.rdb, k, string(owner), level, q)
 	}, func(_ bool, err error) {
 		if err != nil {
-			c.undoInBackground(k, owner, level)
+			c.undoInBackground(k, owner, level, q)
 		}
 	})
 	switch {
 	case !out.known:
 		return errors.New("reentrant: the undo is still in flight")
 	case out.err != nil:
-		c.undoInBackground(k, owner, level)
+		c.undoInBackground(k, owner, level, q)
 		return fmt.Errorf("reentrant: the undo failed and is retried in the background: %w", out.err)
 	}
 	return nil
@@ -234,11 +258,11 @@ func (c *Client) undo(k lua.Keys, owner Owner, level string) error {
 
 // undoInBackground retries removing a level until Redis confirms it, the
 // lease it belonged to would have expired anyway, or the client closes.
-func (c *Client) undoInBackground(k lua.Keys, owner Owner, level string) {
+func (c *Client) undoInBackground(k lua.Keys, owner Owner, level string, q *lua.Waiter) {
 	giveUp := time.Now().Add(c.cfg.ttl)
 	c.goBackground(func() {
 		for delay := 10 * time.Millisecond; time.Now().Before(giveUp); delay = min(2*delay, time.Second) {
-			if _, err := lua.Abandon(c.bg, c.rdb, k, string(owner), level); err == nil || lua.IsRefusal(err) {
+			if _, err := lua.Abandon(c.bg, c.rdb, k, string(owner), level, q); err == nil || lua.IsRefusal(err) {
 				return
 			}
 			select {
@@ -252,10 +276,13 @@ func (c *Client) undoInBackground(k lua.Keys, owner Owner, level string) {
 
 // runAcquire runs the acquire script, followed by WAIT on the same
 // connection when replica acknowledgement is on; acked is the number of
-// replicas that acknowledged (0 when it is off).
-func (c *Client) runAcquire(ctx context.Context, k lua.Keys, owner Owner, level string) (a lua.Acquired, acked int, err error) {
+// replicas that acknowledged (0 when it is off). An attempt expected to
+// acquire sends both in one round trip. A waiter's poll (poll) sends WAIT
+// only once the script granted the lock: a WAIT after a poll that changed
+// nothing would still block for its whole timeout while a replica lags.
+func (c *Client) runAcquire(ctx context.Context, k lua.Keys, owner Owner, level string, q *lua.Waiter, poll bool) (a lua.Acquired, acked int, err error) {
 	if c.cfg.ackReplicas == 0 {
-		a, err = lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, level)
+		a, err = lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, level, q)
 		return a, 0, err
 	}
 	var node *redis.Client
@@ -267,8 +294,22 @@ func (c *Client) runAcquire(ctx context.Context, k lua.Keys, owner Owner, level 
 			return a, 0, err
 		}
 	}
-	a, n, err := lua.AcquireAcked(ctx, node, k, string(owner), c.cfg.ttl, level, c.cfg.ackReplicas, c.cfg.ackTimeout)
-	return a, int(n), err
+	if !poll {
+		a, n, err := lua.AcquireAcked(ctx, node, k, string(owner), c.cfg.ttl, level, q, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		return a, int(n), err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	if a, err = lua.Acquire(ctx, conn, k, string(owner), c.cfg.ttl, level, q); err != nil || !a.OK {
+		return a, 0, err
+	}
+	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
+	if err != nil {
+		// The script granted the lock; whether the replicas have it is
+		// unknown, so the caller undoes it as an outcome it cannot know.
+		return lua.Acquired{}, 0, err
+	}
+	return a, n, nil
 }
 
 // checkAckClient rejects WithReplicaAck on a client where WAIT cannot follow

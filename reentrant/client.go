@@ -48,6 +48,7 @@ type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
 	note    *notifier
+	channel string // where handoffs to this client's waiters are published
 	retries bool // the go-redis client may re-send a command on its own
 	checked atomic.Bool
 
@@ -100,13 +101,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	var b [8]byte
 	_, _ = crand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	channel := cfg.prefix + ":c:" + id
 	bg, stop := context.WithCancel(context.Background())
 	return &Client{
 		rdb:       rdb,
 		cfg:       cfg,
-		note:      newNotifier(rdb),
+		note:      newNotifier(rdb, channel),
+		channel:   channel,
 		retries:   retries(rdb),
-		reqPrefix: hex.EncodeToString(b[:]) + ":",
+		reqPrefix: id + ":",
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[ownKey]*ownership),

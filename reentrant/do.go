@@ -55,6 +55,7 @@ type State struct {
 	TTL       time.Duration // remaining lease; 0 when free, NoExpiry if the key has none
 	LastToken fence.Token   // the last token ever issued for the name; None if never
 	Levels    []string      // the IDs of the hold's levels ([Lease.ID]); nil when free
+	Waiters   int64         // Lock calls queued for the name
 }
 
 // Inspect reads name's state in one atomic step. It does not need or
@@ -79,7 +80,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 		return State{}, fmt.Errorf("reentrant: inspect %q: %w", name, err)
 	}
 	st := State{Name: name, Held: s.Owner != "", Owner: Owner(s.Owner), Depth: s.Depth, Token: s.Token,
-		LastToken: s.LastToken, Levels: s.Levels}
+		LastToken: s.LastToken, Levels: s.Levels, Waiters: s.Waiters}
 	switch {
 	case s.TTL > 0:
 		st.TTL = s.TTL

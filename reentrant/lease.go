@@ -190,7 +190,7 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		c.undoInBackground(k, owner, a.level) // a no-op once closed: the level expires after one TTL
+		c.undoInBackground(k, owner, a.level, nil) // a no-op once closed: the level expires after one TTL
 		return nil, ErrClosed
 	}
 	o := c.owns[key]
@@ -202,7 +202,7 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 		if late := time.Since(a.sent); late >= c.cfg.ttl-c.cfg.margin {
 			c.mu.Unlock()
 			return nil, errors.Join(fmt.Errorf("%w: %q: Redis answered after %v, past the lease's safe window of %v",
-				ErrNotAcquired, name, late.Round(time.Millisecond), c.cfg.ttl-c.cfg.margin), c.undo(k, owner, a.level))
+				ErrNotAcquired, name, late.Round(time.Millisecond), c.cfg.ttl-c.cfg.margin), c.undo(k, owner, a.level, nil))
 		}
 		o = c.newOwnership(key, k, a.Token, a.sent)
 		c.owns[key] = o

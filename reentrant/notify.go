@@ -2,145 +2,120 @@ package reentrant
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier multiplexes every waiting Lock of a Client over one pub/sub
-// connection, so a thousand waiters cost one connection, not a thousand.
+// notifier delivers handoff messages to the waiting Lock calls of one
+// Client. The client listens on one channel of its own, whatever the number
+// of locks and waiters: a release that hands a lock to one of its waiters
+// publishes "<level ID> <token>" there, and only that waiter wakes.
+//
+// The subscription is made by the first Lock that has to wait and kept
+// until Close. A message published while no subscription is active is lost;
+// waiters poll (see Client.pollDelay), and every confirmation of the
+// subscription (the first, and each after go-redis reconnects) wakes every
+// waiter to poll at once, so a lost message delays a handoff, never loses it.
 type notifier struct {
-	rdb redis.UniversalClient
+	rdb     redis.UniversalClient
+	channel string
 
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	chans  map[string]*chanState
-	done   chan struct{} // closed when the dispatcher exits
-	closed bool
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	waiters map[string]*waiter // by level ID
+	done    chan struct{}      // closed when the dispatcher exits
+	closed  bool
 }
 
-type chanState struct {
-	waiters map[*waiter]struct{}
-	// pending counts SUBSCRIBEs sent whose confirmation has not arrived.
-	// Only when it drops to zero while subscribed is the subscription known
-	// to be active: an earlier SUBSCRIBE's confirmation may still be in
-	// flight behind an UNSUBSCRIBE.
-	pending    int
-	subscribed bool
-	ready      chan struct{}
-}
-
-// waiter is one Lock call waiting on a channel.
+// waiter is one Lock call that may wait.
 type waiter struct {
 	n     *notifier
-	ch    string
-	ready <-chan struct{} // closed once the subscription is active
-	wake  chan struct{}   // receives when a release or resubscription happens
+	level string
+	wake  chan struct{} // receives on a handoff message or a (re)subscription
 }
 
-func newNotifier(rdb redis.UniversalClient) *notifier {
-	return &notifier{rdb: rdb, chans: make(map[string]*chanState)}
+func newNotifier(rdb redis.UniversalClient, channel string) *notifier {
+	return &notifier{rdb: rdb, channel: channel, waiters: make(map[string]*waiter)}
 }
 
-// watch registers a waiter on channel ch, subscribing if needed.
-func (n *notifier) watch(ctx context.Context, ch string) (*waiter, error) {
+// register makes a waiter for level; it sends nothing. Register before the
+// request that may queue, so that a message sent right after it finds the
+// waiter.
+func (n *notifier) register(level string) (*waiter, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return nil, ErrClosed
 	}
-	if n.ps == nil {
-		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
-		n.done = make(chan struct{})
-		go n.dispatch(n.ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
-	}
-	st := n.chans[ch]
-	if st == nil {
-		st = &chanState{waiters: make(map[*waiter]struct{})}
-		n.chans[ch] = st
-	}
-	if !st.subscribed {
-		if err := n.ps.Subscribe(ctx, ch); err != nil {
-			if len(st.waiters) == 0 && st.pending == 0 {
-				delete(n.chans, ch)
-			}
-			return nil, err
-		}
-		st.subscribed, st.ready = true, make(chan struct{})
-		st.pending++
-	}
-	w := &waiter{n: n, ch: ch, ready: st.ready, wake: make(chan struct{}, 1)}
-	st.waiters[w] = struct{}{}
+	w := &waiter{n: n, level: level, wake: make(chan struct{}, 1)}
+	n.waiters[level] = w
 	return w, nil
 }
 
-// stop unregisters w and unsubscribes when it was the channel's last waiter.
-func (w *waiter) stop() {
-	n := w.n
+// listen makes sure the client's channel is subscribed: the first call
+// starts the subscription in the background (go-redis re-subscribes after
+// a reconnect on its own). Each confirmation wakes every waiter.
+func (n *notifier) listen() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	st := n.chans[w.ch]
-	if st == nil {
+	if n.closed || n.done != nil {
 		return
 	}
-	delete(st.waiters, w)
-	if len(st.waiters) > 0 || n.closed {
+	n.done = make(chan struct{})
+	go n.run()
+}
+
+func (n *notifier) run() {
+	defer close(n.done)
+	// Subscribe dials and writes within go-redis's own timeouts, and keeps
+	// the channel to re-subscribe with even when this first attempt fails.
+	ps := n.rdb.Subscribe(context.Background(), n.channel)
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		_ = ps.Close()
 		return
 	}
-	if st.subscribed {
-		// An error here means the connection is broken; go-redis will not
-		// resubscribe a channel it was told to drop, so there is nothing to undo.
-		_ = n.ps.Unsubscribe(context.Background(), w.ch)
-		st.subscribed = false
-	}
-	if st.pending == 0 {
-		delete(n.chans, w.ch)
+	n.ps = ps
+	n.mu.Unlock()
+	n.dispatch(ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
+}
+
+// stop unregisters w.
+func (w *waiter) stop() {
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	if w.n.waiters[w.level] == w {
+		delete(w.n.waiters, w.level)
 	}
 }
 
 func (n *notifier) dispatch(msgs <-chan any) {
-	defer close(n.done)
 	for m := range msgs {
-		var ch string
+		n.mu.Lock()
 		switch m := m.(type) {
 		case *redis.Message:
-			ch = m.Channel
+			level, _, _ := strings.Cut(m.Payload, " ")
+			if w := n.waiters[level]; w != nil {
+				w.poke()
+			}
 		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
-			ch = m.Channel
-		default:
-			continue
-		}
-		n.mu.Lock()
-		if st := n.chans[ch]; st != nil {
-			if _, confirm := m.(*redis.Subscription); confirm {
-				// A confirmation also arrives after go-redis reconnects and
-				// resubscribes; a release may have been missed meanwhile, so
-				// waking the waiters to retry is right either way.
-				if st.pending > 0 {
-					st.pending--
-				}
-				if st.pending == 0 && st.subscribed {
-					select {
-					case <-st.ready:
-					default:
-						close(st.ready)
-					}
-				}
-				if !st.subscribed && st.pending == 0 && len(st.waiters) == 0 {
-					delete(n.chans, ch)
-				}
-			}
-			for w := range st.waiters {
-				select {
-				case w.wake <- struct{}{}:
-				default:
+			if m.Kind == "subscribe" {
+				for _, w := range n.waiters {
+					w.poke()
 				}
 			}
 		}
 		n.mu.Unlock()
+	}
+}
+
+func (w *waiter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -153,10 +128,12 @@ func (n *notifier) close() error {
 	n.closed = true
 	ps, done := n.ps, n.done
 	n.mu.Unlock()
-	if ps == nil {
-		return nil
+	var err error
+	if ps != nil {
+		err = ps.Close()
 	}
-	err := ps.Close()
-	<-done
+	if done != nil {
+		<-done
+	}
 	return err
 }

@@ -35,6 +35,10 @@ const (
 	// go-redis's retry of it is recognised as done. go-redis's defaults
 	// in v9.23 (5 s read timeout, 3 retries) finish within about 21 s.
 	DefaultRetryWindow = 30 * time.Second
+	// DefaultHandoffTimeout bounds how long a waiter that died (or whose
+	// handoff message was lost) can hold up the next one: see
+	// WithHandoffTimeout.
+	DefaultHandoffTimeout = time.Second
 )
 
 // Option configures a Client. An option given an out-of-range value makes
@@ -54,6 +58,7 @@ type config struct {
 	margin        time.Duration
 	marginSet     bool
 	allowEviction bool
+	handoff       time.Duration
 }
 
 func defaults() config {
@@ -63,6 +68,7 @@ func defaults() config {
 		jitter:        DefaultRetryJitter,
 		maxRetryDelay: DefaultMaxRetryDelay,
 		retryWindow:   DefaultRetryWindow,
+		handoff:       DefaultHandoffTimeout,
 	}
 }
 
@@ -146,7 +152,7 @@ func WithEvictionAllowed() Option {
 }
 
 // WithRetryJitter sets the upper bound of the random delay a waiter adds
-// before retrying after the holder's TTL ran out (default 50 ms). Zero
+// to its poll interval (default 50 ms), so waiters do not poll in step. Zero
 // disables it; it must not be negative or above one minute.
 func WithRetryJitter(d time.Duration) Option {
 	return func(c *config) error {
@@ -158,16 +164,34 @@ func WithRetryJitter(d time.Duration) Option {
 	}
 }
 
-// WithMaxRetryDelay sets the longest a waiting Lock sleeps between
-// attempts when no release is published (default 5 s). It guards against
-// a release notice lost with a dropped connection. It must be from 1 ms to
-// one hour.
+// WithMaxRetryDelay sets the longest a waiting Lock sleeps between polls
+// (default 5 s); waiters poll at least every quarter of the handoff
+// timeout anyway (see WithHandoffTimeout). It must be from 1 ms to one
+// hour.
 func WithMaxRetryDelay(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("max retry delay %v is outside [1ms, 1h]", d)
 		}
 		c.maxRetryDelay = d
+		return nil
+	}
+}
+
+// WithHandoffTimeout sets how long, at most, a waiter that died while
+// queued, or whose handoff message was lost, delays the next waiter
+// (default 1 s). A lock handed to a waiter must be claimed within half of
+// it, or it expires and passes on; waiters poll every quarter of it, which
+// is also how soon a lock whose holder died is handed on once its TTL has
+// run out. Shorter means faster recovery and more polling (each waiter
+// polls 4/d times a second). It must be a whole number of milliseconds
+// from 4 ms to one hour.
+func WithHandoffTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
+			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
+		}
+		c.handoff = d
 		return nil
 	}
 }

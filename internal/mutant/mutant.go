@@ -17,14 +17,15 @@ import (
 // another level of the hold instead of changing nothing.
 func ReplayedReleaseTakesALevel(t testing.TB) {
 	t.Helper()
-	swapRelease(t, "if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 or h[3] > 1 then",
-		`if redis.call('HDEL', KEYS[1], 'l:' .. ARGV[3]) == 0 then
-    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      if string.sub(f, 1, 2) == 'l:' then redis.call('HDEL', KEYS[1], f) break end
+	swapRelease(t, "  if not h[4] then\n    return h[3]\n  end\n",
+		`  if not h[4] then
+    if h[3] > 1 then
+      redis.call('HDEL', KEYS[1], 'l:' .. h[5][1])
+      return h[3] - 1
     end
-    return redis.call('HLEN', KEYS[1]) - 2
+    level = 'l:' .. h[5][1]
   end
-  if h[3] > 1 then`)
+`)
 }
 
 // ReleaseWithoutOwnerCheck lets anyone release a held lock: the release

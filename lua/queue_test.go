@@ -1,0 +1,240 @@
+package lua_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+)
+
+// queueRig runs the scripts for one lock with waiters that listen on
+// channels of their own.
+type queueRig struct {
+	t   *testing.T
+	ctx context.Context
+	rdb *redis.Client
+	k   lua.Keys
+	ps  *redis.PubSub
+}
+
+func newQueueRig(t *testing.T, rdb *redis.Client) *queueRig {
+	r := &queueRig{t: t, ctx: t.Context(), rdb: rdb, k: keys(t)}
+	r.ps = rdb.PSubscribe(r.ctx, r.k.Lock+":ch:*")
+	t.Cleanup(func() { _ = r.ps.Close() })
+	_, err := r.ps.Receive(r.ctx)
+	require.NoError(t, err)
+	return r
+}
+
+func (r *queueRig) waiter(owner string, claim time.Duration) *lua.Waiter {
+	return &lua.Waiter{Channel: r.k.Lock + ":ch:" + owner, Claim: claim, Queue: time.Minute}
+}
+
+func (r *queueRig) acquire(owner, level string, w *lua.Waiter) lua.Acquired {
+	r.t.Helper()
+	a, err := lua.Acquire(r.ctx, r.rdb, r.k, owner, time.Minute, level, w)
+	require.NoError(r.t, err)
+	return a
+}
+
+func (r *queueRig) release(owner string, tok fence.Token, level string) int64 {
+	r.t.Helper()
+	n, err := lua.Release(r.ctx, r.rdb, r.k, owner, tok, level, time.Minute)
+	require.NoError(r.t, err)
+	return n
+}
+
+func (r *queueRig) state() lua.State {
+	r.t.Helper()
+	st, err := lua.Inspect(r.ctx, r.rdb, r.k)
+	require.NoError(r.t, err)
+	return st
+}
+
+// message returns the next handoff message, or "" when none comes soon.
+func (r *queueRig) message() (channel, payload string) {
+	select {
+	case m := <-r.ps.Channel():
+		return m.Channel, m.Payload
+	case <-time.After(300 * time.Millisecond):
+		return "", ""
+	}
+}
+
+// A full release hands the lock to the oldest waiter, with a new token, and
+// tells that waiter alone; the waiter claims it by asking again.
+func TestReleaseHandsOffFirstComeFirstServed(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		first := r.acquire("o1", "l1", nil)
+		require.True(t, first.OK)
+		w2, w3 := r.waiter("o2", 5*time.Second), r.waiter("o3", 5*time.Second)
+		require.False(t, r.acquire("o2", "l2", w2).OK)
+		require.False(t, r.acquire("o3", "l3", w3).OK)
+		require.False(t, r.acquire("o2", "l2", w2).OK, "a waiter polling again")
+		require.EqualValues(t, 2, r.state().Waiters, "a poll must not queue twice")
+
+		require.Zero(t, r.release("o1", first.Token, "l1"))
+		ch, msg := r.message()
+		require.Equal(t, w2.Channel, ch, "only the oldest waiter is told")
+		require.Equal(t, "l2 2", msg)
+		st := r.state()
+		require.Equal(t, "o2", st.Owner, "handed over inside the release")
+		require.EqualValues(t, 2, st.Token)
+		require.Equal(t, []string{"l2"}, st.Levels)
+		require.EqualValues(t, 1, st.Waiters)
+		require.LessOrEqual(t, st.TTL, 5*time.Second, "an unclaimed handoff lasts the claim time")
+
+		// Nobody else gets in meanwhile, not even a TryLock.
+		require.False(t, r.acquire("o4", "l4", nil).OK)
+		require.Equal(t, lua.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "the claim")
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 5*time.Second, "a claim raises the expiry to the TTL")
+		require.Equal(t, lua.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "a repeated claim")
+
+		require.Zero(t, r.release("o2", 2, "l2"))
+		ch, msg = r.message()
+		require.Equal(t, w3.Channel, ch)
+		require.Equal(t, "l3 3", msg)
+		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", w3))
+		require.Zero(t, r.release("o3", 3, "l3"))
+		ch, _ = r.message()
+		require.Empty(t, ch, "no waiter, no message")
+		require.Zero(t, r.rdb.Exists(r.ctx, r.k.Lock, r.k.Queue).Val(), "free with nobody queued leaves no lock or queue key")
+	})
+}
+
+// TryLock never jumps the queue: a free lock that others wait for is handed
+// to the oldest of them instead. Reentry never queues.
+func TestQueueOrderHolds(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		w1 := r.waiter("o1", 5*time.Second)
+		held := r.acquire("o1", "l1", w1)
+		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 1}, held, "a waiter that finds it free takes it at once")
+		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, r.acquire("o1", "l1b", w1), "reentry with a waiter")
+		require.Zero(t, r.state().Waiters, "reentry never queues")
+
+		w2 := r.waiter("o2", 5*time.Second)
+		require.False(t, r.acquire("o2", "l2", w2).OK)
+		// The holder vanishes without releasing, as when its TTL runs out.
+		require.NoError(t, r.rdb.Del(r.ctx, r.k.Lock).Err())
+		require.False(t, r.acquire("o3", "l3", nil).OK, "TryLock must not take a lock someone waits for")
+		st := r.state()
+		require.Equal(t, "o2", st.Owner, "the TryLock handed the free lock to the waiter")
+		ch, msg := r.message()
+		require.Equal(t, w2.Channel, ch)
+		require.Equal(t, "l2 2", msg)
+	})
+}
+
+// A waiter that never claims (it died, or missed its message) holds the
+// lock up for its claim time only; the next waiter's poll takes it then.
+func TestUnclaimedHandoffPassesOn(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		first := r.acquire("o1", "l1", nil)
+		dead, next := r.waiter("o2", 50*time.Millisecond), r.waiter("o3", 5*time.Second)
+		require.False(t, r.acquire("o2", "l2", dead).OK)
+		require.False(t, r.acquire("o3", "l3", next).OK)
+		require.Zero(t, r.release("o1", first.Token, "l1"))
+		require.Equal(t, "o2", r.state().Owner)
+		require.False(t, r.acquire("o3", "l3", next).OK, "within the claim time the handoff stands")
+		if b.Mini != nil {
+			b.Mini.FastForward(60 * time.Millisecond)
+		} else {
+			time.Sleep(80 * time.Millisecond)
+		}
+		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", next),
+			"past the claim time the next waiter takes it, with a new token")
+		require.Zero(t, r.state().Waiters)
+		late, err := lua.Acquire(r.ctx, r.rdb, r.k, "o2", time.Minute, "l2", dead)
+		require.NoError(t, err)
+		require.False(t, late.OK, "a claim after the claim time gets nothing")
+		require.EqualValues(t, 1, r.state().Waiters, "and queues again, at the back")
+	})
+}
+
+// A waiter that gives up leaves the queue; one that gives up after the lock
+// was handed to it passes the lock on at once.
+func TestAbandonedWaiterLeavesAndHandsOn(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		first := r.acquire("o1", "l1", nil)
+		w2, w3, w4 := r.waiter("o2", 5*time.Second), r.waiter("o3", 5*time.Second), r.waiter("o4", 5*time.Second)
+		for _, w := range []struct {
+			owner, level string
+			w            *lua.Waiter
+		}{{"o2", "l2", w2}, {"o3", "l3", w3}, {"o4", "l4", w4}} {
+			require.False(t, r.acquire(w.owner, w.level, w.w).OK)
+		}
+		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2)
+		require.NoError(t, err)
+		require.False(t, undone, "a queued waiter holds no level")
+		require.EqualValues(t, 2, r.state().Waiters)
+
+		require.Zero(t, r.release("o1", first.Token, "l1"))
+		require.Equal(t, "o3", r.state().Owner, "the waiter that left is skipped")
+		undone, err = lua.Abandon(r.ctx, r.rdb, r.k, "o3", "l3", w3)
+		require.NoError(t, err)
+		require.True(t, undone, "the handed level is given back")
+		st := r.state()
+		require.Equal(t, "o4", st.Owner, "and the lock handed on at once")
+		require.EqualValues(t, 3, st.Token)
+		require.Zero(t, st.Waiters)
+	})
+}
+
+// A queue key this library did not write is refused, and nothing changes:
+// not the queue, and not the lock a release would have freed.
+func TestForeignQueueRefused(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		for i, plant := range []func(key string) error{
+			func(key string) error { return rdb.Set(ctx, key, "x", 0).Err() },
+			func(key string) error { return rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "no fields"}).Err() },
+		} {
+			r := newQueueRig(t, rdb)
+			held := r.acquire("o1", "l1", nil)
+			require.NoError(t, plant(r.k.Queue))
+			before := snapshot(t, rdb, r.k.Queue)
+			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", time.Minute)
+			require.ErrorIs(t, err, lua.ErrForeign)
+			require.ErrorContains(t, err, r.k.Queue)
+			require.Equal(t, "o1", rdb.HGet(ctx, r.k.Lock, "owner").Val(), "a refused release frees nothing")
+			if i == 0 {
+				_, err = lua.Inspect(ctx, rdb, r.k)
+				require.ErrorIs(t, err, lua.ErrForeign, "inspect refuses a queue of another type too")
+			}
+			require.Equal(t, before, snapshot(t, rdb, r.k.Queue))
+		}
+	})
+}
+
+// Nobody waiting, nobody told: the uncontended path publishes nothing.
+func TestNoMessageWithoutWaiters(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		ps := r.rdb.PSubscribe(r.ctx, "*")
+		defer ps.Close()
+		_, err := ps.Receive(r.ctx)
+		require.NoError(t, err)
+		for i := range 3 {
+			a := r.acquire("o", "l", nil)
+			require.EqualValues(t, i+1, a.Token)
+			r.acquire("o", "l2", nil)
+			require.EqualValues(t, 1, r.release("o", a.Token, "l2"))
+			require.Zero(t, r.release("o", a.Token, "l"))
+		}
+		select {
+		case m := <-ps.Channel():
+			t.Fatalf("published %q on %s with nobody waiting", m.Payload, m.Channel)
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
+}

@@ -1,0 +1,219 @@
+package reentrant_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// queued waits until name has n waiters.
+func queued(t *testing.T, c *reentrant.Client, name string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := c.Inspect(t.Context(), name)
+		return err == nil && st.Waiters == n
+	}, 10*time.Second, 2*time.Millisecond, "waiting for %d waiters on %q", n, name)
+}
+
+// Waiters of two clients get the lock in the order they queued, and one
+// client's waiters share one subscription.
+func TestFIFOAcrossClients(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		pfx := testenv.Unique(t)
+		own := reentrant.WithPrefix(pfx)
+		clients := []*reentrant.Client{newClient(t, b.Client, own), newClient(t, b.Client, own)}
+		name := "fifo"
+		held, err := clients[0].Lock(t.Context(), name)
+		require.NoError(t, err)
+
+		const waiters = 12
+		order := make(chan int, waiters)
+		errs := make(chan error, waiters)
+		for i := range waiters {
+			go func() {
+				l, err := clients[i%2].Lock(t.Context(), name)
+				if err != nil {
+					errs <- err
+					return
+				}
+				order <- i
+				errs <- l.Unlock(context.Background())
+			}()
+			queued(t, clients[0], name, int64(i+1))
+		}
+		// Two clients, two subscriptions: each client listens on one
+		// channel of its own, however many of its calls wait.
+		chans := b.Client.PubSubChannels(t.Context(), "*:c:*").Val()
+		var mine []string
+		for _, ch := range chans {
+			if strings.HasPrefix(ch, pfx+":c:") {
+				mine = append(mine, ch)
+			}
+		}
+		require.Len(t, mine, 2, "one channel per client: %v", chans)
+		for _, ch := range mine {
+			require.EqualValues(t, 1, b.Client.PubSubNumSub(t.Context(), ch).Val()[ch])
+		}
+
+		require.NoError(t, held.Unlock(t.Context()))
+		for i := range waiters {
+			require.NoError(t, <-errs)
+			require.Equal(t, i, <-order, "served out of order")
+		}
+	})
+}
+
+// A waiter whose context ends leaves the queue at once; the next waiter
+// is not held up by it.
+func TestCancelledWaiterLeavesQueue(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithHandoffTimeout(4*slow))
+		name := testenv.Unique(t)
+		held, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		gone := make(chan error, 1)
+		go func() { _, err := c.Lock(ctx, name); gone <- err }()
+		queued(t, c, name, 1)
+		next := make(chan *reentrant.Lease, 1)
+		go func() {
+			l, err := c.Lock(t.Context(), name)
+			if assertNoErr(t, err) {
+				next <- l
+			}
+		}()
+		queued(t, c, name, 2)
+		cancel()
+		require.ErrorIs(t, <-gone, reentrant.ErrNotAcquired)
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Waiters, "the cancelled waiter must be gone when Lock returns")
+
+		start := time.Now()
+		require.NoError(t, held.Unlock(t.Context()))
+		l := <-next
+		require.Less(t, time.Since(start), slow, "the remaining waiter was not handed the lock")
+		require.Equal(t, held.Token()+1, l.Token(), "the handoff takes the next token")
+	})
+}
+
+// Reentry never queues, even behind waiters; TryLock never jumps them.
+func TestReentryAndTryLockWhileOthersWait(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client)
+		name := testenv.Unique(t)
+		held, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		got := make(chan *reentrant.Lease, 1)
+		go func() {
+			l, err := c.Lock(t.Context(), name)
+			if assertNoErr(t, err) {
+				got <- l
+			}
+		}()
+		queued(t, c, name, 1)
+
+		inner, err := c.TryLock(held.Context(), name)
+		require.NoError(t, err, "the holder reenters past the queue")
+		require.EqualValues(t, 2, inner.Depth())
+		require.NoError(t, inner.Unlock(t.Context()))
+		require.NoError(t, held.Unlock(t.Context()))
+		_, err = c.TryLock(t.Context(), name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "a TryLock right after the release must not take the waiter's turn")
+		l := <-got
+		require.Equal(t, held.Token()+1, l.Token())
+		require.NoError(t, l.Unlock(t.Context()))
+	})
+}
+
+const helperWaiterVar = "REDFENCE_HELPER_WAITER"
+
+// TestHelperWaiterProcess is not a test: run by TestDeadWaiterDelaysNextByAtMostTheBound
+// as a child process, it queues for a lock and waits until it is killed.
+func TestHelperWaiterProcess(t *testing.T) {
+	spec := os.Getenv(helperWaiterVar)
+	if spec == "" {
+		t.Skip("helper process for TestDeadWaiterDelaysNextByAtMostTheBound")
+	}
+	addr, rest, _ := strings.Cut(spec, "|")
+	pfx, name, _ := strings.Cut(rest, "|")
+	c, err := reentrant.New(redis.NewClient(&redis.Options{Addr: addr}), reentrant.WithPrefix(pfx))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	_, err = c.Lock(context.Background(), name)
+	fmt.Fprintln(os.Stderr, "helper waiter: Lock returned", err)
+	select {} // hold whatever it got until killed
+}
+
+// A waiter process SIGKILLed while queued, or frozen and then killed after
+// the lock was handed to it, delays the next waiter by about the handoff
+// timeout (1 s by default), never by a TTL (30 s here).
+func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	for _, when := range []string{"queued", "handed"} {
+		t.Run(when, func(t *testing.T) {
+			rdb := testenv.Redis(t)
+			pfx := testenv.Unique(t)
+			c := newClient(t, rdb, reentrant.WithPrefix(pfx))
+			name := "dead-waiter"
+			held, err := c.Lock(t.Context(), name)
+			require.NoError(t, err)
+
+			child := exec.Command(os.Args[0], "-test.run=^TestHelperWaiterProcess$", "-test.count=1")
+			child.Env = append(os.Environ(), helperWaiterVar+"="+addr+"|"+pfx+"|"+name)
+			child.Stderr = os.Stderr
+			require.NoError(t, child.Start())
+			t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+			queued(t, c, name, 1)
+
+			next := make(chan time.Time, 1)
+			go func() {
+				l, err := c.Lock(t.Context(), name)
+				if assertNoErr(t, err) {
+					next <- time.Now()
+					_ = l.Unlock(context.Background())
+				}
+			}()
+			queued(t, c, name, 2)
+
+			var start time.Time
+			switch when {
+			case "queued":
+				require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+				start = time.Now()
+				require.NoError(t, held.Unlock(t.Context()))
+			case "handed":
+				// Frozen, it cannot claim the lock handed to it; then killed.
+				require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
+				require.NoError(t, held.Unlock(t.Context()))
+				start = time.Now()
+				st, err := c.Inspect(t.Context(), name)
+				require.NoError(t, err)
+				require.True(t, st.Held && st.Owner != held.Owner(), "the lock must be handed to the frozen waiter: %+v", st)
+				require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+			}
+			select {
+			case got := <-next:
+				delay := got.Sub(start)
+				t.Logf("next waiter got the lock %v after the dead one's turn began", delay.Round(time.Millisecond))
+				require.Less(t, delay, reentrant.DefaultHandoffTimeout+time.Second,
+					"a dead waiter may delay the next by about the handoff timeout, not a TTL")
+			case <-time.After(reentrant.DefaultTTL):
+				t.Fatal("the next waiter never got the lock")
+			}
+		})
+	}
+}
