@@ -48,6 +48,7 @@ type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
 	note    *notifier
+	ren     *renewer
 	retries bool // the go-redis client may re-send a command on its own
 	checked atomic.Bool
 
@@ -101,7 +102,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	bg, stop := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		rdb:       rdb,
 		cfg:       cfg,
 		note:      newNotifier(rdb),
@@ -110,7 +111,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[ownKey]*ownership),
-	}, nil
+	}
+	c.ren = newRenewer(c)
+	return c, nil
 }
 
 // TTL returns the lease duration of this client's locks.
