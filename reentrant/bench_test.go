@@ -2,6 +2,7 @@ package reentrant_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -68,6 +69,32 @@ func BenchmarkTryLockHeld(b *testing.B) {
 			b.Fatal("acquired a held lock")
 		}
 	}
+}
+
+// BenchmarkRenew10k is one renewal of 10,000 held leases: the batch the
+// renewer sends when all of them fall due in one tick, as one pipeline.
+// ns/renewal is the whole cost (client and server) of keeping one lease
+// alive once per renew interval.
+func BenchmarkRenew10k(b *testing.B) {
+	const n = 10_000
+	// A long TTL keeps the background renewer out of the figures.
+	c, err := reentrant.New(testenv.Redis(b), reentrant.WithPrefix(prefix), reentrant.WithTTL(10*time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	base, ctx := testenv.Unique(b), b.Context()
+	for i := range n {
+		if _, err := c.Lock(ctx, base+"-"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if got := reentrant.RenewAllNow(c); got != n {
+			b.Fatalf("renewed %d leases, want %d", got, n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/renewal")
 }
 
 // benchClient returns a client of the real Redis without renewal (no

@@ -49,6 +49,7 @@ type Client struct {
 	cfg     config
 	note    *notifier
 	channel string // where handoffs to this client's waiters are published
+	ren     *renewer
 	retries bool // the go-redis client may re-send a command on its own
 	checked atomic.Bool
 
@@ -104,7 +105,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	id := hex.EncodeToString(b[:])
 	channel := cfg.prefix + ":c:" + id
 	bg, stop := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		rdb:       rdb,
 		cfg:       cfg,
 		note:      newNotifier(rdb, channel),
@@ -114,7 +115,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[ownKey]*ownership),
-	}, nil
+	}
+	c.ren = newRenewer(c)
+	return c, nil
 }
 
 // TTL returns the lease duration of this client's locks.

@@ -100,6 +100,10 @@ func WithTTL(d time.Duration) Option {
 // WithRenewInterval sets how often a held lock's lease is renewed
 // (default TTL/3). It must be positive and shorter than the TTL less the
 // safety margin; the default leaves room for two attempts.
+//
+// One goroutine per Client renews every lease, in one pipeline per Redis
+// node per tick; it ticks every quarter of the interval (at least 1 ms), so
+// a renewal may be sent up to a quarter interval early, never late.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

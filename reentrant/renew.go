@@ -6,132 +6,149 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/lua"
 )
 
-// ownership is this process's record of one ownership of one lock: the
-// leases that share its token, the local timer that decides loss, and the
-// renewal that keeps it alive. It ends (ctx cancelled) when the lock is
-// released or lost, when the Client closes, or when every lease of it in
-// this process has been unlocked; renewal stops then.
-type ownership struct {
-	c      *Client
-	key    ownKey
-	keys   lua.Keys
-	token  fence.Token
-	refs   int // live leases; guarded by c.mu
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+// minTick bounds the renewer's tick below, so that a tiny renew interval
+// does not make it spin.
+const minTick = time.Millisecond
 
-	mu       sync.Mutex
-	deadline time.Time   // sent time of the last confirmation + TTL - margin
-	timer    *time.Timer // fires at deadline
-	lastErr  error       // the last renewal's error, for the loss's cause
+// renewer keeps every ownership of one Client alive: one goroutine that,
+// each tick, sends one pipeline carrying the renewal of every ownership
+// whose renewal is due, so that 10,000 held locks cost about one round trip
+// per Redis node per tick instead of 10,000 goroutines and round trips.
+//
+// An ownership is due renew after its acquisition or its last renewal
+// attempt, and is picked at the last tick at or before that: up to one tick
+// early, never late (scheduling aside). Since New refuses a renew interval
+// of TTL - margin or more, some attempt is always sent before the local
+// deadline. The renewer only ever shortens the wait; loss stays with each
+// ownership's timer, which needs no reply.
+//
+// The goroutine runs while some ownership is registered: it starts with the
+// first and exits at the first tick that finds none, or when the Client
+// closes.
+type renewer struct {
+	c    *Client
+	tick time.Duration
+
+	mu      sync.Mutex
+	owns    map[*ownership]struct{}
+	running bool
 }
 
-// newOwnership starts the local timer and, when on, the renewal. Called
-// with c.mu held and c not closed.
-func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time.Time) *ownership {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	o := &ownership{c: c, key: key, keys: k, token: tok, ctx: ctx, cancel: cancel,
-		deadline: sent.Add(c.cfg.ttl - c.cfg.margin)}
-	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
-	// retries can hold a renewal call far past the lease.
-	o.timer = time.AfterFunc(time.Until(o.deadline), o.expire)
-	context.AfterFunc(ctx, func() { o.timer.Stop() })
-	if c.cfg.renew > 0 {
-		c.wg.Go(o.renew)
-	}
-	return o
+func newRenewer(c *Client) *renewer {
+	return &renewer{c: c, tick: max(c.cfg.renew/4, minTick), owns: make(map[*ownership]struct{})}
 }
 
-func (o *ownership) end(cause error) { o.cancel(cause) }
-
-// confirm records that Redis extended the lease to at least ttl from sent
-// (a renewal, an Extend, a reentry): the local deadline moves to
-// sent + ttl - margin, never back.
-func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
-	d := sent.Add(ttl - o.c.cfg.margin)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ctx.Err() != nil || !d.After(o.deadline) {
-		return
-	}
-	o.deadline = d
-	o.timer.Reset(time.Until(d))
-}
-
-// expire ends the ownership when its deadline has passed; a timer that
-// fired just before a confirmation moved the deadline is re-armed.
-func (o *ownership) expire() {
-	o.mu.Lock()
-	left := time.Until(o.deadline)
-	if left > 0 {
-		o.timer.Reset(left)
-		o.mu.Unlock()
-		return
-	}
-	err := o.lastErr
-	o.mu.Unlock()
-	cause := fmt.Errorf("%w: %q token %d: no renewal confirmed within the TTL less the %v safety margin",
-		ErrLost, o.key.name, o.token, o.c.cfg.margin)
-	if err != nil {
-		cause = fmt.Errorf("%w; last renewal: %w", cause, err)
-	}
-	o.end(cause)
-}
-
-// dropRef forgets one lease of o once that lease has ended; the last one
-// ends o and its renewal. When the lock is still held in Redis at that point
-// (its other levels belong to the same owner elsewhere), it expires after at
-// most one TTL unless renewed there.
-func (c *Client) dropRef(o *ownership) {
-	c.mu.Lock()
-	o.refs--
-	last := o.refs == 0
-	if last && c.owns[o.key] == o {
-		delete(c.owns, o.key)
-	}
-	c.mu.Unlock()
-	if last {
-		o.end(ErrReleased)
+// add registers o, whose lease was sent at sent. Called with c.mu held and
+// c not closed, so the goroutine it may start is one Close waits for.
+func (r *renewer) add(o *ownership, sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o.next = sent.Add(r.c.cfg.renew)
+	r.owns[o] = struct{}{}
+	if !r.running {
+		r.running = true
+		r.c.wg.Go(r.run)
 	}
 }
 
-// renew extends the lease every renew interval until the ownership ends.
-// It ends the ownership when Redis says it is gone; a renewal that fails or
-// hangs changes nothing, and the local timer ends the ownership if no
-// renewal is confirmed in time.
-func (o *ownership) renew() {
-	cfg := o.c.cfg
-	t := time.NewTicker(cfg.renew)
+func (r *renewer) run() {
+	t := time.NewTicker(r.tick)
 	defer t.Stop()
 	for {
 		select {
-		case <-o.ctx.Done():
+		case <-r.c.bg.Done():
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(o.ctx, cfg.renew)
-		ok, err := lua.Extend(ctx, o.c.rdb, o.keys, string(o.key.owner), o.token, cfg.ttl)
-		cancel()
+		batch, idle := r.due(time.Now())
+		if idle {
+			return
+		}
+		if len(batch) > 0 {
+			r.send(batch)
+		}
+	}
+}
+
+// due takes the ownerships whose renewal falls before the next tick and
+// that have no renewal in flight, and marks them in flight. It forgets
+// ended ownerships, and reports idle, stopping the renewer, when none is
+// left.
+func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	horizon := now.Add(r.tick)
+	for o := range r.owns {
 		switch {
 		case o.ctx.Err() != nil:
-			return
-		case err == nil && ok:
-			o.confirm(sent, cfg.ttl)
-		case err == nil:
-			o.end(fmt.Errorf("%w: %q token %d: renewal found it expired or taken by another ownership", ErrLost, o.key.name, o.token))
-			return
-		case lua.IsRefusal(err):
-			o.end(fmt.Errorf("%w: %q token %d: renewal refused: %w", ErrLost, o.key.name, o.token, err))
-			return
+			delete(r.owns, o)
+		case o.inflight || o.next.After(horizon):
 		default:
-			o.mu.Lock()
-			o.lastErr = err
-			o.mu.Unlock()
+			o.inflight = true
+			o.next = now.Add(r.c.cfg.renew)
+			batch = append(batch, o)
 		}
+	}
+	if len(r.owns) == 0 {
+		r.running = false
+		return nil, true
+	}
+	return batch, false
+}
+
+// send renews batch, waiting for the replies at most half a tick: a
+// go-redis client without ContextTimeoutEnabled ignores deadlines on reads,
+// and a frozen server must not hold back the renewals of ownerships taken
+// meanwhile. A batch still in flight then settles in the background, and
+// its ownerships are not sent again until it has.
+func (r *renewer) send(batch []*ownership) {
+	wait, cancel := context.WithTimeout(r.c.bg, r.tick/2)
+	defer cancel()
+	bounded(r.c, wait, 0, func(context.Context) (struct{}, error) {
+		r.renew(batch)
+		return struct{}{}, nil
+	}, nil)
+}
+
+// renew sends the batch's renewals and applies the replies. The call's own
+// context is bounded by the renew interval, as a single renewal's was.
+func (r *renewer) renew(batch []*ownership) {
+	cfg := r.c.cfg
+	ctx, cancel := context.WithTimeout(r.c.bg, cfg.renew)
+	defer cancel()
+	reqs := make([]lua.ExtendReq, len(batch))
+	for i, o := range batch {
+		reqs[i] = lua.ExtendReq{Keys: o.keys, Owner: string(o.key.owner), Token: o.token}
+	}
+	res := lua.ExtendBatch(ctx, r.c.rdb, reqs, cfg.ttl)
+	for i, o := range batch {
+		o.renewed(res[i])
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, o := range batch {
+		o.inflight = false
+	}
+}
+
+// renewed applies one renewal's outcome. Redis saying the ownership is gone,
+// or refusing the key as foreign, ends it; any other error changes nothing
+// but is kept for the cause of a later loss by the timer.
+func (o *ownership) renewed(r lua.ExtendResult) {
+	switch {
+	case o.ctx.Err() != nil:
+	case r.Err == nil && r.Held:
+		o.confirm(r.Sent, o.c.cfg.ttl)
+	case r.Err == nil:
+		o.end(fmt.Errorf("%w: %q token %d: renewal found it expired or taken by another ownership", ErrLost, o.key.name, o.token))
+	case lua.IsRefusal(r.Err):
+		o.end(fmt.Errorf("%w: %q token %d: renewal refused: %w", ErrLost, o.key.name, o.token, r.Err))
+	default:
+		o.mu.Lock()
+		o.lastErr = r.Err
+		o.mu.Unlock()
 	}
 }

@@ -1,0 +1,20 @@
+package reentrant
+
+// RenewAllNow sends one renewal of every live ownership of c that has none
+// in flight, in one batch, waits for the replies and applies them; it
+// returns the batch's size. For benchmarks: the background renewer sends
+// the same batches, a tick at a time.
+func RenewAllNow(c *Client) int {
+	r := c.ren
+	r.mu.Lock()
+	var batch []*ownership
+	for o := range r.owns {
+		if o.ctx.Err() == nil && !o.inflight {
+			o.inflight = true
+			batch = append(batch, o)
+		}
+	}
+	r.mu.Unlock()
+	r.renew(batch)
+	return len(batch)
+}

@@ -1,0 +1,104 @@
+package reentrant
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// ownership is this process's record of one ownership of one lock: the
+// leases that share its token, the local timer that decides loss, and what
+// the client's renewer needs to keep it alive. It ends (ctx cancelled) when
+// the lock is released or lost, when the Client closes, or when every lease
+// of it in this process has been unlocked; renewal stops then.
+type ownership struct {
+	c      *Client
+	key    ownKey
+	keys   lua.Keys
+	token  fence.Token
+	refs   int // live leases; guarded by c.mu
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time   // sent time of the last confirmation + TTL - margin
+	timer    *time.Timer // fires at deadline
+	lastErr  error       // the last renewal's error, for the loss's cause
+
+	// Renewal bookkeeping, guarded by c.ren.mu.
+	next     time.Time // when the next renewal is due
+	inflight bool      // a renewal was sent and has not returned
+}
+
+// newOwnership starts the local timer and, when on, hands the ownership to
+// the client's renewer. Called with c.mu held and c not closed.
+func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time.Time) *ownership {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	o := &ownership{c: c, key: key, keys: k, token: tok, ctx: ctx, cancel: cancel,
+		deadline: sent.Add(c.cfg.ttl - c.cfg.margin)}
+	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
+	// retries can hold a renewal call far past the lease.
+	o.timer = time.AfterFunc(time.Until(o.deadline), o.expire)
+	context.AfterFunc(ctx, func() { o.timer.Stop() })
+	if c.cfg.renew > 0 {
+		c.ren.add(o, sent)
+	}
+	return o
+}
+
+func (o *ownership) end(cause error) { o.cancel(cause) }
+
+// confirm records that Redis extended the lease to at least ttl from sent
+// (a renewal, an Extend, a reentry): the local deadline moves to
+// sent + ttl - margin, never back.
+func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
+	d := sent.Add(ttl - o.c.cfg.margin)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ctx.Err() != nil || !d.After(o.deadline) {
+		return
+	}
+	o.deadline = d
+	o.timer.Reset(time.Until(d))
+}
+
+// expire ends the ownership when its deadline has passed; a timer that
+// fired just before a confirmation moved the deadline is re-armed.
+func (o *ownership) expire() {
+	o.mu.Lock()
+	left := time.Until(o.deadline)
+	if left > 0 {
+		o.timer.Reset(left)
+		o.mu.Unlock()
+		return
+	}
+	err := o.lastErr
+	o.mu.Unlock()
+	cause := fmt.Errorf("%w: %q token %d: no renewal confirmed within the TTL less the %v safety margin",
+		ErrLost, o.key.name, o.token, o.c.cfg.margin)
+	if err != nil {
+		cause = fmt.Errorf("%w; last renewal: %w", cause, err)
+	}
+	o.end(cause)
+}
+
+// dropRef forgets one lease of o once that lease has ended; the last one
+// ends o, and the renewer drops it at its next tick. When the lock is still held in Redis at that point
+// (its other levels belong to the same owner elsewhere), it expires after at
+// most one TTL unless renewed there.
+func (c *Client) dropRef(o *ownership) {
+	c.mu.Lock()
+	o.refs--
+	last := o.refs == 0
+	if last && c.owns[o.key] == o {
+		delete(c.owns, o.key)
+	}
+	c.mu.Unlock()
+	if last {
+		o.end(ErrReleased)
+	}
+}
