@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +33,19 @@ type lockModel struct {
 	last  fence.Token
 }
 
+// waiterRec is a Lock call waiting in the lock's queue, in a goroutine of
+// its own; res receives its outcome.
+type waiterRec struct {
+	owner  int
+	cancel context.CancelFunc
+	res    chan waitResult
+}
+
+type waitResult struct {
+	lease *reentrant.Lease
+	err   error
+}
+
 type leaseRec struct {
 	owner    int
 	lease    *reentrant.Lease
@@ -47,7 +62,9 @@ type lockMachine struct {
 	name   string
 	owners []context.Context
 	leases []*leaseRec
+	queue  []*waiterRec // the model's queue, oldest first
 	m      lockModel
+	hist   []string // what the case did, for a failure's message
 }
 
 func newLockMachine(t *rapid.T, b testenv.Backend, c *reentrant.Client, owners int) *lockMachine {
@@ -103,6 +120,7 @@ func (lm *lockMachine) acquire(t *rapid.T, try bool) {
 		t.Fatalf("lease depth %d, model %d", l.Depth(), lm.m.depth)
 	}
 	lm.leases = append(lm.leases, &leaseRec{owner: o, lease: l, live: true})
+	lm.hist = append(lm.hist, fmt.Sprintf("  acquired owner %d try=%v token %d depth %d level %s", o, try, l.Token(), l.Depth(), l.ID()))
 }
 
 func (lm *lockMachine) pick(t *rapid.T) *leaseRec {
@@ -115,6 +133,7 @@ func (lm *lockMachine) pick(t *rapid.T) *leaseRec {
 func (lm *lockMachine) unlock(t *rapid.T) {
 	r := lm.pick(t)
 	err := r.lease.Unlock(context.Background())
+	lm.hist = append(lm.hist, fmt.Sprintf("  unlock owner %d token %d level %s: %v", r.owner, r.lease.Token(), r.lease.ID(), err))
 	if !r.live {
 		if !errors.Is(err, reentrant.ErrNotHeld) {
 			t.Fatalf("Unlock of a dead lease: %v, want ErrNotHeld", err)
@@ -127,6 +146,7 @@ func (lm *lockMachine) unlock(t *rapid.T) {
 	r.live, r.released = false, true
 	if lm.m.depth--; lm.m.depth == 0 {
 		lm.m.owner, lm.m.token = -1, fence.None
+		lm.handOff(t)
 	}
 }
 
@@ -169,11 +189,15 @@ func (lm *lockMachine) replay(t *rapid.T) {
 // real Redis is told to expire the key in 1 ms, and does so by itself.
 func (lm *lockMachine) expire(t *rapid.T) {
 	if lm.b.Mini != nil {
-		lm.b.Mini.FastForward(2 * time.Minute)
+		// Past the lease, and short of the queue's own expiry.
+		lm.b.Mini.FastForward(time.Minute + time.Second)
 	} else {
-		k := lua.KeysFor(propPrefix, lm.name).Lock
-		lm.b.Client.PExpire(context.Background(), k, time.Millisecond)
-		for lm.b.Client.Exists(context.Background(), k).Val() == 1 {
+		// A waiter may take the lock the moment it expires, so wait for
+		// this ownership's key to go, not for the key to be absent.
+		ctx, k := context.Background(), lua.KeysFor(propPrefix, lm.name).Lock
+		tok := lm.b.Client.HGet(ctx, k, "token").Val()
+		lm.b.Client.PExpire(ctx, k, time.Millisecond)
+		for tok != "" && lm.b.Client.HGet(ctx, k, "token").Val() == tok {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -181,6 +205,112 @@ func (lm *lockMachine) expire(t *rapid.T) {
 		r.live = false
 	}
 	lm.m.owner, lm.m.depth, lm.m.token = -1, 0, fence.None
+	lm.handOff(t)
+}
+
+// wait starts a Lock by an owner that neither holds the lock nor waits for
+// it, while another owner holds it: the call joins the queue.
+func (lm *lockMachine) wait(t *rapid.T) {
+	if lm.m.owner == -1 {
+		t.Skip("free: Lock would not wait")
+	}
+	var idle []int
+	for o := range lm.owners {
+		if o != lm.m.owner && !slices.ContainsFunc(lm.queue, func(w *waiterRec) bool { return w.owner == o }) {
+			idle = append(idle, o)
+		}
+	}
+	if len(idle) == 0 {
+		t.Skip("every other owner waits already")
+	}
+	o := rapid.SampledFrom(idle).Draw(t, "waiter")
+	ctx, cancel := context.WithCancel(lm.owners[o])
+	w := &waiterRec{owner: o, cancel: cancel, res: make(chan waitResult, 1)}
+	go func() {
+		l, err := lm.c.Lock(ctx, lm.name)
+		w.res <- waitResult{l, err}
+	}()
+	lm.queue = append(lm.queue, w)
+	lm.awaitWaiters(t)
+}
+
+// leave ends a waiter's context: its Lock fails and it leaves the queue.
+func (lm *lockMachine) leave(t *rapid.T) {
+	if len(lm.queue) == 0 {
+		t.Skip("nobody waits")
+	}
+	i := rapid.IntRange(0, len(lm.queue)-1).Draw(t, "leaving waiter")
+	w := lm.queue[i]
+	lm.hist = append(lm.hist, fmt.Sprintf("  leave owner %d", w.owner))
+	lm.queue = slices.Delete(lm.queue, i, i+1)
+	w.cancel()
+	if r := lm.result(t, w); !errors.Is(r.err, reentrant.ErrNotAcquired) {
+		t.Fatalf("a waiter whose context ended got %v, want ErrNotAcquired", r.err)
+	}
+	lm.awaitWaiters(t)
+}
+
+// handOff is what the model does when the lock becomes free: the oldest
+// waiter gets it, with the next token, at depth 1.
+func (lm *lockMachine) handOff(t *rapid.T) {
+	if len(lm.queue) == 0 {
+		return
+	}
+	w := lm.queue[0]
+	lm.queue = lm.queue[1:]
+	r := lm.result(t, w)
+	if r.err != nil {
+		t.Fatalf("the oldest waiter (owner %d) got %v, want the lock", w.owner, r.err)
+	}
+	if r.lease.Token() != lm.m.last+1 || r.lease.Depth() != 1 || r.lease.Owner() != mustOwner(lm.owners[w.owner]) {
+		t.Fatalf("handoff gave owner %s token %d depth %d; want owner %d token %d depth 1",
+			r.lease.Owner(), r.lease.Token(), r.lease.Depth(), w.owner, lm.m.last+1)
+	}
+	lm.m = lockModel{owner: w.owner, depth: 1, token: r.lease.Token(), last: r.lease.Token()}
+	lm.hist = append(lm.hist, fmt.Sprintf("  handoff owner %d token %d level %s", w.owner, r.lease.Token(), r.lease.ID()))
+	lm.leases = append(lm.leases, &leaseRec{owner: w.owner, lease: r.lease, live: true})
+	lm.awaitWaiters(t)
+}
+
+// result waits for a waiter's outcome: it comes within a few polls (10 ms
+// each), so 3 s means it never will.
+func (lm *lockMachine) result(t *rapid.T, w *waiterRec) waitResult {
+	select {
+	case r := <-w.res:
+		return r
+	case <-time.After(3 * time.Second):
+		st, err := lm.c.Inspect(context.Background(), lm.name)
+		q := lm.b.Client.ZRange(context.Background(), lua.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		t.Fatalf("owner %d's Lock did not return; state %+v (%v), queue %q", w.owner, st, err, q)
+		return waitResult{}
+	}
+}
+
+// awaitWaiters waits until Redis's queue has the model's length: a Lock
+// call queues, and a leaving one dequeues, a little after it starts or
+// ends.
+func (lm *lockMachine) awaitWaiters(t *rapid.T) {
+	var st reentrant.State
+	for range 1000 {
+		var err error
+		if st, err = lm.c.Inspect(context.Background(), lm.name); err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == int64(len(lm.queue)) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%d waiters queued, model %d", st.Waiters, len(lm.queue))
+}
+
+// stop ends every waiter still queued when a case ends.
+func (lm *lockMachine) stop() {
+	for _, w := range lm.queue {
+		w.cancel()
+		<-w.res
+	}
+	lm.queue = nil
 }
 
 func (lm *lockMachine) check(t *rapid.T) {
@@ -190,13 +320,17 @@ func (lm *lockMachine) check(t *rapid.T) {
 	}
 	held := lm.m.owner != -1
 	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || st.LastToken != lm.m.last {
-		t.Fatalf("state %+v, model %+v", st, lm.m)
+		q := lm.b.Client.ZRange(context.Background(), lua.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		t.Fatalf("state %+v, model %+v, queue %q\nHIST %s", st, lm.m, q, strings.Join(lm.hist, "\nHIST "))
 	}
 	if held && st.Owner != mustOwner(lm.owners[lm.m.owner]) {
 		t.Fatalf("owner %s, model owner %d", st.Owner, lm.m.owner)
 	}
 	if held && st.TTL <= 0 {
 		t.Fatalf("a held lock must carry a TTL, has %v", st.TTL)
+	}
+	if st.Waiters != int64(len(lm.queue)) {
+		t.Fatalf("%d waiters queued, model %d", st.Waiters, len(lm.queue))
 	}
 }
 
@@ -208,21 +342,34 @@ func mustOwner(ctx context.Context) reentrant.Owner {
 func lockMachineBody(b testenv.Backend, c *reentrant.Client) func(*rapid.T) {
 	return func(t *rapid.T) {
 		lm := newLockMachine(t, b, c, rapid.IntRange(1, 4).Draw(t, "owners"))
+		defer lm.stop()
+		w := func(n string, f func(*rapid.T)) func(*rapid.T) {
+			return func(t *rapid.T) {
+				lm.hist = append(lm.hist, fmt.Sprintf("%s model-before %+v q%d", n, lm.m, len(lm.queue)))
+				f(t)
+			}
+		}
 		t.Repeat(map[string]func(*rapid.T){
-			"lock":    func(t *rapid.T) { lm.acquire(t, false) },
-			"trylock": func(t *rapid.T) { lm.acquire(t, true) },
-			"unlock":  lm.unlock,
-			"extend":  lm.extend,
-			"replay":  lm.replay,
-			"expire":  lm.expire,
+			"wait":    w("wait", lm.wait),
+			"leave":   w("leave", lm.leave),
+			"lock":    w("lock", func(t *rapid.T) { lm.acquire(t, false) }),
+			"trylock": w("trylock", func(t *rapid.T) { lm.acquire(t, true) }),
+			"unlock":  w("unlock", lm.unlock),
+			"extend":  w("extend", lm.extend),
+			"replay":  w("replay", lm.replay),
+			"expire":  w("expire", lm.expire),
 			"":        lm.check,
 		})
 	}
 }
 
 func propClient(t *testing.T, b testenv.Backend) *reentrant.Client {
+	// Waiters poll every 10 ms, which is how they find a lock that expired;
+	// a handed lock waits for its claim as long as the case may need.
 	c, err := reentrant.New(b.Client, reentrant.WithPrefix(propPrefix),
-		reentrant.WithTTL(time.Minute), reentrant.WithoutRenewal())
+		reentrant.WithTTL(time.Minute), reentrant.WithoutRenewal(),
+		reentrant.WithHandoffTimeout(40*time.Second), reentrant.WithMaxRetryDelay(10*time.Millisecond),
+		reentrant.WithRetryJitter(2*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -249,6 +396,18 @@ func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
 	rec := mustFail(t, "MutantReleaseWithoutOwnerCheck")
 	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
 	require.True(t, rec.failed, "the state machine accepted a release that skips the owner check")
+}
+
+// TestLockPropertiesCatchUnfairHandoff plants a release that hands the lock
+// to the newest waiter instead of the oldest: the machine must notice.
+func TestLockPropertiesCatchUnfairHandoff(t *testing.T) {
+	m, rdb := testenv.Mini(t)
+	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
+	mutant.HandoffToNewestWaiter(t)
+
+	rec := mustFail(t, "MutantHandoffToNewestWaiter")
+	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
+	require.True(t, rec.failed, "the state machine accepted a handoff to the newest waiter")
 }
 
 // TestLockPropertiesCatchReplayedRelease reintroduces the bug the level

@@ -220,7 +220,8 @@ func TestForeignQueueRefused(t *testing.T) {
 func TestNoMessageWithoutWaiters(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		r := newQueueRig(t, b.Client)
-		ps := r.rdb.PSubscribe(r.ctx, "*")
+		// Any channel of this lock's (other tests share the server).
+		ps := r.rdb.PSubscribe(r.ctx, r.k.Lock+"*")
 		defer ps.Close()
 		_, err := ps.Receive(r.ctx)
 		require.NoError(t, err)

@@ -83,7 +83,7 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 	defer w.stop()
 	// A handed lock waits at most half the handoff timeout to be claimed,
 	// and never longer than a lease would have lasted.
-	q := &lua.Waiter{Channel: c.channel, Claim: min(c.cfg.handoff/2, c.cfg.ttl), Queue: max(c.cfg.ttl, 4*c.cfg.handoff)}
+	q := &lua.Waiter{Channel: c.channel, Claim: min(c.cfg.handoff/2, c.cfg.ttl), Queue: 2*c.cfg.ttl + c.cfg.handoff}
 	l, a, err := c.try(ctx, name, k, owner, level, q, false)
 	if err != nil || l != nil {
 		return l, err

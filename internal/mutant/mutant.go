@@ -35,14 +35,31 @@ func ReleaseWithoutOwnerCheck(t testing.TB) {
 	swapRelease(t, "if h and h[1] == ARGV[1] and h[2] == ARGV[2] then", "if h then")
 }
 
+// HandoffToNewestWaiter makes every script hand a freed lock to the waiter
+// that queued last instead of the one that queued first.
+func HandoffToNewestWaiter(t testing.TB) {
+	t.Helper()
+	for _, name := range []string{"acquire", "release", "abandon"} {
+		swap(t, name, "redis.pcall('ZRANGE', queue, 0, 0)", "redis.pcall('ZRANGE', queue, -1, -1)")
+	}
+}
+
 func swapRelease(t testing.TB, from, to string) {
 	t.Helper()
-	src := lua.Source("release")
+	swap(t, "release", from, to)
+}
+
+// swap replaces from with to in the named script for the rest of the test.
+func swap(t testing.TB, name, from, to string) {
+	t.Helper()
+	src := lua.Source(name)
 	broken := strings.Replace(src, from, to, 1)
 	if broken == src {
-		t.Fatalf("mutant: %q is not in release.lua any more", from)
+		t.Fatalf("mutant: %q is not in %s.lua any more", from, name)
 	}
-	old := lua.ReleaseScript
-	lua.ReleaseScript = redis.NewScript(broken)
-	t.Cleanup(func() { lua.ReleaseScript = old })
+	vars := map[string]**redis.Script{"acquire": &lua.AcquireScript, "release": &lua.ReleaseScript, "abandon": &lua.AbandonScript}
+	v := vars[name]
+	old := *v
+	*v = redis.NewScript(broken)
+	t.Cleanup(func() { *v = old })
 }
