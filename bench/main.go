@@ -189,7 +189,7 @@ func run(ctx context.Context, cfg config, addr string, sys []system, wls []workl
 	for _, l := range machine(ctx, admin) {
 		fmt.Fprintln(out, "- "+l)
 	}
-	fmt.Fprintf(out, "- settings: %d rounds; TTL %v; W1 %d pairs; W2 %d goroutines, W3 %d goroutines holding %v, %v each; "+
+	fmt.Fprintf(out, "- settings: rounds %d; TTL %v; W1 %d pairs; W2 %d goroutines, W3 %d goroutines holding %v, %v each; "+
 		"memory %d names; renewal %d leases, TTL %v, held %d TTLs\n",
 		cfg.rounds, cfg.ttl, cfg.pairs, parallelism, contenders, holdFor, cfg.duration, cfg.names, cfg.leases, cfg.renewTTL, renewTTLs)
 	fmt.Fprintln(out)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -77,7 +78,11 @@ func (r *report) add(round int, sys string, ms []metric) {
 		if r.cells[k] == nil {
 			r.rows = append(r.rows, k)
 			r.cells[k] = map[string]*cell{}
-			r.units[k], r.detail[k], r.noRatio[k] = m.unit, m.detail, m.noRatio
+		}
+		r.detail[k] = r.detail[k] || m.detail
+		if m.text == "" { // a row may start with a text cell ("n/a"), which has no unit
+			r.units[k] = m.unit
+			r.noRatio[k] = r.noRatio[k] || m.noRatio
 		}
 		c := r.cells[k][sys]
 		if c == nil {
@@ -199,7 +204,7 @@ func formatValue(u unit, v float64) string {
 	case unitCount:
 		return fmt.Sprintf("%.2f", v)
 	case unitBytes:
-		return fmt.Sprintf("%.0f B", v)
+		return fmt.Sprintf("%.0f B", math.Round(v)+0) // +0: no "-0 B"
 	case unitPercent:
 		return fmt.Sprintf("%.0f%%", v)
 	}
