@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testServer starts a redis-server for the test, stopped when it ends.
+func testServer(t *testing.T) string {
+	t.Helper()
+	bin, err := serverBinary("")
+	if err != nil {
+		t.Skipf("%v: install redis-server or set %s to run these tests", err, serverVar)
+	}
+	s, err := startServer(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.stop)
+	return s.addr
+}
+
+func testEnv(t *testing.T, addr string, sys system, cfg config) *env {
+	t.Helper()
+	reqs := new(atomic.Int64)
+	rdb := newClient(addr, reqs)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	lk, err := sys.open(rdb, cfg.ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = lk.close()
+		_ = rdb.Close()
+		_ = admin.Close()
+	})
+	return &env{cfg: cfg, sys: sys, lk: lk, rdb: rdb, reqs: reqs, admin: admin}
+}
+
+var briefly = config{
+	rounds: 1, pairs: 20, duration: 200 * time.Millisecond, check: 300 * time.Millisecond, ttl: 10 * time.Second,
+	names: 200, leases: 200, renewTTL: time.Second, // shorter loses leases under -race on 2 cores
+}
+
+// TestWorkloads runs every workload very briefly on every system and checks
+// that the figures are there and plausible.
+func TestWorkloads(t *testing.T) {
+	addr := testServer(t)
+	for _, sys := range systems() {
+		t.Run(sys.name, func(t *testing.T) {
+			e := testEnv(t, addr, sys, briefly)
+			ctx := t.Context()
+			if err := checkExclusion(ctx, e.lk, "exclusion", briefly.check); err != nil {
+				t.Fatalf("a real lock failed the exclusion check: %v", err)
+			}
+			got := map[string]metric{}
+			for _, w := range workloads() {
+				ms, err := w.run(ctx, e)
+				if err != nil {
+					t.Fatalf("%s: %v", w.name, err)
+				}
+				for _, m := range ms {
+					got[m.group+": "+m.name] = m
+				}
+			}
+			for _, name := range []string{
+				w1 + ": pair latency p50", w1 + ": client CPU per pair", w2 + ": pairs/s",
+				w3 + ": acquisitions/s", w3 + ": handoff p50", w3 + ": server CPU per acquisition",
+				mem + ": per held lock",
+			} {
+				if m, ok := got[name]; !ok || m.value <= 0 {
+					t.Errorf("%s = %v (present: %v), want > 0", name, m.value, ok)
+				}
+			}
+			// SET + the release script's EVALSHA, GET, DEL is the least a pair can cost.
+			if m := got[w1+": server commands per pair"]; m.value < 4 {
+				t.Errorf("W1 server commands per pair = %.2f, want at least 4: are script-internal commands counted?", m.value)
+			}
+			if m := got[w1+": client requests per pair"]; m.value < 2 {
+				t.Errorf("W1 client requests per pair = %.2f, want at least 2", m.value)
+			}
+			want := map[string]bool{"redfence": true, "redislock": true}[sys.name]
+			if m, ok := got[renew+": alive after 3 TTLs, Redis's view"]; ok != want {
+				t.Errorf("renewal ran: %v, want %v", ok, want)
+			} else if ok && m.text != "200/200" {
+				t.Errorf("renewal: %s leases alive, want 200/200", m.text)
+			}
+		})
+	}
+}
+
+// noLock grants every lock at once: no exclusion at all.
+type noLock struct{}
+
+func (noLock) lock(context.Context, string) (unlocker, error) { return noLock{}, nil }
+func (noLock) unlock(context.Context) error                   { return nil }
+func (noLock) close() error                                   { return nil }
+
+// overwriteLock is SET without NX: every caller "wins" on real Redis.
+type overwriteLock struct{ rdb *redis.Client }
+
+func (o overwriteLock) lock(ctx context.Context, name string) (unlocker, error) {
+	return noLock{}, o.rdb.Set(ctx, "overwrite:"+name, "x", time.Second).Err()
+}
+func (overwriteLock) close() error { return nil }
+
+// neverLock never grants: the check must not pass a lock it never saw work.
+type neverLock struct{}
+
+func (neverLock) lock(ctx context.Context, _ string) (unlocker, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (neverLock) close() error { return nil }
+
+// TestExclusionCatchesBrokenLocks feeds the mutual-exclusion check locks
+// that are broken in different ways; each must fail it.
+func TestExclusionCatchesBrokenLocks(t *testing.T) {
+	addr := testServer(t)
+	rdb := newClient(addr, nil)
+	t.Cleanup(func() { _ = rdb.Close() })
+	// floor with a lease shorter than the 1 ms critical section: the lock
+	// expires under its holder.
+	short, err := floorSystem().open(rdb, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		lk   locker
+		want error
+	}{
+		{"no-op lock", noLock{}, errOverlap},
+		{"SET without NX", overwriteLock{rdb}, errOverlap},
+		{"lease shorter than the critical section", short, errOverlap},
+		{"never grants", neverLock{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkExclusion(t.Context(), tc.lk, "broken", time.Second)
+			switch {
+			case err == nil:
+				t.Fatal("the exclusion check passed a broken lock")
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestReport checks the cell format: median (min–max) and the median of
+// per-round ratios to floor.
+func TestReport(t *testing.T) {
+	r := newReport([]string{"floor", "x"})
+	for round, v := range []float64{1, 2, 4} {
+		r.add(round, "floor", []metric{num("W", "n", unitCount, v)})
+		r.add(round, "x", []metric{num("W", "n", unitCount, 3*v)})
+	}
+	// A row that starts with a text cell still gets the unit of its numbers.
+	r.add(0, "floor", []metric{text("W", "m", "n/a")})
+	r.add(0, "x", []metric{noRatio(num("W", "m", unitBytes, 70.4))})
+	var b strings.Builder
+	r.write(&b)
+	for _, want := range []string{
+		"| W | n | 2.00 (1.00–4.00) | 6.00 (3.00–12.00) ×3.00 |",
+		"| W | m | n/a | 70 B |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
