@@ -19,11 +19,13 @@
 //
 // The keys of the lock named N, with the default prefix, are: the hash
 // redfence:{N} (owner, token, one field per level of the hold; it carries
-// the TTL), the counter redfence:{N}:fence (no TTL, never reset), the
-// release channel redfence:{N}:released and short-lived tombstones
-// redfence:{N}:rel:<level>, which let a retried release be recognised and
-// say whose release it was. Braces and '%' in N are escaped, so all of them
-// share one Cluster slot.
+// the TTL), the counter redfence:{N}:fence (no TTL, never reset), the wait
+// queue redfence:{N}:q (the Lock calls waiting, oldest first) and
+// short-lived tombstones redfence:{N}:rel:<level>, which let a retried
+// release be recognised and say whose release it was. Braces and '%' in N
+// are escaped, so all of them share one Cluster slot. Each Client listens
+// for handoffs to its waiters on one channel of its own,
+// redfence:c:<client ID>.
 package reentrant
 
 import (

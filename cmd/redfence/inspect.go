@@ -72,8 +72,9 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			TTLMillis int64     `json:"ttl_ms"`
 			LastToken uint64    `json:"last_token"`
 			Levels    []string  `json:"levels,omitempty"`
+			Waiters   int64     `json:"waiters"`
 			Releases  []release `json:"recent_releases"`
-		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, rs})
+		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, st.Waiters, rs})
 	}
 	fmt.Fprintf(stdout, "lock        %q (prefix %q)\n", st.Name, *prefix)
 	if !st.Held {
@@ -86,7 +87,7 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "state       held\nowner       %s\ndepth       %d\ntoken       %d\nlease left  %s\nlevels      %s\n",
 			st.Owner, st.Depth, st.Token, ttl, strings.Join(st.Levels, " "))
 	}
-	fmt.Fprintf(stdout, "last token  %d\n", st.LastToken)
+	fmt.Fprintf(stdout, "last token  %d\nwaiters     %d\n", st.LastToken, st.Waiters)
 	for _, r := range rels {
 		fmt.Fprintf(stdout, "released    token %d by %s (level %s), remembered %s more\n", r.Token, r.Owner, r.Level, r.TTL.Round(time.Millisecond))
 	}
