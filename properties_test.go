@@ -389,25 +389,15 @@ func TestLockProperties(t *testing.T) {
 // the owner and token check and asserts the state machine notices: the
 // property test is able to fail.
 func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
-	m, rdb := testenv.Mini(t)
-	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
-	mutant.ReleaseWithoutOwnerCheck(t)
-
-	rec := mustFail(t, "MutantReleaseWithoutOwnerCheck")
-	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
-	require.True(t, rec.failed, "the state machine accepted a release that skips the owner check")
+	catchesMutant(t, "MutantReleaseWithoutOwnerCheck", mutant.ReleaseWithoutOwnerCheck,
+		"the state machine accepted a release that skips the owner check")
 }
 
 // TestLockPropertiesCatchUnfairHandoff plants a release that hands the lock
 // to the newest waiter instead of the oldest: the machine must notice.
 func TestLockPropertiesCatchUnfairHandoff(t *testing.T) {
-	m, rdb := testenv.Mini(t)
-	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
-	mutant.HandoffToNewestWaiter(t)
-
-	rec := mustFail(t, "MutantHandoffToNewestWaiter")
-	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
-	require.True(t, rec.failed, "the state machine accepted a handoff to the newest waiter")
+	catchesMutant(t, "MutantHandoffToNewestWaiter", mutant.HandoffToNewestWaiter,
+		"the state machine accepted a handoff to the newest waiter")
 }
 
 // TestLockPropertiesCatchReplayedRelease reintroduces the bug the level
@@ -415,13 +405,19 @@ func TestLockPropertiesCatchUnfairHandoff(t *testing.T) {
 // another level instead, as the count-based script did when the owner had
 // reentered between the two attempts. The replay action must notice.
 func TestLockPropertiesCatchReplayedRelease(t *testing.T) {
+	catchesMutant(t, "MutantReplayedReleaseTakesALevel", mutant.ReplayedReleaseTakesALevel,
+		"the state machine accepted a replayed release that took another level")
+}
+
+// catchesMutant plants a broken script on miniredis and fails t unless the
+// lock machine reports a failure.
+func catchesMutant(t *testing.T, name string, plant func(testing.TB), msg string) {
 	m, rdb := testenv.Mini(t)
 	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
-	mutant.ReplayedReleaseTakesALevel(t)
-
-	rec := mustFail(t, "MutantReplayedReleaseTakesALevel")
+	plant(t)
+	rec := mustFail(t, name)
 	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
-	require.True(t, rec.failed, "the state machine accepted a replayed release that took another level")
+	require.True(t, rec.failed, msg)
 }
 
 // failRecorder stands in for *testing.T where a check is expected to fail:
