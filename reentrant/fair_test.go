@@ -137,15 +137,13 @@ func TestReentryAndTryLockWhileOthersWait(t *testing.T) {
 	})
 }
 
+// helperWaiterVar, set in a re-executed test binary's environment to
+// "addr|prefix|name", makes it a waiter process (see TestMain): it queues
+// for the lock and waits until it is killed.
 const helperWaiterVar = "REDFENCE_HELPER_WAITER"
 
-// TestHelperWaiterProcess is not a test: run by TestDeadWaiterDelaysNextByAtMostTheBound
-// as a child process, it queues for a lock and waits until it is killed.
-func TestHelperWaiterProcess(t *testing.T) {
-	spec := os.Getenv(helperWaiterVar)
-	if spec == "" {
-		t.Skip("helper process for TestDeadWaiterDelaysNextByAtMostTheBound")
-	}
+// helperWaiter is the waiter process's whole life.
+func helperWaiter(spec string) {
 	addr, rest, _ := strings.Cut(spec, "|")
 	pfx, name, _ := strings.Cut(rest, "|")
 	c, err := reentrant.New(redis.NewClient(&redis.Options{Addr: addr}), reentrant.WithPrefix(pfx))
@@ -172,7 +170,7 @@ func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
 			held, err := c.Lock(t.Context(), name)
 			require.NoError(t, err)
 
-			child := exec.Command(os.Args[0], "-test.run=^TestHelperWaiterProcess$", "-test.count=1")
+			child := exec.Command(os.Args[0], "-test.run=^$")
 			child.Env = append(os.Environ(), helperWaiterVar+"="+addr+"|"+pfx+"|"+name)
 			child.Stderr = os.Stderr
 			require.NoError(t, child.Start())

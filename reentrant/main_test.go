@@ -1,6 +1,7 @@
 package reentrant_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -8,4 +9,12 @@ import (
 
 // Every test of the package must leave no goroutine behind: Close is
 // synchronous, and a client's renewer, waiters and undos end with it.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+//
+// A test binary re-executed as a helper process (TestDeadWaiterDelaysNextByAtMostTheBound)
+// runs the helper instead of the tests.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperWaiterVar); spec != "" {
+		helperWaiter(spec)
+	}
+	goleak.VerifyTestMain(m)
+}
