@@ -176,7 +176,7 @@ func (lm *lockMachine) replay(t *rapid.T) {
 	}
 	l := rapid.SampledFrom(done).Draw(t, "released lease").lease
 	n, err := lua.Release(context.Background(), lm.b.Client, lua.KeysFor(propPrefix, lm.name),
-		string(l.Owner()), l.Token(), l.ID(), time.Minute)
+		string(l.Owner()), l.Token(), l.ID(), time.Minute, lua.Tokens{})
 	if err != nil {
 		t.Fatalf("replayed release: %v", err)
 	}

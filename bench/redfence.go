@@ -26,9 +26,11 @@ func redfenceSystem() system {
 			return &redfenceLocker{c}, nil
 		},
 		linger: reentrant.DefaultRetryWindow,
-		// reentrant has no idle expiry of a name's state yet: the fencing
-		// counter is kept forever. When it gets one, set idleExpiry here to
-		// the option's value and the memory workload measures after it.
+		// With its default strict counter, reentrant keeps the fencing
+		// counter forever. With WithTimeTokens the counter expires after
+		// WithCounterIdleExpiry (at least an hour, 7 days by default), too
+		// long for the memory workload to wait, so idleExpiry stays 0 and
+		// the row says "never expires" of the default.
 		idleExpiry: 0,
 		kept:       "fencing counter (forever) + release tombstone (retry window, 30 s)",
 	}

@@ -19,17 +19,21 @@ import (
 //   - pause: SIGSTOP past the lease, then SIGCONT;
 //   - kill-restart-aof-always: SIGKILL, restart with the AOF; every
 //     acknowledged INCR of the fencing counter survives, so no token repeats;
-//   - kill-restart-no-aof: SIGKILL, restart empty. The counter starts again
-//     at 1: tokens repeat, and the store, which remembers a higher token,
-//     refuses the new holders' writes. That is the liveness cost DESIGN.md
-//     warns about, not a safety loss: no older write gets in.
+//   - kill-restart-no-aof: SIGKILL, restart empty, once with the strict
+//     counter and once with time tokens (reentrant.WithTimeTokens). The
+//     counter starts again at 1: with the strict counter tokens repeat, and
+//     the store, which remembers a higher token, refuses the new holders'
+//     writes. That is the liveness cost DESIGN.md warns about, not a safety
+//     loss: no older write gets in. With time tokens the next token comes
+//     from the server's clock, above every earlier one: nothing repeats.
 func TestFaultRedisProcess(t *testing.T) {
 	cycles, down := 1, time.Second
 	if faultLong() {
 		cycles, down = 3, 3*time.Second
 	}
+	strict := faultTokenModes[0]
 	t.Run("pause", func(t *testing.T) {
-		r := runFaultRedis(t, "redis-pause", cycles, func(s *redisproc.Server) {
+		r, _ := runFaultRedis(t, "redis-pause", cycles, strict, func(s *redisproc.Server) {
 			s.Pause()
 			time.Sleep(down)
 			s.Resume()
@@ -37,7 +41,7 @@ func TestFaultRedisProcess(t *testing.T) {
 		faultRecord(t, r)
 	})
 	t.Run("kill-restart-aof-always", func(t *testing.T) {
-		r := runFaultRedis(t, "redis-kill-restart/aof-always", cycles, func(s *redisproc.Server) {
+		r, _ := runFaultRedis(t, "redis-kill-restart/aof-always", cycles, strict, func(s *redisproc.Server) {
 			s.Kill()
 			time.Sleep(200 * time.Millisecond)
 			s.Restart()
@@ -47,27 +51,43 @@ func TestFaultRedisProcess(t *testing.T) {
 			t.Errorf("with appendfsync always, tokens %v were issued twice", r.Repeated)
 		}
 	})
-	t.Run("kill-restart-no-aof", func(t *testing.T) {
-		r := runFaultRedis(t, "redis-kill-restart/no-aof", cycles, func(s *redisproc.Server) {
-			s.Kill()
-			time.Sleep(200 * time.Millisecond)
-			s.Restart()
+	for _, mode := range faultTokenModes {
+		t.Run("kill-restart-no-aof/"+mode.name, func(t *testing.T) {
+			var restarted int64
+			r, ops := runFaultRedis(t, "redis-kill-restart/no-aof"+mode.suffix, cycles, mode, func(s *redisproc.Server) {
+				s.Kill()
+				time.Sleep(200 * time.Millisecond)
+				s.Restart()
+				restarted = faultNow()
+			})
+			faultRecord(t, r)
+			if mode.time() {
+				if r.TokensRepeated != 0 || r.FencedOut != 0 {
+					t.Errorf("with time tokens, a restart without the AOF repeated tokens %v and fenced out %d writes", r.Repeated, r.FencedOut)
+				}
+				if !faultGrantedAfter(ops, restarted) {
+					t.Errorf("no acquisition after the last restart: that no token repeated proves nothing")
+				}
+				return
+			}
+			if r.TokensRepeated == 0 || r.FencedOut == 0 {
+				t.Errorf("a restart without the AOF should reset the counter: want tokens repeated and writes fenced out, got %s", r)
+			}
+			t.Logf("without the AOF the counter restarted: %d acquisitions got a token issued before, %d writes under them were refused (the store remembered token %d)",
+				r.TokensRepeated, r.FencedOut, r.Highest)
 		})
-		faultRecord(t, r)
-		if r.TokensRepeated == 0 || r.FencedOut == 0 {
-			t.Errorf("a restart without the AOF should reset the counter: want tokens repeated and writes fenced out, got %s", r)
-		}
-		t.Logf("without the AOF the counter restarted: %d acquisitions got a token issued before, %d writes under them were refused (the store remembered token %d)",
-			r.TokensRepeated, r.FencedOut, r.Highest)
-	})
+	}
 }
 
-// runFaultRedis runs holders against a fresh redis-server, applying fault
-// cycles times with healthy stretches around it, and checks the history.
-func runFaultRedis(t *testing.T, scenario string, cycles int, fault func(*redisproc.Server), opts ...redisproc.Option) faultReport {
+// runFaultRedis runs holders in token mode against a fresh redis-server,
+// applying fault cycles times with healthy stretches around it, and checks
+// the history, which it returns too.
+func runFaultRedis(t *testing.T, scenario string, cycles int, mode faultTokenMode, fault func(*redisproc.Server), opts ...redisproc.Option) (faultReport, []faultOp) {
 	srv := redisproc.Start(t, opts...)
 	store := memory.New()
-	w := faultStartWorkers(t, faultWorkersSize(), func(int) redis.UniversalClient {
+	cfg := faultWorkersSize()
+	cfg.lockOpts = mode.opts
+	w := faultStartWorkers(t, cfg, func(int) redis.UniversalClient {
 		return srv.Client(func(o *redis.Options) { *o = *faultRedisOptions(o.Addr) })
 	}, store)
 	time.Sleep(800 * time.Millisecond)
@@ -76,5 +96,5 @@ func runFaultRedis(t *testing.T, scenario string, cycles int, fault func(*redisp
 		time.Sleep(1200 * time.Millisecond)
 	}
 	ops := w.stop(t)
-	return faultCheck(scenario, ops, faultFinal(t, store, w.keys))
+	return faultCheck(scenario, ops, faultFinal(t, store, w.keys)), ops
 }

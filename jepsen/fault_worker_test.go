@@ -4,6 +4,7 @@ package jepsen_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,31 @@ type faultWorkersConfig struct {
 	lockWait       time.Duration      // bound of one Lock
 	opTimeout      time.Duration      // bound of one write or unlock
 	lockOpts       []reentrant.Option // added to every lock client's
+}
+
+// faultTokenMode is a token mode that the scenarios losing the fencing
+// counter (a restart without the AOF, a failover) run in, so that the
+// summary shows their repeated tokens side by side.
+type faultTokenMode struct {
+	name   string             // the subtest's
+	suffix string             // appended to the scenario's name in reports
+	opts   []reentrant.Option // added to every lock client's
+}
+
+var faultTokenModes = []faultTokenMode{
+	{name: "counter"},
+	{name: "time", suffix: "/time", opts: []reentrant.Option{reentrant.WithTimeTokens()}},
+}
+
+func (m faultTokenMode) time() bool { return m.suffix != "" }
+
+// faultGrantedAfter reports whether an acquisition completed after at (a
+// faultNow reading): one that got its token from the server as it was after
+// an event.
+func faultGrantedAfter(ops []faultOp, at int64) bool {
+	return slices.ContainsFunc(ops, func(op faultOp) bool {
+		return op.Kind == faultLock && op.Outcome == faultOK && op.End > at
+	})
 }
 
 func faultWorkersSize() faultWorkersConfig {

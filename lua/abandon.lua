@@ -8,6 +8,9 @@
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
 -- ARGV[3]  the caller's queue member, or "" when it never queued
+-- ARGV[4]  token mode for the token of a handed-over lock (lib.lua): "0"
+--          the strict counter, "<ms>" time tokens whose counter expires
+--          <ms> after the last token issued
 --
 -- The member leaves the queue. Returns 1 when the owner holds the lock and
 -- the level is there (taken by the request, or handed to the waiter and not
@@ -16,7 +19,13 @@
 -- Returns 0 when the request left no level (it never ran, was undone
 -- already, or the hold has ended since): there is nothing to undo. Repeating
 -- the call is harmless. A token issued and abandoned is never used.
--- Error "FOREIGN <key>" when a key holds a value this library did not write.
+-- Error "FOREIGN <key>" when a key holds a value this library did not write;
+-- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
+-- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
+local mode, merr = modeOf(ARGV[4])
+if not mode then
+  return merr
+end
 local level = 'l:' .. ARGV[2]
 local h, err = lockOf(KEYS[1], level)
 if h == nil then
@@ -38,12 +47,12 @@ if h[3] > 1 then
   redis.call('HDEL', KEYS[1], level)
   return 1
 end
-local w, werr = nextWaiter(KEYS[3], KEYS[2])
+local w, werr = nextWaiter(KEYS[3], KEYS[2], mode)
 if w == nil then
   return werr
 end
 redis.call('DEL', KEYS[1])
 if w then
-  handTo(KEYS[1], KEYS[2], KEYS[3], w)
+  handTo(KEYS[1], KEYS[2], KEYS[3], w, mode)
 end
 return 1

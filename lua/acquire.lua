@@ -2,7 +2,8 @@
 -- if the caller owns it, or (waiting) join the queue.
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  counter     P:{N}:fence, a canonical decimal, never expires
+-- KEYS[2]  counter     P:{N}:fence, a canonical decimal: the last token
+--          issued (no expiry, or ARGV[6]'s in time mode)
 -- KEYS[3]  wait queue  P:{N}:q   (layout in lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
@@ -13,10 +14,14 @@
 -- ARGV[4]  the caller's queue member (lib.lua) when it waits, "" when not
 -- ARGV[5]  when waiting: the queue's expiry in ms, renewed by every waiter
 --          that polls, so a queue whose waiters all died goes away
+-- ARGV[6]  token mode (lib.lua): "0" the strict counter, a fresh token is
+--          counter + 1; "<ms>" time tokens, a fresh token is
+--          max(counter + 1, server TIME in µs) and the counter expires
+--          <ms> after the last token issued
 --
 -- Returns {1, token, depth} when the caller holds the lock afterwards:
 --   free, nobody queued, or the caller first in the queue:
---                   counter + 1 is the token, depth 1, TTL ARGV[2];
+--                   a fresh token (ARGV[6]), depth 1, TTL ARGV[2];
 --   reentry:        same token, one more level, the TTL raised to ARGV[2]
 --                   if it was lower (never shortened); reentry never queues;
 --   repeated call, or the claim of a lock handed to this waiter:
@@ -29,8 +34,13 @@
 -- does not wait never jumps the queue.
 -- Error "FOREIGN <key>" when a key holds a value this library did not
 -- write; "OVERFLOW <key>" when the next token would reach 2^53, beyond
--- which Lua's doubles are not exact. Nothing is written in either case.
+-- which Lua's doubles are not exact; "ERR malformed ..." for a bad queue
+-- member or token mode. Nothing is written in any of these cases.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
+local mode, merr = modeOf(ARGV[6])
+if not mode then
+  return merr
+end
 local level = 'l:' .. ARGV[3]
 local h, err = lockOf(KEYS[1], level)
 if h == nil then
@@ -61,21 +71,24 @@ end
 if not h then
   -- Free. The oldest waiter goes first; if that is the caller, or nobody
   -- waits, the caller takes it now.
-  local w, werr = nextWaiter(KEYS[3], KEYS[2])
+  local w, werr = nextWaiter(KEYS[3], KEYS[2], mode)
   if w == nil then
     return werr
   end
   if w and w[1] ~= member then
-    handTo(KEYS[1], KEYS[2], KEYS[3], w)
+    handTo(KEYS[1], KEYS[2], KEYS[3], w, mode)
   else
-    local t, terr = nextToken(KEYS[2])
-    if not t then
-      return terr
-    end
+    local t = w and w[6]
     if w then
       redis.call('ZREM', KEYS[3], member)
+    else
+      local terr
+      t, terr = freshToken(KEYS[2], mode)
+      if not t then
+        return terr
+      end
     end
-    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', string.format('%d', t), level, '1')
+    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', issue(KEYS[2], t, mode), level, '1')
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, t, 1}
   end

@@ -6,7 +6,9 @@
 --
 -- Returns {owner, token, pttl, counter, levels, waiters}: owner and token
 -- as stored, false (nil in Go) when the lock is free; pttl an integer (-2
--- free, -1 no TTL); counter the last token ever issued, 0 if none was;
+-- free, -1 no TTL); counter the last token ever issued, 0 if none was
+-- (in time mode the counter may have expired idle, or while a renewed
+-- lock was held: then the held token, or 0 when free);
 -- levels the IDs of the live levels (empty when free); waiters the number
 -- of Lock calls queued.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
@@ -28,4 +30,4 @@ end
 if not h then
   return {false, false, -2, c, {}, n}
 end
-return {h[1], h[2], redis.call('PTTL', KEYS[1]), c, h[5], n}
+return {h[1], h[2], redis.call('PTTL', KEYS[1]), math.max(c, tonumber(h[2])), h[5], n}

@@ -95,19 +95,62 @@ local function tombstoneOf(key)
   return v
 end
 
--- nextToken issues the next fencing token from the counter and writes it
--- back: the token, or nil plus an error reply (foreign counter, overflow).
-local function nextToken(key)
+-- serverMicros is the server's clock in microseconds.
+local function serverMicros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Token modes. Every script that can issue a token (acquire, release and
+-- abandon, which hand the lock to a waiter) takes the mode as an ARGV:
+--   "0"   the strict counter: a fresh token is counter + 1, and the
+--         counter never expires (issuing one removes any TTL it had);
+--   "<n>" (n > 0) time tokens: a fresh token is max(counter + 1, the
+--         server's TIME in microseconds), and the counter expires n ms
+--         after the last token issued. A lost counter (expired, evicted,
+--         a restart without persistence, a failover that missed writes)
+--         then does not restart tokens at 1: they go on from the clock,
+--         above every earlier one unless the clock is behind the last.
+-- Both modes write the token back to the counter, so clients of either
+-- mode may share a name: every token is above the counter they read.
+-- modeOf parses the ARGV: the mode (0 or the idle ms), or nil plus an
+-- error reply.
+local function modeOf(arg)
+  if arg == '0' or (type(arg) == 'string' and #arg <= 15 and string.find(arg, '^[1-9][0-9]*$')) then
+    return tonumber(arg)
+  end
+  return nil, redis.error_reply('ERR malformed token mode')
+end
+
+-- freshToken reads the counter and returns the token the next ownership
+-- gets in mode, writing nothing; nil plus an error reply for a foreign
+-- counter, or a token that would reach 2^53, beyond which Lua's doubles
+-- are not exact.
+local function freshToken(key, mode)
   local c, err = counterOf(key)
   if c == nil then
     return nil, err
   end
   local t = c + 1
+  if mode > 0 then
+    t = math.max(t, serverMicros())
+  end
   if t >= 9007199254740992 then
     return nil, redis.error_reply('OVERFLOW ' .. key)
   end
-  redis.call('SET', key, string.format('%d', t))
   return t
+end
+
+-- issue writes token t (from freshToken) to the counter, with the mode's
+-- expiry, and returns it as a canonical decimal.
+local function issue(key, t, mode)
+  local ts = string.format('%d', t)
+  if mode > 0 then
+    redis.call('SET', key, ts, 'PX', mode)
+  else
+    redis.call('SET', key, ts)
+  end
+  return ts
 end
 
 -- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
@@ -119,17 +162,11 @@ local function parseWaiter(m)
   return string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n(.+)$')
 end
 
--- serverMicros is the server's clock in microseconds.
-local function serverMicros()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- nextWaiter reads the oldest waiter of queue and the token it would get,
--- writing nothing: false when nobody waits, {member, level ID, claim ms,
--- owner, channel, token} otherwise, nil plus an error reply for a foreign
--- queue or counter, or a counter at its end.
-local function nextWaiter(queue, counter)
+-- nextWaiter reads the oldest waiter of queue and the token it would get
+-- in mode, writing nothing: false when nobody waits, {member, level ID,
+-- claim ms, owner, channel, token} otherwise, nil plus an error reply for a
+-- foreign queue or counter, or a token at 2^53.
+local function nextWaiter(queue, counter, mode)
   local head = redis.pcall('ZRANGE', queue, 0, 0)
   if head.err then
     if string.sub(head.err, 1, 9) == 'WRONGTYPE' then
@@ -144,28 +181,24 @@ local function nextWaiter(queue, counter)
   if not id then
     return nil, redis.error_reply('FOREIGN ' .. queue)
   end
-  local c, err = counterOf(counter)
-  if c == nil then
+  local t, err = freshToken(counter, mode)
+  if not t then
     return nil, err
   end
-  if c + 1 >= 9007199254740992 then
-    return nil, redis.error_reply('OVERFLOW ' .. counter)
-  end
-  return {head[1], id, claim, owner, channel, c + 1}
+  return {head[1], id, claim, owner, channel, t}
 end
 
 -- handTo gives the free lock (its key must not exist) to waiter w, from
--- nextWaiter: the new token, depth 1 at the waiter's level, an expiry of
--- the waiter's claim time, and one message "<level ID> <token>" on the
--- waiter's channel. The waiter claims it by calling acquire with its level
--- ID, which raises the expiry to its TTL. A waiter that never claims (it
--- died, or its message was lost and it did not poll in time) loses the
--- lock when the claim time runs out, and the next acquire or poll of
--- another waiter hands it on.
-local function handTo(lock, counter, queue, w)
-  local ts = string.format('%d', w[6])
+-- nextWaiter with the same mode: the new token, depth 1 at the waiter's
+-- level, an expiry of the waiter's claim time, and one message
+-- "<level ID> <token>" on the waiter's channel. The waiter claims it by
+-- calling acquire with its level ID, which raises the expiry to its TTL. A
+-- waiter that never claims (it died, or its message was lost and it did not
+-- poll in time) loses the lock when the claim time runs out, and the next
+-- acquire or poll of another waiter hands it on.
+local function handTo(lock, counter, queue, w, mode)
   redis.call('ZREM', queue, w[1])
-  redis.call('SET', counter, ts)
+  local ts = issue(counter, w[6], mode)
   redis.call('HSET', lock, 'owner', w[4], 'token', ts, 'l:' .. w[2], '1')
   redis.call('PEXPIRE', lock, w[3])
   redis.call('PUBLISH', w[5], w[2] .. ' ' .. ts)

@@ -68,15 +68,38 @@ var (
 	// key and wraps the server's reply, so errors.As finds a redis.Error.
 	ErrForeign = errors.New("lua: key holds a foreign value")
 
-	// ErrOverflow reports a fencing counter at 2^53 - 1, beyond which the
-	// scripts cannot represent tokens exactly; the lock was not taken. At a
-	// million acquisitions a second a counter takes 285 years to get there.
+	// ErrOverflow reports a next token at 2^53 or beyond, which the
+	// scripts cannot represent exactly; the lock was not taken. At a
+	// million acquisitions a second a counter takes 285 years to get there;
+	// time tokens (microseconds since 1970) get there in 2255.
 	ErrOverflow = errors.New("lua: fencing counter beyond 2^53")
 
 	// ErrReply reports a script reply of an unexpected shape: a server that
 	// is not Redis-compatible, or a script of another version.
 	ErrReply = errors.New("lua: malformed script reply")
 )
+
+// Tokens says how the scripts issue a fresh token: at a free-to-held
+// acquisition, and when a release or an undo hands the lock to a waiter.
+// The zero value is the strict counter.
+type Tokens struct {
+	// Time makes a fresh token max(counter + 1, the server's TIME in
+	// microseconds) instead of counter + 1, so that a lost counter does not
+	// restart tokens at 1. Without it the counter never expires.
+	Time bool
+	// Idle is, with Time, how long the counter outlives the last token
+	// issued; rounded down to milliseconds, at least 1 ms.
+	Idle time.Duration
+}
+
+// arg is the scripts' token-mode ARGV (lib.lua): 0 for the counter, the
+// counter's idle expiry in ms for time tokens.
+func (m Tokens) arg() int64 {
+	if !m.Time {
+		return 0
+	}
+	return max(m.Idle.Milliseconds(), 1)
+}
 
 // Acquired is the reply of the acquire script.
 type Acquired struct {
@@ -105,21 +128,21 @@ func (w *Waiter) member(level, owner string) string {
 	return fmt.Sprintf("%s\n%d\n%s\n%s", level, max(w.Claim.Milliseconds(), 1), owner, w.Channel)
 }
 
-func acquireArgs(k Keys, owner string, ttl time.Duration, level string, w *Waiter) ([]string, []any) {
+func acquireArgs(k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens) ([]string, []any) {
 	var queue int64
 	if w != nil {
 		queue = max(w.Queue.Milliseconds(), 1)
 	}
-	return []string{k.Lock, k.Fence, k.Queue}, []any{owner, ttl.Milliseconds(), level, w.member(level, owner), queue}
+	return []string{k.Lock, k.Fence, k.Queue}, []any{owner, ttl.Milliseconds(), level, w.member(level, owner), queue, m.arg()}
 }
 
 // Acquire runs acquire.lua for the level ID level (the request ID of one
 // Lock call), without waiting: a free lock others queue for is handed to the
 // oldest of them and not taken. With w, the caller joins the queue (or stays
-// in it) when it does not get the lock. See the script's header for its
-// semantics.
-func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, level string, w *Waiter) (Acquired, error) {
-	keys, args := acquireArgs(k, owner, ttl, level, w)
+// in it) when it does not get the lock. A fresh token is issued as m says.
+// See the script's header for its semantics.
+func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens) (Acquired, error) {
+	keys, args := acquireArgs(k, owner, ttl, level, w, m)
 	v, err := AcquireScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
 		return Acquired{}, scriptErr(err)
@@ -131,8 +154,8 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl 
 // pipeline on node, the primary that owns k's slot: WAIT counts the writes
 // of its own connection, so it must follow the script on the same one. It
 // returns the acquire reply and how many replicas acknowledged it.
-func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, level string, w *Waiter, replicas int, timeout time.Duration) (Acquired, int64, error) {
-	keys, args := acquireArgs(k, owner, ttl, level, w)
+func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens, replicas int, timeout time.Duration) (Acquired, int64, error) {
+	keys, args := acquireArgs(k, owner, ttl, level, w, m)
 	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
 		pipe := node.Pipeline()
 		acq := eval(pipe)
@@ -190,10 +213,11 @@ func ParseAcquire(v any) (Acquired, error) {
 
 // Release runs release.lua for the level taken by the Lock call whose
 // request ID is level, and returns the depth left, or -1 when the caller's
-// ownership does not hold the lock.
-func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, tombstoneTTL time.Duration) (int64, error) {
+// ownership does not hold the lock. A lock handed to a waiter gets a token
+// issued as m says.
+func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, tombstoneTTL time.Duration, m Tokens) (int64, error) {
 	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(level), k.Fence, k.Queue},
-		owner, token.String(), level, tombstoneTTL.Milliseconds()).Result()
+		owner, token.String(), level, tombstoneTTL.Milliseconds(), m.arg()).Result()
 	if err != nil {
 		return 0, scriptErr(err)
 	}
@@ -289,9 +313,10 @@ func ParseExtend(v any) (bool, error) {
 // Abandon runs abandon.lua: it takes the waiter w (nil: the call never
 // waited) of the request level out of the queue, and removes the level
 // that request of owner took, if it was applied or the lock handed to it
-// and the level is still there. It reports whether it removed a level.
-func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, w *Waiter) (bool, error) {
-	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, owner, level, w.member(level, owner)).Result()
+// and the level is still there. It reports whether it removed a level. A
+// lock it hands to the next waiter gets a token issued as m says.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, w *Waiter, m Tokens) (bool, error) {
+	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, owner, level, w.member(level, owner), m.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -304,7 +329,7 @@ type State struct {
 	Depth     int64         // reentry depth; 0 when free
 	Token     fence.Token   // the current ownership's token; None when free
 	TTL       time.Duration // remaining lease; -1 no TTL, -2 free
-	LastToken fence.Token   // the last token ever issued; None if never
+	LastToken fence.Token   // the last token ever issued; None if never, or if a time-mode counter expired while the lock was free
 	Levels    []string      // the level IDs of the hold, in no order
 	Waiters   int64         // Lock calls in the queue
 }

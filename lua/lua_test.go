@@ -42,7 +42,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		run := func(level string) lua.Acquired {
-			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, level, nil)
+			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, level, nil, lua.Tokens{})
 			require.NoError(t, err)
 			assertLeaseShape(t, rdb, k)
 			return a
@@ -54,7 +54,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"), "a repeated reentry must not count twice")
 
 		rel := func(level string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, time.Minute)
+			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, time.Minute, lua.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
@@ -66,17 +66,17 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 
 		// Someone else takes the lock; the old full release, repeated, must
 		// still answer as before and must not touch the new holder.
-		other, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6", nil)
+		other, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
 		require.EqualValues(t, 0, rel("r1"))
 		// ...even after that other owner fully released in turn: each full
 		// release leaves its own tombstone.
-		n, err := lua.Release(ctx, rdb, k, "o2", other.Token, "r6", time.Minute)
+		n, err := lua.Release(ctx, rdb, k, "o2", other.Token, "r6", time.Minute, lua.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
-		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b", nil)
+		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b", nil, lua.Tokens{})
 		require.NoError(t, err)
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
@@ -97,24 +97,24 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		outer, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil)
+		outer, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil, lua.Tokens{})
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil, lua.Tokens{})
 		require.NoError(t, err)
 		rel := func(level string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, time.Minute)
+			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, time.Minute, lua.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
 		require.EqualValues(t, 1, rel("inner"))
-		again, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil)
+		again, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, again.Depth)
 		require.EqualValues(t, 2, rel("inner"), "the retry of a release already applied changes nothing")
-		replayed, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil)
+		replayed, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.Equal(t, again, replayed, "a repeated reentry answers the depth it was granted, not today's")
-		busy, err := lua.Acquire(ctx, rdb, k, "other", time.Minute, "x", nil)
+		busy, err := lua.Acquire(ctx, rdb, k, "other", time.Minute, "x", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.False(t, busy.OK, "the lock is still held at depth 2")
 		require.EqualValues(t, 1, rel("inner2"))
@@ -127,13 +127,13 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 func TestExtendNeverShortens(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer", nil)
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer", nil, lua.Tokens{})
 		require.NoError(t, err)
 		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a shorter extend must not shorten")
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner", nil)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
 		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour)
@@ -146,11 +146,11 @@ func TestExtendNeverShortens(t *testing.T) {
 func TestOwnerAndTokenChecked(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "a1", nil)
+		a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "a1", nil, lua.Tokens{})
 		require.NoError(t, err)
 
 		// A second owner is refused and told the holder's remaining TTL.
-		busy, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "a2", nil)
+		busy, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "a2", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.False(t, busy.OK)
 		require.Greater(t, busy.HolderTTL, 50*time.Second)
@@ -162,7 +162,7 @@ func TestOwnerAndTokenChecked(t *testing.T) {
 			ok, err := lua.Extend(ctx, rdb, k, c.owner, c.tok, time.Hour)
 			require.NoError(t, err)
 			require.False(t, ok, "extend by %v", c)
-			n, err := lua.Release(ctx, rdb, k, c.owner, c.tok, "x"+c.owner+c.tok.String(), time.Minute)
+			n, err := lua.Release(ctx, rdb, k, c.owner, c.tok, "x"+c.owner+c.tok.String(), time.Minute, lua.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, -1, n, "release by %v", c)
 		}
@@ -183,20 +183,20 @@ func TestLargeTokensExact(t *testing.T) {
 		for _, seed := range []int64{999_999, 1 << 40, 1<<53 - 2} {
 			k := keys(t)
 			require.NoError(t, rdb.Set(ctx, k.Fence, seed, 0).Err())
-			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
+			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
 			require.NoError(t, err)
 			require.Equal(t, fence.Token(seed+1), a.Token)
 			st, err := lua.Inspect(ctx, rdb, k)
 			require.NoError(t, err)
 			require.Equal(t, a.Token, st.Token)
 			require.Equal(t, a.Token, st.LastToken)
-			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
+			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute, lua.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n, "release with the exact token of seed %d", seed)
 		}
 		k := keys(t)
 		require.NoError(t, rdb.Set(ctx, k.Fence, strconv.FormatInt(1<<53-1, 10), 0).Err())
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
+		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
 		require.ErrorIs(t, err, lua.ErrOverflow)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an overflowing acquire must not take the lock")
 	})
@@ -221,10 +221,10 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			require.NoError(t, plant.set(k.Lock))
 			before := snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
-				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil); return err },
-				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute); return err },
+				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{}); return err },
+				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute, lua.Tokens{}); return err },
 				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute); return err },
-				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r", nil); return err },
+				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r", nil, lua.Tokens{}); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 			}
 			for name, call := range calls {
@@ -248,7 +248,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			k := keys(t)
 			require.NoError(t, bad(k.Fence))
 			before := snapshot(t, rdb, k.Fence)
-			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
+			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
 			require.ErrorIs(t, err, lua.ErrForeign)
 			require.ErrorContains(t, err, k.Fence)
 			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
@@ -258,7 +258,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 
 		k := keys(t)
 		require.NoError(t, rdb.Set(ctx, k.TombstoneFor("r"), "junk", 0).Err())
-		_, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute)
+		_, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute, lua.Tokens{})
 		require.ErrorIs(t, err, lua.ErrForeign)
 		require.ErrorContains(t, err, k.TombstoneFor("r"))
 	})
@@ -288,11 +288,11 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil)
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute)
+		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute, lua.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -327,31 +327,31 @@ func TestParseRejectsMalformed(t *testing.T) {
 func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "a1", nil)
+		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "a1", nil, lua.Tokens{})
 		require.NoError(t, err)
-		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1", nil)
+		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, undone)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an abandoned fresh acquisition frees the lock")
 
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2", nil)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2", nil, lua.Tokens{})
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3", nil)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3", nil, lua.Tokens{})
 		require.NoError(t, err)
 		for _, c := range []struct{ owner, req string }{{"x", "a3"}, {"o", "nope"}} {
-			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req, nil)
+			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req, nil, lua.Tokens{})
 			require.NoError(t, err)
 			require.False(t, undone, "%v: not a level of this owner", c)
 		}
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil)
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, undone)
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil)
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.False(t, undone, "a repeated abandon must not undo twice")
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a4", nil)
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a4", nil, lua.Tokens{})
 		require.NoError(t, err)
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2", nil)
+		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, undone, "a level is undone by its ID even after later reentries")
 		st, err := lua.Inspect(ctx, rdb, k)

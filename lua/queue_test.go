@@ -21,6 +21,9 @@ type queueRig struct {
 	rdb *redis.Client
 	k   lua.Keys
 	ps  *redis.PubSub
+	// tokens is the token mode of the rig's acquires and releases: the
+	// strict counter unless a test sets it.
+	tokens lua.Tokens
 }
 
 func newQueueRig(t *testing.T, rdb *redis.Client) *queueRig {
@@ -38,14 +41,14 @@ func (r *queueRig) waiter(owner string, claim time.Duration) *lua.Waiter {
 
 func (r *queueRig) acquire(owner, level string, w *lua.Waiter) lua.Acquired {
 	r.t.Helper()
-	a, err := lua.Acquire(r.ctx, r.rdb, r.k, owner, time.Minute, level, w)
+	a, err := lua.Acquire(r.ctx, r.rdb, r.k, owner, time.Minute, level, w, r.tokens)
 	require.NoError(r.t, err)
 	return a
 }
 
 func (r *queueRig) release(owner string, tok fence.Token, level string) int64 {
 	r.t.Helper()
-	n, err := lua.Release(r.ctx, r.rdb, r.k, owner, tok, level, time.Minute)
+	n, err := lua.Release(r.ctx, r.rdb, r.k, owner, tok, level, time.Minute, r.tokens)
 	require.NoError(r.t, err)
 	return n
 }
@@ -153,7 +156,7 @@ func TestUnclaimedHandoffPassesOn(t *testing.T) {
 		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", next),
 			"past the claim time the next waiter takes it, with a new token")
 		require.Zero(t, r.state().Waiters)
-		late, err := lua.Acquire(r.ctx, r.rdb, r.k, "o2", time.Minute, "l2", dead)
+		late, err := lua.Acquire(r.ctx, r.rdb, r.k, "o2", time.Minute, "l2", dead, lua.Tokens{})
 		require.NoError(t, err)
 		require.False(t, late.OK, "a claim after the claim time gets nothing")
 		require.EqualValues(t, 1, r.state().Waiters, "and queues again, at the back")
@@ -173,14 +176,14 @@ func TestAbandonedWaiterLeavesAndHandsOn(t *testing.T) {
 		}{{"o2", "l2", w2}, {"o3", "l3", w3}, {"o4", "l4", w4}} {
 			require.False(t, r.acquire(w.owner, w.level, w.w).OK)
 		}
-		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2)
+		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2, lua.Tokens{})
 		require.NoError(t, err)
 		require.False(t, undone, "a queued waiter holds no level")
 		require.EqualValues(t, 2, r.state().Waiters)
 
 		require.Zero(t, r.release("o1", first.Token, "l1"))
 		require.Equal(t, "o3", r.state().Owner, "the waiter that left is skipped")
-		undone, err = lua.Abandon(r.ctx, r.rdb, r.k, "o3", "l3", w3)
+		undone, err = lua.Abandon(r.ctx, r.rdb, r.k, "o3", "l3", w3, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, undone, "the handed level is given back")
 		st := r.state()
@@ -203,7 +206,7 @@ func TestForeignQueueRefused(t *testing.T) {
 			held := r.acquire("o1", "l1", nil)
 			require.NoError(t, plant(r.k.Queue))
 			before := snapshot(t, rdb, r.k.Queue)
-			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", time.Minute)
+			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", time.Minute, lua.Tokens{})
 			require.ErrorIs(t, err, lua.ErrForeign)
 			require.ErrorContains(t, err, r.k.Queue)
 			require.Equal(t, "o1", rdb.HGet(ctx, r.k.Lock, "owner").Val(), "a refused release frees nothing")

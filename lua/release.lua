@@ -14,6 +14,9 @@
 -- ARGV[2]  token of the ownership being released (decimal)
 -- ARGV[3]  level ID: the request ID of the Lock call that took the level
 -- ARGV[4]  tombstone TTL in milliseconds
+-- ARGV[5]  token mode for the token of a handed-over lock (lib.lua): "0"
+--          the strict counter, "<ms>" time tokens whose counter expires
+--          <ms> after the last token issued
 --
 -- Returns the depth left (>= 0) when the caller's ownership held the level:
 --   other levels left:  the level is removed, their count returned;
@@ -25,7 +28,13 @@
 --                       returned, whatever the owner did in between.
 -- Returns -1 when the caller does not hold this ownership: the lock is free,
 -- expired, or held by another owner or by a later ownership (other token).
--- Error "FOREIGN <key>" when a key holds a value this library did not write.
+-- Error "FOREIGN <key>" when a key holds a value this library did not write;
+-- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
+-- "ERR malformed token mode" for a bad ARGV[5]. Nothing is written then.
+local mode, merr = modeOf(ARGV[5])
+if not mode then
+  return merr
+end
 local level = 'l:' .. ARGV[3]
 local h, err = lockOf(KEYS[1], level)
 if h == nil then
@@ -40,14 +49,14 @@ if h and h[1] == ARGV[1] and h[2] == ARGV[2] then
     redis.call('HDEL', KEYS[1], level)
     return h[3] - 1
   end
-  local w, werr = nextWaiter(KEYS[4], KEYS[3])
+  local w, werr = nextWaiter(KEYS[4], KEYS[3], mode)
   if w == nil then
     return werr
   end
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. ARGV[1], 'PX', ARGV[4])
   if w then
-    handTo(KEYS[1], KEYS[3], KEYS[4], w)
+    handTo(KEYS[1], KEYS[3], KEYS[4], w, mode)
   end
   return 0
 end

@@ -240,7 +240,7 @@ func (c *Client) undo(k lua.Keys, owner Owner, level string, q *lua.Waiter) erro
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
-		return lua.Abandon(context.WithoutCancel(ctx), c.rdb, k, string(owner), level, q)
+		return lua.Abandon(context.WithoutCancel(ctx), c.rdb, k, string(owner), level, q, c.cfg.tokens)
 	}, func(_ bool, err error) {
 		if err != nil {
 			c.undoInBackground(k, owner, level, q)
@@ -262,7 +262,7 @@ func (c *Client) undoInBackground(k lua.Keys, owner Owner, level string, q *lua.
 	giveUp := time.Now().Add(c.cfg.ttl)
 	c.goBackground(func() {
 		for delay := 10 * time.Millisecond; time.Now().Before(giveUp); delay = min(2*delay, time.Second) {
-			if _, err := lua.Abandon(c.bg, c.rdb, k, string(owner), level, q); err == nil || lua.IsRefusal(err) {
+			if _, err := lua.Abandon(c.bg, c.rdb, k, string(owner), level, q, c.cfg.tokens); err == nil || lua.IsRefusal(err) {
 				return
 			}
 			select {
@@ -282,7 +282,7 @@ func (c *Client) undoInBackground(k lua.Keys, owner Owner, level string, q *lua.
 // nothing would still block for its whole timeout while a replica lags.
 func (c *Client) runAcquire(ctx context.Context, k lua.Keys, owner Owner, level string, q *lua.Waiter, poll bool) (a lua.Acquired, acked int, err error) {
 	if c.cfg.ackReplicas == 0 {
-		a, err = lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, level, q)
+		a, err = lua.Acquire(ctx, c.rdb, k, string(owner), c.cfg.ttl, level, q, c.cfg.tokens)
 		return a, 0, err
 	}
 	var node *redis.Client
@@ -295,12 +295,12 @@ func (c *Client) runAcquire(ctx context.Context, k lua.Keys, owner Owner, level 
 		}
 	}
 	if !poll {
-		a, n, err := lua.AcquireAcked(ctx, node, k, string(owner), c.cfg.ttl, level, q, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		a, n, err := lua.AcquireAcked(ctx, node, k, string(owner), c.cfg.ttl, level, q, c.cfg.tokens, c.cfg.ackReplicas, c.cfg.ackTimeout)
 		return a, int(n), err
 	}
 	conn := node.Conn()
 	defer conn.Close()
-	if a, err = lua.Acquire(ctx, conn, k, string(owner), c.cfg.ttl, level, q); err != nil || !a.OK {
+	if a, err = lua.Acquire(ctx, conn, k, string(owner), c.cfg.ttl, level, q, c.cfg.tokens); err != nil || !a.OK {
 		return a, 0, err
 	}
 	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()

@@ -40,6 +40,22 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 }
 
+// BenchmarkLockUnlockTimeTokens is BenchmarkLockUnlock with
+// WithTimeTokens: the acquire script also reads TIME and sets the
+// counter's expiry.
+func BenchmarkLockUnlockTimeTokens(b *testing.B) {
+	c, name, ctx := benchClient(b, reentrant.WithTimeTokens())
+	for b.Loop() {
+		l, err := c.Lock(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkReenter is a reentry and its release under a held lock.
 func BenchmarkReenter(b *testing.B) {
 	c, name, ctx := benchClient(b)
@@ -99,9 +115,9 @@ func BenchmarkRenew10k(b *testing.B) {
 
 // benchClient returns a client of the real Redis without renewal (no
 // background traffic in the figures), a fresh lock name and a context.
-func benchClient(b *testing.B) (*reentrant.Client, string, context.Context) {
+func benchClient(b *testing.B, opts ...reentrant.Option) (*reentrant.Client, string, context.Context) {
 	b.Helper()
-	c, err := reentrant.New(testenv.Redis(b), reentrant.WithPrefix(prefix), reentrant.WithoutRenewal())
+	c, err := reentrant.New(testenv.Redis(b), append([]reentrant.Option{reentrant.WithPrefix(prefix), reentrant.WithoutRenewal()}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

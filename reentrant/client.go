@@ -2,8 +2,9 @@
 // fencing tokens.
 //
 // A [Client] locks names. Each fresh acquisition (free to held) takes a new
-// token from a per-name counter that never resets, so tokens of successive
-// ownerships strictly increase; reentry by the current owner returns the same
+// token from a per-name counter that never resets (or, with
+// [WithTimeTokens], the larger of the counter + 1 and the server's clock in
+// microseconds), so tokens of successive ownerships strictly increase; reentry by the current owner returns the same
 // token and deepens the hold. Pass the token to a fenced store (see package
 // storage) with every write: when a holder is paused past its lease and
 // another takes the lock, the paused holder's late write carries an older
@@ -19,13 +20,13 @@
 //
 // The keys of the lock named N, with the default prefix, are: the hash
 // redfence:{N} (owner, token, one field per level of the hold; it carries
-// the TTL), the counter redfence:{N}:fence (no TTL, never reset), the wait
-// queue redfence:{N}:q (the Lock calls waiting, oldest first) and
-// short-lived tombstones redfence:{N}:rel:<level>, which let a retried
-// release be recognised and say whose release it was. Braces and '%' in N
-// are escaped, so all of them share one Cluster slot. Each Client listens
-// for handoffs to its waiters on one channel of its own,
-// redfence:c:<client ID>.
+// the TTL), the counter redfence:{N}:fence (no TTL, never reset; with
+// WithTimeTokens it expires after an idle time instead), the wait queue
+// redfence:{N}:q (the Lock calls waiting, oldest first) and short-lived
+// tombstones redfence:{N}:rel:<level>, which let a retried release be
+// recognised and say whose release it was. Braces and '%' in N are escaped,
+// so all of them share one Cluster slot. Each Client listens for handoffs to
+// its waiters on one channel of its own, redfence:c:<client ID>.
 package reentrant
 
 import (

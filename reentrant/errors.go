@@ -40,7 +40,8 @@ var (
 	// ErrEvictionPolicy reports a server whose maxmemory-policy may evict
 	// the fencing counter (allkeys-lru, allkeys-lfu, allkeys-random): tokens
 	// would restart at 1. Lock and TryLock return it before acquiring
-	// anything unless the client was built WithEvictionAllowed.
+	// anything unless the client was built WithEvictionAllowed or
+	// WithTimeTokens.
 	ErrEvictionPolicy = errors.New("reentrant: server may evict the fencing counter")
 
 	// ErrClosed reports a call on a Client after Close, and is the cause a

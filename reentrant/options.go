@@ -39,6 +39,23 @@ const (
 	// handoff message was lost) can hold up the next one: see
 	// WithHandoffTimeout.
 	DefaultHandoffTimeout = time.Second
+	// DefaultCounterIdleExpiry is how long, with WithTimeTokens, a name's
+	// counter outlives the last token issued unless WithCounterIdleExpiry
+	// says otherwise: a week, so that a name used once costs a key for a
+	// week, and the server clock may step back by up to a week without a
+	// token repeating.
+	DefaultCounterIdleExpiry = 7 * 24 * time.Hour
+)
+
+// Limits of WithCounterIdleExpiry.
+const (
+	// MinCounterIdleExpiry is the shortest idle expiry of a time-mode
+	// counter. While the counter lives, tokens increase whatever the clock
+	// does; once it has expired, only the clock orders them. An hour rides
+	// out the clock steps NTP makes and a failover's worth of skew.
+	MinCounterIdleExpiry = time.Hour
+	// MaxCounterIdleExpiry is the longest: ten years.
+	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
 )
 
 // Option configures a Client. An option given an out-of-range value makes
@@ -59,6 +76,8 @@ type config struct {
 	marginSet     bool
 	allowEviction bool
 	handoff       time.Duration
+	tokens        lua.Tokens
+	idleSet       bool
 }
 
 func defaults() config {
@@ -69,6 +88,7 @@ func defaults() config {
 		maxRetryDelay: DefaultMaxRetryDelay,
 		retryWindow:   DefaultRetryWindow,
 		handoff:       DefaultHandoffTimeout,
+		tokens:        lua.Tokens{Idle: DefaultCounterIdleExpiry},
 	}
 }
 
@@ -145,9 +165,10 @@ func WithSafetyMargin(d time.Duration) Option {
 
 // WithEvictionAllowed lets the client lock on a server whose
 // maxmemory-policy may evict the fencing counter (allkeys-*). Without it,
-// Lock and TryLock return ErrEvictionPolicy there. With it, an evicted
-// counter restarts tokens at 1: fenced stores that saw higher tokens then
-// refuse every new holder until the counter climbs past them.
+// Lock and TryLock return ErrEvictionPolicy there (not with
+// WithTimeTokens, which does not need the counter to survive). With it, an
+// evicted counter restarts tokens at 1: fenced stores that saw higher
+// tokens then refuse every new holder until the counter climbs past them.
 func WithEvictionAllowed() Option {
 	return func(c *config) error {
 		c.allowEviction = true
@@ -247,6 +268,52 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	}
 }
 
+// WithTimeTokens makes every fresh token (an acquisition of a free lock, a
+// handoff to a waiter) max(counter + 1, the Redis server's time in
+// microseconds) instead of counter + 1, and lets the counter expire after
+// an idle time (WithCounterIdleExpiry, default 7 days), refreshed whenever
+// a token is issued. Default: off, the strict counter, which never expires.
+//
+// While the counter lives, tokens strictly increase exactly as without
+// the option. When it is lost (a restart without persistence, a failover
+// to a replica that missed its last writes, eviction, idle expiry), tokens
+// go on from the server's clock instead of restarting at 1: the next token
+// is above every earlier one unless the serving primary's clock is behind
+// the last token issued, that is, behind the old primary's clock by more
+// than the time between that token and the loss. Tokens are then about
+// 1.8e15 (microseconds since 1970), still below 2^53, and no longer count
+// acquisitions. Clients with and without the option may share names: both
+// issue tokens above the counter. docs/safety.md states the assumptions.
+//
+// With it, a server whose maxmemory-policy may evict the counter is
+// accepted (an evicted counter is a lost counter, which the clock covers),
+// so ErrEvictionPolicy is never returned.
+func WithTimeTokens() Option {
+	return func(c *config) error {
+		c.tokens.Time = true
+		return nil
+	}
+}
+
+// WithCounterIdleExpiry sets how long, with WithTimeTokens, a name's
+// counter outlives the last token issued (default 7 days), so that a name
+// used once does not keep a key forever. While the counter lives, tokens
+// increase whatever the server's clock does; after it has expired, the next
+// token is the clock's, above the last one unless the clock stepped back
+// by more than d. It must be a whole number of milliseconds from
+// MinCounterIdleExpiry (1 h) to MaxCounterIdleExpiry (10 years) and longer
+// than the TTL, and needs WithTimeTokens: without it the counter never
+// expires. New returns ErrInvalid otherwise.
+func WithCounterIdleExpiry(d time.Duration) Option {
+	return func(c *config) error {
+		if d < MinCounterIdleExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
+			return invalid("counter idle expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinCounterIdleExpiry, MaxCounterIdleExpiry)
+		}
+		c.tokens.Idle, c.idleSet = d, true
+		return nil
+	}
+}
+
 func checkTTL(d time.Duration) error {
 	switch {
 	case d < MinTTL || d > MaxTTL:
@@ -258,6 +325,12 @@ func checkTTL(d time.Duration) error {
 }
 
 func (c *config) finish() error {
+	if c.idleSet && !c.tokens.Time {
+		return invalid("WithCounterIdleExpiry needs WithTimeTokens: the strict counter never expires")
+	}
+	if c.tokens.Time && c.tokens.Idle <= c.ttl {
+		return invalid("counter idle expiry %v is not longer than the TTL %v", c.tokens.Idle, c.ttl)
+	}
 	if !c.marginSet {
 		c.margin = c.ttl / 10
 	}

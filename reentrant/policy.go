@@ -21,8 +21,13 @@ var evicting = map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkey
 // maxmemory-policy may evict the fencing counter, unless WithEvictionAllowed
 // says to accept that. On Cluster every primary is asked. A failure to ask
 // (the network) is returned and the check runs again on the next call.
+//
+// With WithTimeTokens there is nothing to check: an evicted counter is a
+// lost counter, and the next token comes from the server's clock, above
+// every earlier one unless that clock stepped back; the counter carries a
+// TTL then anyway, so volatile-* policies may evict it too.
 func (c *Client) checkPolicy(ctx context.Context) error {
-	if c.cfg.allowEviction || c.checked.Load() {
+	if c.cfg.allowEviction || c.cfg.tokens.Time || c.checked.Load() {
 		return nil
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (struct{}, error) {

@@ -1,0 +1,246 @@
+package lua_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+)
+
+var timeTokens = lua.Tokens{Time: true, Idle: time.Hour}
+
+// micros is the server's clock in microseconds, as the scripts read it.
+func micros(t *testing.T, rdb *redis.Client) uint64 {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	require.NoError(t, err)
+	return uint64(now.UnixMicro())
+}
+
+func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
+	t.Helper()
+	v, err := rdb.Get(t.Context(), k.Fence).Uint64()
+	require.NoError(t, err)
+	return fence.Token(v)
+}
+
+// takeAndFree acquires the free lock k for a fresh owner and releases it,
+// returning the token it got.
+func takeAndFree(t *testing.T, rdb *redis.Client, k lua.Keys, m lua.Tokens) fence.Token {
+	t.Helper()
+	level := "l" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	a, err := lua.Acquire(t.Context(), rdb, k, "o", time.Minute, level, nil, m)
+	require.NoError(t, err)
+	require.True(t, a.OK)
+	require.EqualValues(t, 1, a.Depth)
+	n, err := lua.Release(t.Context(), rdb, k, "o", a.Token, level, time.Minute, m)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	return a.Token
+}
+
+// In time mode a fresh token is the server's clock while the clock is
+// ahead of the counter, and strictly increases from one ownership to the
+// next; the counter holds it, with the idle expiry.
+func TestTimeTokensFollowTheServerClock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		rdb, k := b.Client, keys(t)
+		before := micros(t, rdb)
+		first := takeAndFree(t, rdb, k, timeTokens)
+		after := micros(t, rdb)
+		require.GreaterOrEqual(t, uint64(first), before, "the token is the server's time at the grant")
+		require.LessOrEqual(t, uint64(first), after)
+		require.Equal(t, first, counter(t, rdb, k), "the token is written back to the counter")
+		require.Less(t, uint64(first), uint64(1)<<53)
+
+		last := first
+		for range 20 {
+			tok := takeAndFree(t, rdb, k, timeTokens)
+			require.Greater(t, tok, last, "tokens of successive ownerships strictly increase")
+			last = tok
+		}
+		st, err := lua.Inspect(t.Context(), rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, last, st.LastToken)
+
+		// A counter ahead of the clock (a clock that stepped back, or a
+		// counter carried over from the strict mode) wins: counter + 1.
+		ahead := fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))
+		require.NoError(t, rdb.Set(t.Context(), k.Fence, ahead.String(), 0).Err())
+		require.Equal(t, ahead+1, takeAndFree(t, rdb, k, timeTokens))
+	})
+}
+
+// The counter is what keeps time tokens increasing when the clock steps
+// back; once it is lost, only the clock orders them. miniredis's clock is
+// set by the test.
+func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
+	m, rdb := testenv.Mini(t)
+	k := keys(t)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(t0)
+	first := takeAndFree(t, rdb, k, timeTokens)
+	require.EqualValues(t, t0.UnixMicro(), first)
+
+	m.SetTime(t0.Add(-time.Hour)) // NTP steps the clock back an hour
+	require.Equal(t, first+1, takeAndFree(t, rdb, k, timeTokens), "the counter carries tokens over a clock step back")
+
+	m.SetTime(t0.Add(time.Second))
+	require.EqualValues(t, t0.Add(time.Second).UnixMicro(), takeAndFree(t, rdb, k, timeTokens), "the clock takes over again once ahead")
+
+	// The counter lost while the clock is behind the last token: the one
+	// case time tokens go backwards (docs/safety.md).
+	require.NoError(t, rdb.Del(t.Context(), k.Fence).Err())
+	m.SetTime(t0.Add(-time.Hour))
+	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
+}
+
+// The counter expires after its idle time in time mode, refreshed by every
+// token issued, and never in the strict mode; a strict client issuing a
+// token removes the expiry a time-mode client set.
+func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		pttl := func() time.Duration {
+			t.Helper()
+			return rdb.PTTL(ctx, k.Fence).Val()
+		}
+		strict := takeAndFree(t, rdb, k, lua.Tokens{})
+		require.EqualValues(t, 1, strict)
+		require.Equal(t, time.Duration(-1), pttl(), "the strict counter never expires")
+
+		timed := takeAndFree(t, rdb, k, timeTokens)
+		require.Greater(t, timed, strict)
+		require.Greater(t, pttl(), 59*time.Minute, "a time-mode counter carries the idle expiry")
+		require.LessOrEqual(t, pttl(), time.Hour)
+
+		// Held: a reentry issues no token and leaves the expiry alone; the
+		// next fresh token refreshes it.
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil, timeTokens)
+		require.NoError(t, err)
+		require.NoError(t, rdb.PExpire(ctx, k.Fence, 10*time.Second).Err())
+		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil, timeTokens)
+		require.NoError(t, err)
+		require.LessOrEqual(t, pttl(), 10*time.Second, "a reentry issues no token")
+		for _, level := range []string{"inner", "outer"} {
+			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, time.Minute, timeTokens)
+			require.NoError(t, err)
+		}
+		next := takeAndFree(t, rdb, k, timeTokens)
+		require.Greater(t, pttl(), 59*time.Minute, "a token issued refreshes the expiry")
+
+		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
+		require.Equal(t, time.Duration(-1), pttl(), "and its counter never expires")
+
+		// Idle past the expiry, the counter is gone; the next token still
+		// comes out above every earlier one, from the clock.
+		short := lua.Tokens{Time: true, Idle: 100 * time.Millisecond}
+		last := takeAndFree(t, rdb, k, short)
+		b.Expire(150 * time.Millisecond)
+		require.Zero(t, rdb.Exists(ctx, k.Fence).Val(), "an idle counter expires")
+		require.Greater(t, takeAndFree(t, rdb, k, short), last)
+	})
+}
+
+// A release or an undo that hands the lock to a waiter issues the token in
+// the caller's mode too.
+func TestTimeTokensOnHandoff(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		r.tokens = timeTokens
+		first := r.acquire("o1", "l1", nil)
+		w2, w3 := r.waiter("o2", 5*time.Second), r.waiter("o3", 5*time.Second)
+		require.False(t, r.acquire("o2", "l2", w2).OK)
+		require.False(t, r.acquire("o3", "l3", w3).OK)
+
+		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Fence, 10*time.Second).Err())
+		before := micros(t, r.rdb)
+		require.Zero(t, r.release("o1", first.Token, "l1"))
+		_, msg := r.message()
+		second := r.state().Token
+		require.Equal(t, "l2 "+second.String(), msg)
+		require.Greater(t, second, first.Token)
+		require.GreaterOrEqual(t, uint64(second), before, "the handoff's token is the server's time")
+		require.Equal(t, second, counter(t, r.rdb, r.k))
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Fence).Val(), 59*time.Minute, "the handoff refreshes the counter's expiry")
+
+		// o2 gives up before claiming: the undo hands the lock on to o3.
+		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Fence, 10*time.Second).Err())
+		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2, r.tokens)
+		require.NoError(t, err)
+		require.True(t, undone)
+		_, msg = r.message()
+		third := r.state().Token
+		require.Equal(t, "l3 "+third.String(), msg)
+		require.Greater(t, third, second)
+		require.Equal(t, third, counter(t, r.rdb, r.k))
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Fence).Val(), 59*time.Minute)
+		require.Equal(t, lua.Acquired{OK: true, Token: third, Depth: 1}, r.acquire("o3", "l3", w3), "the claim keeps the handed token")
+	})
+}
+
+// Inspect reports the held token as the last one when a time-mode counter
+// has gone while the lock was held (renewed past the idle expiry).
+func TestInspectLastTokenWithoutCounter(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, timeTokens)
+		require.NoError(t, err)
+		require.NoError(t, rdb.Del(ctx, k.Fence).Err())
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, a.Token, st.LastToken)
+	})
+}
+
+// Tokens stay below 2^53 in both modes, whether the counter or the clock
+// would take them there; nothing is written then.
+func TestTimeTokensOverflowRefused(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		require.NoError(t, rdb.Set(ctx, k.Fence, "9007199254740991", 0).Err())
+		for _, m := range []lua.Tokens{{}, timeTokens} {
+			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, m)
+			require.ErrorIs(t, err, lua.ErrOverflow)
+			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
+			require.Equal(t, "9007199254740991", rdb.Get(ctx, k.Fence).Val())
+		}
+		if b.Mini == nil {
+			return
+		}
+		// 2^53 µs after 1970 is in 2255 (and miniredis's TIME overflows in 2262).
+		b.Mini.SetTime(time.Date(2260, 1, 1, 0, 0, 0, 0, time.UTC))
+		k = keys(t)
+		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, timeTokens)
+		require.ErrorIs(t, err, lua.ErrOverflow)
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Fence).Val())
+	})
+}
+
+// A malformed token mode is refused before anything is written.
+func TestMalformedTokenModeRefused(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, lua.Tokens{})
+		require.NoError(t, err)
+		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
+			err := lua.AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "acquire %q", bad)
+			err = lua.ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor("l"), k.Fence, k.Queue}, "o", a.Token.String(), "l", 60000, bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "release %q", bad)
+			err = lua.AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, "o", "l", "", bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
+			st, err := lua.Inspect(ctx, rdb, k)
+			require.NoError(t, err)
+			require.Equal(t, "o", st.Owner, "nothing changed")
+			require.Equal(t, []string{"l"}, st.Levels)
+		}
+	})
+}
