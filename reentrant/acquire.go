@@ -62,7 +62,9 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // died passes to the oldest waiter within a quarter of it after its TTL.
 //
 // ctx bounds the wait only, and is honoured whatever the go-redis client's
-// options: Lock returns when ctx ends even if a Redis call is in flight.
+// options: Lock returns when ctx ends even if a Redis call is in flight. A
+// Lock still waiting when the Client is closed returns ErrClosed, and Close
+// waits for it to leave the queue.
 // Once acquired, the lease lives until Unlock, loss or Close, whatever
 // happens to ctx (its values are kept). When ctx ends first, the error
 // satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err,
@@ -84,6 +86,12 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 	// A handed lock waits at most half the handoff timeout to be claimed,
 	// and never longer than a lease would have lasted.
 	q := &lua.Waiter{Channel: c.channel, Claim: min(c.cfg.handoff/2, c.cfg.ttl), Queue: 2*c.cfg.ttl + c.cfg.handoff}
+	// A Lock is work of the client's: Close ends its wait and waits for it,
+	// so that nothing of a closed client sends another command.
+	if !c.track() {
+		return nil, ErrClosed
+	}
+	defer c.wg.Done()
 	l, a, err := c.try(ctx, name, k, owner, level, q, false)
 	if err != nil || l != nil {
 		return l, err
@@ -101,6 +109,8 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 			// Leave the queue, and give the lock on if it was just handed
 			// here: the undo takes this waiter's level and queue entry.
 			return nil, errors.Join(ErrNotAcquired, ctx.Err(), c.undo(k, owner, level, q))
+		case <-c.bg.Done():
+			return nil, errors.Join(ErrClosed, c.leave(k, owner, level, q))
 		}
 		l, a, err = c.try(ctx, name, k, owner, level, q, poll)
 		if err != nil || l != nil {
@@ -114,6 +124,31 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 		}
 		timer.Reset(c.pollDelay(a.HolderTTL))
 	}
+}
+
+// track counts a waiting Lock among the client's work, unless it is closed.
+func (c *Client) track() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// leave takes a waiter of a closing client out of the queue (and gives on a
+// lock just handed to it), waiting at most CleanupBudget/2 for Redis with
+// a client that honours its context; nothing is left in the background.
+// Should it fail, the waiter's place is handed over in its turn and
+// expires after the claim time.
+func (c *Client) leave(k lua.Keys, owner Owner, level string, q *lua.Waiter) error {
+	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
+	defer cancel()
+	if _, err := lua.Abandon(ctx, c.rdb, k, string(owner), level, q, c.cfg.tokens); err != nil {
+		return fmt.Errorf("reentrant: lock %q: leaving the queue: %w", k.Lock, err)
+	}
+	return nil
 }
 
 // try makes one acquisition attempt for level (q: as a waiter), and returns

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -156,62 +154,27 @@ func helperWaiter(spec string) {
 	select {} // hold whatever it got until killed
 }
 
-// A waiter process SIGKILLed while queued, or frozen and then killed after
-// the lock was handed to it, delays the next waiter by about the handoff
-// timeout (1 s by default), never by a TTL (30 s here).
-func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
-	addr := testenv.RedisAddr(t)
-	for _, when := range []string{"queued", "handed"} {
-		t.Run(when, func(t *testing.T) {
-			rdb := testenv.Redis(t)
-			pfx := testenv.Unique(t)
-			c := newClient(t, rdb, reentrant.WithPrefix(pfx))
-			name := "dead-waiter"
-			held, err := c.Lock(t.Context(), name)
-			require.NoError(t, err)
-
-			child := exec.Command(os.Args[0], "-test.run=^$")
-			child.Env = append(os.Environ(), helperWaiterVar+"="+addr+"|"+pfx+"|"+name)
-			child.Stderr = os.Stderr
-			require.NoError(t, child.Start())
-			t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-			queued(t, c, name, 1)
-
-			next := make(chan time.Time, 1)
-			go func() {
-				l, err := c.Lock(t.Context(), name)
-				if assertNoErr(t, err) {
-					next <- time.Now()
-					_ = l.Unlock(context.Background())
-				}
-			}()
-			queued(t, c, name, 2)
-
-			var start time.Time
-			switch when {
-			case "queued":
-				require.NoError(t, child.Process.Signal(syscall.SIGKILL))
-				start = time.Now()
-				require.NoError(t, held.Unlock(t.Context()))
-			case "handed":
-				// Frozen, it cannot claim the lock handed to it; then killed.
-				require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
-				require.NoError(t, held.Unlock(t.Context()))
-				start = time.Now()
-				st, err := c.Inspect(t.Context(), name)
-				require.NoError(t, err)
-				require.True(t, st.Held && st.Owner != held.Owner(), "the lock must be handed to the frozen waiter: %+v", st)
-				require.NoError(t, child.Process.Signal(syscall.SIGKILL))
-			}
-			select {
-			case got := <-next:
-				delay := got.Sub(start)
-				t.Logf("next waiter got the lock %v after the dead one's turn began", delay.Round(time.Millisecond))
-				require.Less(t, delay, reentrant.DefaultHandoffTimeout+time.Second,
-					"a dead waiter may delay the next by about the handoff timeout, not a TTL")
-			case <-time.After(reentrant.DefaultTTL):
-				t.Fatal("the next waiter never got the lock")
-			}
-		})
-	}
+// Close ends a waiting Lock with ErrClosed and takes it out of the queue:
+// nothing of a closed client polls on.
+func TestCloseEndsWaitingLock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		holder, c := newClient(t, b.Client), newClient(t, b.Client)
+		name := testenv.Unique(t)
+		held, err := holder.Lock(t.Context(), name)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { _, err := c.Lock(t.Context(), name); done <- err }()
+		queued(t, holder, name, 1)
+		require.NoError(t, c.Close())
+		select {
+		case err := <-done: // Lock has returned; the goroutine sends just after
+			require.ErrorIs(t, err, reentrant.ErrClosed)
+		case <-time.After(2 * time.Second):
+			t.Fatal("a Lock of a closed client still waits")
+		}
+		st, err := holder.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Zero(t, st.Waiters, "the closed client's waiter must leave the queue")
+		require.NoError(t, held.Unlock(t.Context()))
+	})
 }
