@@ -32,12 +32,9 @@ if h == nil then
   return err
 end
 if ARGV[3] ~= '' then
-  local r = redis.pcall('ZREM', KEYS[3], ARGV[3])
-  if type(r) == 'table' and r.err then
-    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then
-      return redis.error_reply('FOREIGN ' .. KEYS[3])
-    end
-    return r
+  local left, lerr = callOn('ZREM', KEYS[3], ARGV[3])
+  if not left then
+    return lerr
   end
 end
 if not h or h[1] ~= ARGV[1] or not h[4] then
@@ -47,12 +44,8 @@ if h[3] > 1 then
   redis.call('HDEL', KEYS[1], level)
   return 1
 end
-local w, werr = nextWaiter(KEYS[3], KEYS[2], mode)
-if w == nil then
-  return werr
-end
-redis.call('DEL', KEYS[1])
-if w then
-  handTo(KEYS[1], KEYS[2], KEYS[3], w, mode)
+local done, perr = passOn(KEYS[1], KEYS[2], KEYS[3], mode)
+if not done then
+  return perr
 end
 return 1

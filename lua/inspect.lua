@@ -20,12 +20,9 @@ local c, cerr = counterOf(KEYS[2])
 if c == nil then
   return cerr
 end
-local n = redis.pcall('ZCARD', KEYS[3])
-if type(n) == 'table' then
-  if n.err and string.sub(n.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FOREIGN ' .. KEYS[3])
-  end
-  return n
+local n, nerr = callOn('ZCARD', KEYS[3])
+if not n then
+  return nerr
 end
 if not h then
   return {false, false, -2, c, {}, n}

@@ -17,6 +17,24 @@ local function canonical(s)
   return type(s) == 'string' and #s <= 16 and string.find(s, '^[1-9][0-9]*$') ~= nil
 end
 
+local function foreign(key)
+  return nil, redis.error_reply('FOREIGN ' .. key)
+end
+
+-- callOn runs cmd on key and returns its reply, or nil plus an error reply:
+-- "FOREIGN <key>" when the key holds another type, the server's own error
+-- (OOM, READONLY...) unchanged otherwise.
+local function callOn(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then
+      return foreign(key)
+    end
+    return nil, r
+  end
+  return r
+end
+
 -- lockOf reads the lock hash in one HGETALL. It returns false when the key
 -- does not exist, and {owner, token, depth, granted, levels} when it holds a
 -- lock of this library: granted is the value of the field named level (the
@@ -24,12 +42,9 @@ end
 -- returns nil plus an error reply otherwise (a foreign value, or the
 -- server's own error, passed on unchanged so the caller keeps its code).
 local function lockOf(key, level)
-  local r = redis.pcall('HGETALL', key)
-  if r.err then
-    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then
-      return nil, redis.error_reply('FOREIGN ' .. key)
-    end
-    return nil, r
+  local r, err = callOn('HGETALL', key)
+  if not r then
+    return nil, err
   end
   if #r == 0 then
     return false
@@ -47,11 +62,11 @@ local function lockOf(key, level)
         granted = r[i + 1]
       end
     else
-      return nil, redis.error_reply('FOREIGN ' .. key)
+      return foreign(key)
     end
   end
   if not owner or not canonical(token) or #levels < 1 then
-    return nil, redis.error_reply('FOREIGN ' .. key)
+    return foreign(key)
   end
   return {owner, token, #levels, granted, levels}
 end
@@ -66,15 +81,12 @@ end
 -- counterOf reads the fencing counter: 0 if absent, its value if it is a
 -- canonical decimal, nil plus an error reply otherwise.
 local function counterOf(key)
-  local c = redis.pcall('GET', key)
-  if type(c) == 'table' then
-    if c.err and string.sub(c.err, 1, 9) == 'WRONGTYPE' then
-      return nil, redis.error_reply('FOREIGN ' .. key)
-    end
-    return nil, c
+  local c, err = callOn('GET', key)
+  if c == nil then
+    return nil, err
   end
   if c and not canonical(c) then
-    return nil, redis.error_reply('FOREIGN ' .. key)
+    return foreign(key)
   end
   return tonumber(c) or 0
 end
@@ -82,15 +94,12 @@ end
 -- tombstoneOf reads a release tombstone: false if absent, its value
 -- "<token> <owner>" if it is one, nil plus an error reply otherwise.
 local function tombstoneOf(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    if v.err and string.sub(v.err, 1, 9) == 'WRONGTYPE' then
-      return nil, redis.error_reply('FOREIGN ' .. key)
-    end
-    return nil, v
+  local v, err = callOn('GET', key)
+  if v == nil then
+    return nil, err
   end
   if v and not string.find(v, '^[1-9][0-9]* ') then
-    return nil, redis.error_reply('FOREIGN ' .. key)
+    return foreign(key)
   end
   return v
 end
@@ -167,19 +176,16 @@ end
 -- claim ms, owner, channel, token} otherwise, nil plus an error reply for a
 -- foreign queue or counter, or a token at 2^53.
 local function nextWaiter(queue, counter, mode)
-  local head = redis.pcall('ZRANGE', queue, 0, 0)
-  if head.err then
-    if string.sub(head.err, 1, 9) == 'WRONGTYPE' then
-      return nil, redis.error_reply('FOREIGN ' .. queue)
-    end
-    return nil, head
+  local head, err = callOn('ZRANGE', queue, 0, 0)
+  if not head then
+    return nil, err
   end
   if #head == 0 then
     return false
   end
   local id, claim, owner, channel = parseWaiter(head[1])
   if not id then
-    return nil, redis.error_reply('FOREIGN ' .. queue)
+    return foreign(queue)
   end
   local t, err = freshToken(counter, mode)
   if not t then
@@ -202,4 +208,20 @@ local function handTo(lock, counter, queue, w, mode)
   redis.call('HSET', lock, 'owner', w[4], 'token', ts, 'l:' .. w[2], '1')
   redis.call('PEXPIRE', lock, w[3])
   redis.call('PUBLISH', w[5], w[2] .. ' ' .. ts)
+end
+
+-- passOn frees the lock whose last level is going (it deletes the hash) and
+-- hands it to the oldest waiter, if any. It checks the queue and the counter
+-- before writing anything: true when done, nil plus an error reply (nothing
+-- written) otherwise.
+local function passOn(lock, counter, queue, mode)
+  local w, err = nextWaiter(queue, counter, mode)
+  if w == nil then
+    return nil, err
+  end
+  redis.call('DEL', lock)
+  if w then
+    handTo(lock, counter, queue, w, mode)
+  end
+  return true
 end

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -125,7 +126,7 @@ func (w *Waiter) member(level, owner string) string {
 	if w == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s\n%d\n%s\n%s", level, max(w.Claim.Milliseconds(), 1), owner, w.Channel)
+	return level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + owner + "\n" + w.Channel
 }
 
 func acquireArgs(k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens) ([]string, []any) {

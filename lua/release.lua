@@ -49,15 +49,11 @@ if h and h[1] == ARGV[1] and h[2] == ARGV[2] then
     redis.call('HDEL', KEYS[1], level)
     return h[3] - 1
   end
-  local w, werr = nextWaiter(KEYS[4], KEYS[3], mode)
-  if w == nil then
-    return werr
+  local done, perr = passOn(KEYS[1], KEYS[3], KEYS[4], mode)
+  if not done then
+    return perr
   end
-  redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. ARGV[1], 'PX', ARGV[4])
-  if w then
-    handTo(KEYS[1], KEYS[3], KEYS[4], w, mode)
-  end
   return 0
 end
 

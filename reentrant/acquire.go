@@ -62,13 +62,13 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // died passes to the oldest waiter within a quarter of it after its TTL.
 //
 // ctx bounds the wait only, and is honoured whatever the go-redis client's
-// options: Lock returns when ctx ends even if a Redis call is in flight. A
-// Lock still waiting when the Client is closed returns ErrClosed, and Close
-// waits for it to leave the queue.
+// options: Lock returns when ctx ends even if a Redis call is in flight.
 // Once acquired, the lease lives until Unlock, loss or Close, whatever
 // happens to ctx (its values are kept). When ctx ends first, the error
 // satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err,
-// ctx.Err()). Other errors are as for [Client.TryLock].
+// ctx.Err()). A Lock still waiting when the Client is closed leaves the
+// queue and returns ErrClosed; Close waits for it. Other errors are as for
+// [Client.TryLock].
 func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 	owner, err := c.check(ctx, name)
 	if err != nil {
@@ -116,13 +116,7 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 		if err != nil || l != nil {
 			return l, err // errors already classified, with any undo's outcome
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(c.pollDelay(a.HolderTTL))
+		timer.Reset(c.pollDelay(a.HolderTTL)) // no stale tick survives a Reset since Go 1.23
 	}
 }
 
