@@ -44,7 +44,7 @@ func bench() int {
 	flag.IntVar(&cfg.names, "names", 10000, "memory: locks held at once, and names released")
 	flag.IntVar(&cfg.leases, "leases", 10000, "renewal: leases held at once")
 	flag.DurationVar(&cfg.renewTTL, "renew-ttl", 2*time.Second, "renewal: the lease, renewed every third of it")
-	flag.BoolVar(&cfg.linger, "linger", true, "memory: wait until released state that expires later has expired (redfence's tombstones, 30 s) and measure again")
+	flag.BoolVar(&cfg.linger, "linger", true, "memory: wait until released state that expires later has expired, for systems that have such state, and measure again")
 	wl := flag.String("workloads", "w1,w2,w3,mem,renew", "workloads to run, comma-separated")
 	sl := flag.String("systems", "floor,redislock,redsync,redfence", "systems to run, comma-separated; floor always runs")
 	addr := flag.String("addr", "", "use the redis-server at this address instead of starting one; it must be empty and it will be FLUSHALLed, so give only a server you own")

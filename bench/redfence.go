@@ -25,14 +25,14 @@ func redfenceSystem() system {
 			}
 			return &redfenceLocker{c}, nil
 		},
-		linger: reentrant.DefaultRetryWindow,
-		// With its default strict counter, reentrant keeps the fencing
-		// counter forever. With WithTimeTokens the counter expires after
-		// WithCounterIdleExpiry (at least an hour, 7 days by default), too
-		// long for the memory workload to wait, so idleExpiry stays 0 and
-		// the row says "never expires" of the default.
+		// With its default strict counter, reentrant keeps each name's
+		// hash (the fencing counter and the last owner) forever. With
+		// WithTimeTokens it expires after WithCounterIdleExpiry (at least
+		// an hour, 7 days by default), too long for the memory workload to
+		// wait, so idleExpiry stays 0 and the row says "never expires" of
+		// the default. Nothing else lingers after a release.
 		idleExpiry: 0,
-		kept:       "fencing counter (forever) + release tombstone (retry window, 30 s)",
+		kept:       "one hash: fencing counter and last owner (forever)",
 	}
 }
 

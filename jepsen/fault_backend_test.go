@@ -26,7 +26,7 @@ func faultCleanRedis(t *testing.T, c faultHolderConfig) {
 		rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
 		defer rdb.Close()
 		k := lua.KeysFor("redfence", c.Name)
-		keys := []string{k.Lock, k.Fence}
+		keys := []string{k.Lock, k.Queue}
 		if s, err := redisstore.New(rdb, redisstore.WithPrefix(c.Prefix)); err == nil {
 			for _, key := range c.Keys {
 				if rk, err := s.Key(key); err == nil {

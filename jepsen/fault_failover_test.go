@@ -118,7 +118,7 @@ func runFaultFailover(t *testing.T, scenario string, store storage.Store, mode f
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		v, err := c.Get(ctx, lua.KeysFor("redfence", w.name).Fence).Result()
+		v, err := c.HGet(ctx, lua.KeysFor("redfence", w.name).Lock, "t").Result()
 		if err != nil {
 			return err.Error()
 		}

@@ -276,7 +276,7 @@ func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) 
 		} else {
 			// A level ID nobody took: a release with the wrong token is
 			// refused before the level is looked at.
-			n, err = lua.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), time.Minute, lua.Tokens{})
+			n, err = lua.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), lua.Tokens{})
 		}
 		switch {
 		case err != nil:

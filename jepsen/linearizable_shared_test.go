@@ -77,12 +77,12 @@ func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
 	mutant.ReplayedReleaseTakesALevel(t)
 	// The bug shows only when a retry lands after its level was released
 	// and the extra level taken is then observed; a run may miss it, so up
-	// to five runs get the chance, and the last one must be called illegal.
-	for i := range 5 {
+	// to eight runs get the chance, and the last one must be called illegal.
+	for i := range 8 {
 		m, c := testenv.Mini(t)
 		run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m})
 		ops := run.locks.Operations()
-		if r := history.Check(history.LockModel(), ops, linCheckTimeout); r.Verdict == porcupine.Illegal || i == 4 {
+		if r := history.Check(history.LockModel(), ops, linCheckTimeout); r.Verdict == porcupine.Illegal || i == 7 {
 			r = history.NotLinearizable(t, history.LockModel(), ops, linCheckTimeout)
 			t.Logf("run %d: %v; check %v", i+1, run.locks.Counts(), r)
 			return

@@ -3,14 +3,12 @@
 -- waiter that gives up out of the queue.
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  counter     P:{N}:fence, for the token of a handed-over lock
--- KEYS[3]  wait queue  P:{N}:q   (layout in lib.lua)
+-- KEYS[2]  wait queue  P:{N}:q   (layout in lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
 -- ARGV[3]  the caller's queue member, or "" when it never queued
 -- ARGV[4]  token mode for the token of a handed-over lock (lib.lua): "0"
---          the strict counter, "<ms>" time tokens whose counter expires
---          <ms> after the last token issued
+--          the strict counter, "<ms>" time tokens
 --
 -- The member leaves the queue. Returns 1 when the owner holds the lock and
 -- the level is there (taken by the request, or handed to the waiter and not
@@ -26,25 +24,26 @@ local mode, merr = modeOf(ARGV[4])
 if not mode then
   return merr
 end
+local us, now = clock()
 local level = 'l:' .. ARGV[2]
-local h, err = lockOf(KEYS[1], level)
-if h == nil then
+local h, err = lockOf(KEYS[1], level, now)
+if not h then
   return err
 end
 if ARGV[3] ~= '' then
-  local left, lerr = callOn('ZREM', KEYS[3], ARGV[3])
+  local left, lerr = callOn('ZREM', KEYS[2], ARGV[3])
   if not left then
     return lerr
   end
 end
-if not h or h[1] ~= ARGV[1] or not h[4] then
+if not h.held or h.o ~= ARGV[1] or not h.granted then
   return 0
 end
-if h[3] > 1 then
+if h.depth > 1 then
   redis.call('HDEL', KEYS[1], level)
   return 1
 end
-local done, perr = passOn(KEYS[1], KEYS[2], KEYS[3], mode)
+local done, perr = passOn(KEYS[1], KEYS[2], h, mode, us, now, false)
 if not done then
   return perr
 end

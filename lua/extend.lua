@@ -4,21 +4,33 @@
 -- ARGV[1]  owner ID
 -- ARGV[2]  token of the ownership being extended (decimal)
 -- ARGV[3]  TTL in milliseconds, counted from now
+-- ARGV[4]  token mode (lib.lua), for the hash's own expiry: "0" none,
+--          "<ms>" that long after the lease ends
 --
 -- Returns 1 when the caller's ownership (owner and token) holds the lock;
--- its TTL is then ARGV[3] or, if the lock already expired later than that,
+-- its lease then ends ARGV[3] from now or, if it already ended later, is
 -- unchanged: extending never shortens, so one level or the renewal cannot
 -- cut the lease another level relies on. Returns 0 when the ownership does
 -- not hold the lock (free, expired, another owner, or a later ownership by
 -- the same owner). Repeating the call is harmless.
 -- Error "FOREIGN <key>" when the lock key holds a value this library did
--- not write.
-local h, err = lockOf(KEYS[1])
-if h == nil then
+-- not write; "ERR malformed token mode" for a bad ARGV[4].
+local mode, merr = modeOf(ARGV[4])
+if not mode then
+  return merr
+end
+local _, now = clock()
+local h, err = lockOf(KEYS[1], nil, now)
+if not h then
   return err
 end
-if h and h[1] == ARGV[1] and h[2] == ARGV[2] then
-  keepAtLeast(KEYS[1], ARGV[3])
-  return 1
+if not (h.held and h.o == ARGV[1] and h.ts == ARGV[2]) then
+  return 0
 end
-return 0
+local x = now + tonumber(ARGV[3])
+if x > h.x then
+  h.x = x
+  redis.call('HSET', KEYS[1], 'x', dec(x))
+  keep(KEYS[1], h, mode, now)
+end
+return 1

@@ -1,30 +1,42 @@
 -- inspect: an atomic snapshot of one lock, for tools and tests. Read-only.
 --
--- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
--- KEYS[2]  counter     P:{N}:fence
--- KEYS[3]  wait queue  P:{N}:q
+-- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
+-- KEYS[2]  wait queue  P:{N}:q
 --
--- Returns {owner, token, pttl, counter, levels, waiters}: owner and token
--- as stored, false (nil in Go) when the lock is free; pttl an integer (-2
--- free, -1 no TTL); counter the last token ever issued, 0 if none was
--- (in time mode the counter may have expired idle, or while a renewed
--- lock was held: then the held token, or 0 when free);
--- levels the IDs of the live levels (empty when free); waiters the number
--- of Lock calls queued.
+-- Returns {owner, token, pttl, counter, levels, waiters, last, ended}:
+--   owner, token  of the holder as stored, false (nil in Go) when free;
+--   pttl          what is left of the lease in ms, -2 when free;
+--   counter       the last token issued, 0 if none was (or the hash was
+--                 lost: in time mode it expires when idle);
+--   levels        the IDs of the live levels (empty when free);
+--   waiters       the number of Lock calls queued;
+--   last          the owner of the last ownership (the holder's, when held),
+--                 false if none;
+--   ended         a flat list token, owner, how: the ownerships known to
+--                 have ended, how "released" or "expired": the last one
+--                 (when free) and those recorded as expired.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
-local h, err = lockOf(KEYS[1])
-if h == nil then
+local _, now = clock()
+local h, err = lockOf(KEYS[1], nil, now)
+if not h then
   return err
 end
-local c, cerr = counterOf(KEYS[2])
-if c == nil then
-  return cerr
-end
-local n, nerr = callOn('ZCARD', KEYS[3])
+local n, nerr = callOn('ZCARD', KEYS[2])
 if not n then
   return nerr
 end
-if not h then
-  return {false, false, -2, c, {}, n}
+local ended = {}
+for tok, owner in pairs(h.expired) do
+  ended[#ended + 1] = tok
+  ended[#ended + 1] = owner
+  ended[#ended + 1] = 'expired'
 end
-return {h[1], h[2], redis.call('PTTL', KEYS[1]), math.max(c, tonumber(h[2])), h[5], n}
+if h.exists and not h.held and not h.expired[h.ts] and h.o then
+  ended[#ended + 1] = h.ts
+  ended[#ended + 1] = h.o
+  ended[#ended + 1] = h.x and 'expired' or 'released'
+end
+if not h.held then
+  return {false, false, -2, h.t, {}, n, h.o or false, ended}
+end
+return {h.o, h.ts, h.x - now, h.t, h.levels, n, h.o, ended}

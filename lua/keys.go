@@ -8,10 +8,8 @@ import (
 // Keys are the Redis keys and channel of one lock. All keys share the hash
 // tag {name}, so every script touches a single Cluster slot.
 type Keys struct {
-	Lock      string // P:{N}, the lock hash
-	Fence     string // P:{N}:fence, the fencing counter
-	Tombstone string // P:{N}:rel, the stem of the per-request release tombstones
-	Queue     string // P:{N}:q, the Lock calls waiting, oldest first
+	Lock  string // P:{N}, the lock hash: the counter, the holder and its lease
+	Queue string // P:{N}:q, the Lock calls waiting, oldest first
 }
 
 // escaper makes a name safe inside a hash tag. Redis takes the tag from the
@@ -25,17 +23,8 @@ var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // [CheckPrefix] once, up front.
 func KeysFor(prefix, name string) Keys {
 	base := prefix + ":{" + escaper.Replace(name) + "}"
-	return Keys{
-		Lock:      base,
-		Fence:     base + ":fence",
-		Tombstone: base + ":rel",
-		Queue:     base + ":q",
-	}
+	return Keys{Lock: base, Queue: base + ":q"}
 }
-
-// TombstoneFor returns the tombstone key a full release with request ID req
-// leaves behind, in the lock's slot.
-func (k Keys) TombstoneFor(req string) string { return k.Tombstone + ":" + req }
 
 // MaxNameLen is the longest lock name accepted, in bytes. Names are opaque
 // bytes; the bound keeps keys, channels and logs a sane size.

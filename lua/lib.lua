@@ -1,14 +1,35 @@
 -- lib: helpers every lock script starts with (lua.go prepends this file).
 --
--- The lock hash P:{N} holds:
---   owner      the owner ID
---   token      the fencing token of this ownership (canonical decimal)
---   l:<id>     one field per live level of the hold (the first acquisition
---              and each reentry); <id> is the request ID of the Lock call
---              that took the level, the value the depth it was granted at
--- so the depth is HLEN - 2, and each level can be released exactly once,
--- by its ID, however often a request is retried and whatever the owner
--- does in between.
+-- One hash P:{N} is the whole state of a lock name:
+--   t       the counter: the last token issued for the name (canonical
+--           decimal), kept when the lock is freed
+--   o       the owner of the last ownership, kept when it ends, so that a
+--           post-mortem can say whose it was
+--   x       while held: when the lease ends, server time in ms; absent once
+--           the lock is free. A lock whose x has passed is free: the next
+--           script that writes records that ownership as expired (e:<T>)
+--   l:<id>  while held, one field per live level of the hold (the first
+--           acquisition and each reentry): <id> is the request ID of the
+--           Lock call that took the level, the value the depth it was
+--           granted at; so the depth is the number of l: fields
+--   e:<T>   an ownership with token T that ended by expiry, not by release;
+--           the value is its owner. The 16 with the highest tokens are kept;
+--   w       the highest token of an e: field dropped for that, if any: an
+--           ownership at or below it may have expired
+--   b       written by time-mode clients only (see the token modes): the
+--           first token of this incarnation of the hash, when a time-mode
+--           client created it, else 0
+-- In strict mode the hash never expires (it is the counter). In time mode
+-- it expires <idle> ms after the lease ends, or after the release.
+--
+-- Retries. A request go-redis retries may run twice. Each level is taken
+-- and released by the one request that names its ID, so a repeat finds its
+-- level (or finds it gone) and changes nothing. A repeated release of the
+-- last level finds its ownership ended, and an ownership ends by release
+-- only once all its levels are released, its own included: so a release
+-- whose ownership T ended is told it released unless e:<T> says T expired,
+-- T is at or below w (it may have), or T is not of this incarnation of the
+-- hash (above t, or below b). No key or field is written per release.
 --
 -- Scripts refuse any key they did not write: the error reply
 -- "FOREIGN <key>" changes nothing.
@@ -19,6 +40,11 @@ end
 
 local function foreign(key)
   return nil, redis.error_reply('FOREIGN ' .. key)
+end
+
+-- dec formats an integer-valued number as a canonical decimal.
+local function dec(n)
+  return string.format('%d', n)
 end
 
 -- callOn runs cmd on key and returns its reply, or nil plus an error reply:
@@ -35,93 +61,76 @@ local function callOn(cmd, key, ...)
   return r
 end
 
--- lockOf reads the lock hash in one HGETALL. It returns false when the key
--- does not exist, and {owner, token, depth, granted, levels} when it holds a
--- lock of this library: granted is the value of the field named level (the
--- depth that level was granted at) or nil, levels the live level IDs. It
--- returns nil plus an error reply otherwise (a foreign value, or the
--- server's own error, passed on unchanged so the caller keeps its code).
-local function lockOf(key, level)
+-- clock returns the server's time in microseconds and in milliseconds.
+local function clock()
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return us, math.floor(us / 1000)
+end
+
+-- lockOf reads the lock hash in one HGETALL and returns its state at server
+-- time now (ms): a table with
+--   exists   whether the hash exists
+--   t, ts    the counter as a number (0 if none) and as stored
+--   o, x, b, w  the fields (x, b and w as numbers), or nil
+--   held     x is there and has not passed
+--   levels   the live level IDs, depth their number
+--   granted  the depth the field named level was granted at, or nil
+--   expired  the e: fields, token (string) to owner
+-- or nil plus an error reply for a foreign value (or the server's own
+-- error, passed on unchanged so the caller keeps its code).
+local function lockOf(key, level, now)
   local r, err = callOn('HGETALL', key)
   if not r then
     return nil, err
   end
-  if #r == 0 then
-    return false
-  end
-  local owner, token, granted, levels = nil, nil, nil, {}
+  local h = {exists = #r > 0, t = 0, levels = {}, expired = {}}
   for i = 1, #r, 2 do
-    local f = r[i]
-    if f == 'owner' then
-      owner = r[i + 1]
-    elseif f == 'token' then
-      token = r[i + 1]
-    elseif string.sub(f, 1, 2) == 'l:' then
-      levels[#levels + 1] = string.sub(f, 3)
+    local f, v = r[i], r[i + 1]
+    local p = string.sub(f, 1, 2)
+    if f == 't' and canonical(v) then
+      h.t, h.ts = tonumber(v), v
+    elseif f == 'o' then
+      h.o = v
+    elseif f == 'x' and canonical(v) then
+      h.x = tonumber(v)
+    elseif f == 'b' and (v == '0' or canonical(v)) then
+      h.b = tonumber(v)
+    elseif f == 'w' and canonical(v) then
+      h.w = tonumber(v)
+    elseif p == 'l:' and canonical(v) then
+      h.levels[#h.levels + 1] = string.sub(f, 3)
       if f == level then
-        granted = r[i + 1]
+        h.granted = tonumber(v)
       end
+    elseif p == 'e:' and canonical(string.sub(f, 3)) then
+      h.expired[string.sub(f, 3)] = v
     else
       return foreign(key)
     end
   end
-  if not owner or not canonical(token) or #levels < 1 then
+  h.depth = #h.levels
+  if h.exists and (not h.ts or (h.x ~= nil) ~= (h.depth > 0) or (h.x and not h.o)) then
     return foreign(key)
   end
-  return {owner, token, #levels, granted, levels}
-end
-
--- keepAtLeast sets key's expiry to ttl ms from now unless it already
--- expires later (or never): extending never shortens a lease another level
--- relies on.
-local function keepAtLeast(key, ttl)
-  redis.call('PEXPIRE', key, ttl, 'GT')
-end
-
--- counterOf reads the fencing counter: 0 if absent, its value if it is a
--- canonical decimal, nil plus an error reply otherwise.
-local function counterOf(key)
-  local c, err = callOn('GET', key)
-  if c == nil then
-    return nil, err
-  end
-  if c and not canonical(c) then
-    return foreign(key)
-  end
-  return tonumber(c) or 0
-end
-
--- tombstoneOf reads a release tombstone: false if absent, its value
--- "<token> <owner>" if it is one, nil plus an error reply otherwise.
-local function tombstoneOf(key)
-  local v, err = callOn('GET', key)
-  if v == nil then
-    return nil, err
-  end
-  if v and not string.find(v, '^[1-9][0-9]* ') then
-    return foreign(key)
-  end
-  return v
-end
-
--- serverMicros is the server's clock in microseconds.
-local function serverMicros()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  h.held = h.x ~= nil and h.x > now
+  return h
 end
 
 -- Token modes. Every script that can issue a token (acquire, release and
--- abandon, which hand the lock to a waiter) takes the mode as an ARGV:
---   "0"   the strict counter: a fresh token is counter + 1, and the
---         counter never expires (issuing one removes any TTL it had);
---   "<n>" (n > 0) time tokens: a fresh token is max(counter + 1, the
---         server's TIME in microseconds), and the counter expires n ms
---         after the last token issued. A lost counter (expired, evicted,
---         a restart without persistence, a failover that missed writes)
---         then does not restart tokens at 1: they go on from the clock,
---         above every earlier one unless the clock is behind the last.
--- Both modes write the token back to the counter, so clients of either
--- mode may share a name: every token is above the counter they read.
+-- abandon, which hand the lock to a waiter) and every script that moves the
+-- lease (extend) takes the mode as an ARGV:
+--   "0"   the strict counter: a fresh token is t + 1, and the hash never
+--         expires (a hash that a time-mode client gave an expiry is made
+--         persistent again);
+--   "<n>" (n > 0) time tokens: a fresh token is max(t + 1, the server's
+--         TIME in microseconds), and the hash expires n ms after the lease
+--         ends. A lost hash (expired, evicted, a restart without
+--         persistence, a failover that missed writes) then does not
+--         restart tokens at 1: they go on from the clock, above every
+--         earlier one unless the clock is behind the last.
+-- Both modes write the token to t, so clients of either mode may share a
+-- name: every token is above the counter they read.
 -- modeOf parses the ARGV: the mode (0 or the idle ms), or nil plus an
 -- error reply.
 local function modeOf(arg)
@@ -131,18 +140,13 @@ local function modeOf(arg)
   return nil, redis.error_reply('ERR malformed token mode')
 end
 
--- freshToken reads the counter and returns the token the next ownership
--- gets in mode, writing nothing; nil plus an error reply for a foreign
--- counter, or a token that would reach 2^53, beyond which Lua's doubles
--- are not exact.
-local function freshToken(key, mode)
-  local c, err = counterOf(key)
-  if c == nil then
-    return nil, err
-  end
-  local t = c + 1
+-- freshToken returns the token the next ownership of h gets in mode at
+-- server time us, writing nothing; nil plus an error reply for a token that
+-- would reach 2^53, beyond which Lua's doubles are not exact.
+local function freshToken(key, h, mode, us)
+  local t = h.t + 1
   if mode > 0 then
-    t = math.max(t, serverMicros())
+    t = math.max(t, us)
   end
   if t >= 9007199254740992 then
     return nil, redis.error_reply('OVERFLOW ' .. key)
@@ -150,16 +154,80 @@ local function freshToken(key, mode)
   return t
 end
 
--- issue writes token t (from freshToken) to the counter, with the mode's
--- expiry, and returns it as a canonical decimal.
-local function issue(key, t, mode)
-  local ts = string.format('%d', t)
-  if mode > 0 then
-    redis.call('SET', key, ts, 'PX', mode)
-  else
-    redis.call('SET', key, ts)
+-- keep sets the hash's own expiry after a write, for mode: strict, none;
+-- time tokens, mode ms after the lease ends (h.x, when held) or from now.
+-- base is the token just issued when this write created the hash: it
+-- becomes b.
+local function keep(key, h, mode, now, base)
+  if mode == 0 then
+    if h.b then
+      redis.call('HDEL', key, 'b')
+      redis.call('PERSIST', key)
+      h.b = nil
+    end
+    return
   end
+  if not h.b then
+    h.b = base or 0
+    redis.call('HSET', key, 'b', dec(h.b))
+  end
+  local lease = 0
+  if h.x then
+    lease = math.max(h.x - now, 0)
+  end
+  redis.call('PEXPIRE', key, lease + mode)
+end
+
+-- take gives the lock of h to owner: token t, depth 1 at level (a field
+-- name), the lease ending at x (ms). The caller has freed h (free or settle).
+local function take(key, h, owner, t, level, x, mode, now)
+  local ts, created = dec(t), not h.exists
+  redis.call('HSET', key, 'o', owner, 't', ts, 'x', dec(x), level, '1')
+  h.exists, h.o, h.t, h.ts, h.x, h.held = true, owner, t, ts, x, x > now
+  h.levels, h.depth = {string.sub(level, 3)}, 1
+  keep(key, h, mode, now, created and t or nil)
   return ts
+end
+
+-- free removes the lease and every level of h; with expired set, it
+-- records the ownership as expired (e:<T>), keeping the 16 with the highest
+-- tokens and raising w to the token of one dropped. Nothing is written when
+-- h holds no lease.
+local function free(key, h, expired)
+  if not h.x then
+    return
+  end
+  local del = {'x'}
+  for _, id in ipairs(h.levels) do
+    del[#del + 1] = 'l:' .. id
+  end
+  if expired then
+    h.expired[h.ts] = h.o
+    redis.call('HSET', key, 'e:' .. h.ts, h.o)
+    local n, low = 0, nil
+    for tok in pairs(h.expired) do
+      n = n + 1
+      if not low or tonumber(tok) < tonumber(low) then
+        low = tok
+      end
+    end
+    if n > 16 then
+      h.expired[low] = nil
+      del[#del + 1] = 'e:' .. low
+      h.w = math.max(h.w or 0, tonumber(low))
+      redis.call('HSET', key, 'w', dec(h.w))
+    end
+  end
+  redis.call('HDEL', key, unpack(del))
+  h.x, h.held, h.levels, h.depth = nil, false, {}, 0
+end
+
+-- settle frees a lock whose lease has passed, recording its ownership as
+-- expired; it does nothing to a held or free lock.
+local function settle(key, h)
+  if h.x and not h.held then
+    free(key, h, true)
+  end
 end
 
 -- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
@@ -172,10 +240,10 @@ local function parseWaiter(m)
 end
 
 -- nextWaiter reads the oldest waiter of queue and the token it would get
--- in mode, writing nothing: false when nobody waits, {member, level ID,
--- claim ms, owner, channel, token} otherwise, nil plus an error reply for a
--- foreign queue or counter, or a token at 2^53.
-local function nextWaiter(queue, counter, mode)
+-- in mode, writing nothing: false when nobody waits, a table {member, id,
+-- claim, owner, channel, token} otherwise, nil plus an error reply for a
+-- foreign queue or a token at 2^53.
+local function nextWaiter(lock, queue, h, mode, us)
   local head, err = callOn('ZRANGE', queue, 0, 0)
   if not head then
     return nil, err
@@ -187,41 +255,41 @@ local function nextWaiter(queue, counter, mode)
   if not id then
     return foreign(queue)
   end
-  local t, err = freshToken(counter, mode)
+  local t, terr = freshToken(lock, h, mode, us)
   if not t then
-    return nil, err
+    return nil, terr
   end
-  return {head[1], id, claim, owner, channel, t}
+  return {member = head[1], id = id, claim = tonumber(claim), owner = owner, channel = channel, token = t}
 end
 
--- handTo gives the free lock (its key must not exist) to waiter w, from
--- nextWaiter with the same mode: the new token, depth 1 at the waiter's
--- level, an expiry of the waiter's claim time, and one message
--- "<level ID> <token>" on the waiter's channel. The waiter claims it by
--- calling acquire with its level ID, which raises the expiry to its TTL. A
--- waiter that never claims (it died, or its message was lost and it did not
--- poll in time) loses the lock when the claim time runs out, and the next
--- acquire or poll of another waiter hands it on.
-local function handTo(lock, counter, queue, w, mode)
-  redis.call('ZREM', queue, w[1])
-  local ts = issue(counter, w[6], mode)
-  redis.call('HSET', lock, 'owner', w[4], 'token', ts, 'l:' .. w[2], '1')
-  redis.call('PEXPIRE', lock, w[3])
-  redis.call('PUBLISH', w[5], w[2] .. ' ' .. ts)
+-- handTo gives the free lock h to waiter w, from nextWaiter with the same
+-- mode: the new token, depth 1 at the waiter's level, a lease of the
+-- waiter's claim time, and one message "<level ID> <token>" on the
+-- waiter's channel. The waiter claims it by calling acquire with its level
+-- ID, which raises the lease to its TTL. A waiter that never claims (it
+-- died, or its message was lost and it did not poll in time) loses the lock
+-- when the claim time runs out, and the next acquire or poll of another
+-- waiter hands it on.
+local function handTo(lock, queue, h, w, mode, now)
+  redis.call('ZREM', queue, w.member)
+  local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now)
+  redis.call('PUBLISH', w.channel, w.id .. ' ' .. ts)
 end
 
--- passOn frees the lock whose last level is going (it deletes the hash) and
--- hands it to the oldest waiter, if any. It checks the queue and the counter
--- before writing anything: true when done, nil plus an error reply (nothing
--- written) otherwise.
-local function passOn(lock, counter, queue, mode)
-  local w, err = nextWaiter(queue, counter, mode)
+-- passOn frees the lock h whose last level is going (with expired, its
+-- lease ran out) and hands it to the oldest waiter, if any. It checks the
+-- queue before writing anything: true when done, nil plus an error reply
+-- (nothing written) otherwise.
+local function passOn(lock, queue, h, mode, us, now, expired)
+  local w, err = nextWaiter(lock, queue, h, mode, us)
   if w == nil then
     return nil, err
   end
-  redis.call('DEL', lock)
+  free(lock, h, expired)
   if w then
-    handTo(lock, counter, queue, w, mode)
+    handTo(lock, queue, h, w, mode, now)
+  else
+    keep(lock, h, mode, now)
   end
   return true
 end

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"time"
 
@@ -107,7 +108,7 @@ type Acquired struct {
 	OK        bool          // the caller holds the lock now
 	Token     fence.Token   // the ownership's token, when OK
 	Depth     int64         // the reentry depth, when OK
-	HolderTTL time.Duration // the holder's remaining TTL when !OK; -1 if none
+	HolderTTL time.Duration // what is left of the holder's lease when !OK
 }
 
 // Waiter describes a Lock call that waits in the lock's queue: the lock,
@@ -134,7 +135,7 @@ func acquireArgs(k Keys, owner string, ttl time.Duration, level string, w *Waite
 	if w != nil {
 		queue = max(w.Queue.Milliseconds(), 1)
 	}
-	return []string{k.Lock, k.Fence, k.Queue}, []any{owner, ttl.Milliseconds(), level, w.member(level, owner), queue, m.arg()}
+	return []string{k.Lock, k.Queue}, []any{owner, ttl.Milliseconds(), level, w.member(level, owner), queue, m.arg()}
 }
 
 // Acquire runs acquire.lua for the level ID level (the request ID of one
@@ -200,14 +201,8 @@ func ParseAcquire(v any) (Acquired, error) {
 	switch {
 	case n[0] == 1 && n[1] > 0 && n[2] > 0:
 		return Acquired{OK: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
-	case n[0] == 0 && n[1] >= -2 && n[2] == 0:
-		ttl := millis(n[1])
-		if n[1] < 0 {
-			// -2: the key vanished between HMGET and PTTL, which a script
-			// cannot see; -1: no TTL. Either way there is no expiry to wait for.
-			ttl = -1
-		}
-		return Acquired{HolderTTL: ttl}, nil
+	case n[0] == 0 && n[1] >= 0 && n[2] == 0:
+		return Acquired{HolderTTL: millis(n[1])}, nil
 	}
 	return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
 }
@@ -216,9 +211,8 @@ func ParseAcquire(v any) (Acquired, error) {
 // request ID is level, and returns the depth left, or -1 when the caller's
 // ownership does not hold the lock. A lock handed to a waiter gets a token
 // issued as m says.
-func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, tombstoneTTL time.Duration, m Tokens) (int64, error) {
-	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor(level), k.Fence, k.Queue},
-		owner, token.String(), level, tombstoneTTL.Milliseconds(), m.arg()).Result()
+func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (int64, error) {
+	v, err := ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, owner, token.String(), level, m.arg()).Result()
 	if err != nil {
 		return 0, scriptErr(err)
 	}
@@ -235,9 +229,9 @@ func ParseRelease(v any) (int64, error) {
 }
 
 // Extend runs extend.lua and reports whether the ownership still held the
-// lock and now has ttl left.
-func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration) (bool, error) {
-	v, err := ExtendScript.Run(ctx, rdb, []string{k.Lock}, owner, token.String(), ttl.Milliseconds()).Result()
+// lock and now has ttl left. m sets the hash's own expiry (time tokens).
+func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (bool, error) {
+	v, err := ExtendScript.Run(ctx, rdb, []string{k.Lock}, owner, token.String(), ttl.Milliseconds(), m.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -265,7 +259,7 @@ type ExtendResult struct {
 // pipeline by node itself). Entries answered NOSCRIPT (after SCRIPT FLUSH or
 // a restart) are sent again with EVAL in a second pipeline, which also
 // loads the script for the next batch. The i-th result answers reqs[i].
-func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, ttl time.Duration) []ExtendResult {
+func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, ttl time.Duration, m Tokens) []ExtendResult {
 	out := make([]ExtendResult, len(reqs))
 	idx := make([]int, len(reqs))
 	for i := range idx {
@@ -276,7 +270,7 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, ttl t
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
 			r := reqs[i]
-			cmds[j] = eval(ctx, pipe, []string{r.Keys.Lock}, r.Owner, r.Token.String(), ttl.Milliseconds())
+			cmds[j] = eval(ctx, pipe, []string{r.Keys.Lock}, r.Owner, r.Token.String(), ttl.Milliseconds(), m.arg())
 		}
 		sent := time.Now()
 		_, execErr := pipe.Exec(ctx)
@@ -317,7 +311,7 @@ func ParseExtend(v any) (bool, error) {
 // and the level is still there. It reports whether it removed a level. A
 // lock it hands to the next waiter gets a token issued as m says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, w *Waiter, m Tokens) (bool, error) {
-	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, owner, level, w.member(level, owner), m.arg()).Result()
+	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, owner, level, w.member(level, owner), m.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -329,15 +323,25 @@ type State struct {
 	Owner     string        // empty when the lock is free
 	Depth     int64         // reentry depth; 0 when free
 	Token     fence.Token   // the current ownership's token; None when free
-	TTL       time.Duration // remaining lease; -1 no TTL, -2 free
-	LastToken fence.Token   // the last token ever issued; None if never, or if a time-mode counter expired while the lock was free
+	TTL       time.Duration // what is left of the lease; 0 when free
+	LastToken fence.Token   // the last token issued; None if never, or if a time-mode hash expired idle
+	LastOwner string        // the owner of the last ownership, the holder's when held; empty if none
 	Levels    []string      // the level IDs of the hold, in no order
 	Waiters   int64         // Lock calls in the queue
+	Ended     []Ended       // ownerships known to have ended, by token
+}
+
+// Ended is an ownership that has ended, as the lock hash records it: the
+// last one when the lock is free, and the most recent that expired.
+type Ended struct {
+	Token   fence.Token
+	Owner   string
+	Expired bool // its lease ran out; false: released
 }
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := InspectScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}).Result()
+	v, err := InspectScript.Run(ctx, rdb, []string{k.Lock, k.Queue}).Result()
 	if err != nil {
 		return State{}, scriptErr(err)
 	}
@@ -347,7 +351,7 @@ func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 // ParseInspect decodes an inspect reply.
 func ParseInspect(v any) (State, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 6 {
+	if !ok || len(a) != 8 {
 		return State{}, fmt.Errorf("%w: inspect returned %#v", ErrReply, v)
 	}
 	bad := func(what string, err error) (State, error) {
@@ -364,12 +368,11 @@ func ParseInspect(v any) (State, error) {
 		s.Token = tok
 	}
 	pttl, ok := a[2].(int64)
-	if !ok || pttl < -2 {
+	if !ok || pttl < -2 || pttl == -1 || (pttl == -2) != (s.Owner == "") {
 		return bad("pttl", nil)
 	}
-	s.TTL = millis(pttl)
-	if pttl < 0 {
-		s.TTL = time.Duration(pttl)
+	if pttl > 0 {
+		s.TTL = millis(pttl)
 	}
 	c, ok := a[3].(int64)
 	if !ok || c < 0 {
@@ -391,6 +394,22 @@ func ParseInspect(v any) (State, error) {
 	if s.Waiters, ok = a[5].(int64); !ok || s.Waiters < 0 {
 		return bad("waiters", nil)
 	}
+	s.LastOwner, _ = a[6].(string)
+	ended, ok := a[7].([]any)
+	if !ok || len(ended)%3 != 0 {
+		return bad("ended", nil)
+	}
+	for i := 0; i < len(ended); i += 3 {
+		ts, _ := ended[i].(string)
+		owner, _ := ended[i+1].(string)
+		how, _ := ended[i+2].(string)
+		tok, err := fence.Parse(ts)
+		if err != nil || tok == fence.None || (how != "expired" && how != "released") {
+			return bad("ended", err)
+		}
+		s.Ended = append(s.Ended, Ended{Token: tok, Owner: owner, Expired: how == "expired"})
+	}
+	sort.Slice(s.Ended, func(i, j int) bool { return s.Ended[i].Token < s.Ended[j].Token })
 	if (s.Owner == "") != (s.Token == fence.None) || (s.Owner == "") != (s.Depth == 0) {
 		return bad("fields", errors.New("owner, token and levels must be all present or all absent"))
 	}

@@ -27,15 +27,22 @@ func TestScriptsLoadIntoRealRedis(t *testing.T) {
 func keys(t *testing.T) lua.Keys { return lua.KeysFor("rftest", testenv.Unique(t)) }
 
 // assertLeaseShape checks the invariant after every acquire, reentry and
-// extend: the lock hash expires, the counter never does.
+// extend in strict mode: the lease runs, and the hash, which holds the
+// counter, never expires.
 func assertLeaseShape(t *testing.T, rdb *redis.Client, k lua.Keys) {
 	t.Helper()
+	require.Greater(t, leaseLeft(t, rdb, k), time.Duration(0), "the lease must run")
 	ttl, err := rdb.PTTL(t.Context(), k.Lock).Result()
 	require.NoError(t, err)
-	require.Greater(t, ttl, time.Duration(0), "lock hash must carry a TTL")
-	ttl, err = rdb.PTTL(t.Context(), k.Fence).Result()
+	require.Equal(t, time.Duration(-1), ttl, "the hash holds the counter and must never expire")
+}
+
+// leaseLeft is what is left of the lease of k, as inspect reads it.
+func leaseLeft(t *testing.T, rdb *redis.Client, k lua.Keys) time.Duration {
+	t.Helper()
+	st, err := lua.Inspect(t.Context(), rdb, k)
 	require.NoError(t, err)
-	require.Equal(t, time.Duration(-1), ttl, "counter must never expire")
+	return st.TTL
 }
 
 func TestRepeatedRequestsApplyOnce(t *testing.T) {
@@ -54,7 +61,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"), "a repeated reentry must not count twice")
 
 		rel := func(level string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, time.Minute, lua.Tokens{})
+			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, lua.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
@@ -62,7 +69,10 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.EqualValues(t, 1, rel("r2"), "a repeated partial release must not count twice")
 		require.EqualValues(t, 0, rel("r1"))
 		require.EqualValues(t, 0, rel("r1"), "a repeated full release must still report success")
-		require.EqualValues(t, -1, rel("r5"), "a release of a level never taken, on a free lock, is not held")
+		require.EqualValues(t, 0, rel("r5"), "the release of an ownership that ended by release is taken for a repeat")
+		n, err := lua.Release(ctx, rdb, k, "o1", first.Token+1, "r5", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n, "a token never issued is not held")
 
 		// Someone else takes the lock; the old full release, repeated, must
 		// still answer as before and must not touch the new holder.
@@ -70,9 +80,9 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
 		require.EqualValues(t, 0, rel("r1"))
-		// ...even after that other owner fully released in turn: each full
-		// release leaves its own tombstone.
-		n, err := lua.Release(ctx, rdb, k, "o2", other.Token, "r6", time.Minute, lua.Tokens{})
+		// ...even after that other owner fully released in turn: an
+		// ownership that ended by release answers its releases as done.
+		n, err = lua.Release(ctx, rdb, k, "o2", other.Token, "r6", lua.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
@@ -83,9 +93,74 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.Equal(t, "o2", st.Owner)
 		require.EqualValues(t, 1, st.Depth)
 		require.Equal(t, []string{"r6b"}, st.Levels)
-		// The tombstone says whose release it was.
-		require.Equal(t, "1 o1", rdb.Get(ctx, k.TombstoneFor("r1")).Val())
-		require.Equal(t, "2 o2", rdb.Get(ctx, k.TombstoneFor("r6")).Val())
+	})
+}
+
+// An ownership whose lease ran out is recorded as expired by the next
+// script that writes, so a late or retried release of it is told "not
+// held", on every path: the expired owner's own release, and another
+// owner's acquire.
+func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		expire := func() { b.Expire(60 * time.Millisecond) }
+		a, err := lua.Acquire(ctx, rdb, k, "o1", 50*time.Millisecond, "r1", nil, lua.Tokens{})
+		require.NoError(t, err)
+		expire()
+		n, err := lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n, "the lease ran out before the release")
+		b2, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r2", nil, lua.Tokens{})
+		require.NoError(t, err)
+		require.True(t, b2.OK)
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n, "a retry, after another ownership began")
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, []lua.Ended{{Token: a.Token, Owner: "o1", Expired: true}}, st.Ended)
+
+		// Expired without a release: another owner's acquire records it.
+		k = keys(t)
+		a, err = lua.Acquire(ctx, rdb, k, "o1", 50*time.Millisecond, "r1", nil, lua.Tokens{})
+		require.NoError(t, err)
+		expire()
+		b2, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r2", nil, lua.Tokens{})
+		require.NoError(t, err)
+		require.Equal(t, a.Token+1, b2.Token)
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n)
+		n, err = lua.Release(ctx, rdb, k, "o2", b2.Token, "r2", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		st, err = lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, []lua.Ended{{Token: a.Token, Owner: "o1", Expired: true}, {Token: b2.Token, Owner: "o2"}}, st.Ended)
+	})
+}
+
+// At most 16 expired ownerships are recorded, the most recent ones; a
+// release of an older one is still told "not held".
+func TestExpiredRecordsBounded(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		for i := range 20 {
+			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, fmt.Sprint("r", i), nil, lua.Tokens{})
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			require.NoError(t, rdb.HSet(ctx, k.Lock, "x", "1").Err()) // its lease ran out long ago
+		}
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Len(t, st.Ended, 17, "16 recorded and the last, not yet")
+		require.EqualValues(t, 4, st.Ended[0].Token)
+		require.Len(t, rdb.HKeys(ctx, k.Lock).Val(), 16+5, "16 records, w, t, o, x and one level")
+		for tok := range fence.Token(20) {
+			n, err := lua.Release(ctx, rdb, k, "o", tok+1, fmt.Sprint("r", tok), lua.Tokens{})
+			require.NoError(t, err)
+			require.EqualValues(t, -1, n, "token %d expired", tok+1)
+		}
 	})
 }
 
@@ -102,7 +177,7 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil, lua.Tokens{})
 		require.NoError(t, err)
 		rel := func(level string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, time.Minute, lua.Tokens{})
+			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, lua.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
@@ -129,17 +204,17 @@ func TestExtendNeverShortens(t *testing.T) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer", nil, lua.Tokens{})
 		require.NoError(t, err)
-		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second)
+		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a shorter extend must not shorten")
+		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute, "a shorter extend must not shorten")
 		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner", nil, lua.Tokens{})
 		require.NoError(t, err)
-		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
-		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour)
+		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
+		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Greater(t, rdb.PTTL(ctx, k.Lock).Val(), 119*time.Minute, "a longer extend lengthens")
+		require.Greater(t, leaseLeft(t, rdb, k), 119*time.Minute, "a longer extend lengthens")
 	})
 }
 
@@ -159,19 +234,18 @@ func TestOwnerAndTokenChecked(t *testing.T) {
 			owner string
 			tok   fence.Token
 		}{{"o2", a.Token}, {"o1", a.Token + 1}, {"o1", a.Token - 1}} {
-			ok, err := lua.Extend(ctx, rdb, k, c.owner, c.tok, time.Hour)
+			ok, err := lua.Extend(ctx, rdb, k, c.owner, c.tok, time.Hour, lua.Tokens{})
 			require.NoError(t, err)
 			require.False(t, ok, "extend by %v", c)
-			n, err := lua.Release(ctx, rdb, k, c.owner, c.tok, "x"+c.owner+c.tok.String(), time.Minute, lua.Tokens{})
+			n, err := lua.Release(ctx, rdb, k, c.owner, c.tok, "x"+c.owner+c.tok.String(), lua.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, -1, n, "release by %v", c)
 		}
-		ok, err := lua.Extend(ctx, rdb, k, "o1", a.Token, time.Hour)
+		ok, err := lua.Extend(ctx, rdb, k, "o1", a.Token, time.Hour, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
 		assertLeaseShape(t, rdb, k)
-		ttl := rdb.PTTL(ctx, k.Lock).Val()
-		require.Greater(t, ttl, 59*time.Minute)
+		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute)
 	})
 }
 
@@ -182,7 +256,7 @@ func TestLargeTokensExact(t *testing.T) {
 		ctx, rdb := t.Context(), b.Client
 		for _, seed := range []int64{999_999, 1 << 40, 1<<53 - 2} {
 			k := keys(t)
-			require.NoError(t, rdb.Set(ctx, k.Fence, seed, 0).Err())
+			require.NoError(t, rdb.HSet(ctx, k.Lock, "t", seed).Err())
 			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
 			require.NoError(t, err)
 			require.Equal(t, fence.Token(seed+1), a.Token)
@@ -190,15 +264,16 @@ func TestLargeTokensExact(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, a.Token, st.Token)
 			require.Equal(t, a.Token, st.LastToken)
-			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute, lua.Tokens{})
+			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", lua.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n, "release with the exact token of seed %d", seed)
 		}
 		k := keys(t)
-		require.NoError(t, rdb.Set(ctx, k.Fence, strconv.FormatInt(1<<53-1, 10), 0).Err())
+		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", strconv.FormatInt(1<<53-1, 10)).Err())
 		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
 		require.ErrorIs(t, err, lua.ErrOverflow)
-		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an overflowing acquire must not take the lock")
+		require.Equal(t, map[string]string{"t": strconv.FormatInt(1<<53-1, 10)}, rdb.HGetAll(ctx, k.Lock).Val(),
+			"an overflowing acquire must not take the lock")
 	})
 }
 
@@ -213,17 +288,20 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			set  func(key string) error
 		}{
 			{"string", func(key string) error { return rdb.Set(ctx, key, "not a hash", 0).Err() }},
-			{"hash without owner", func(key string) error { return rdb.HSet(ctx, key, "h", "10", "t", "10", "v", "x").Err() }},
-			{"hash with a bad token", func(key string) error { return rdb.HSet(ctx, key, "owner", "o", "token", "x", "l:r", "1").Err() }},
-			{"hash with no level", func(key string) error { return rdb.HSet(ctx, key, "owner", "o", "token", "1").Err() }},
+			{"hash with other fields", func(key string) error { return rdb.HSet(ctx, key, "h", "10", "t", "10", "v", "x").Err() }},
+			{"hash with a bad counter", func(key string) error { return rdb.HSet(ctx, key, "t", "x").Err() }},
+			{"hash without a counter", func(key string) error { return rdb.HSet(ctx, key, "o", "o", "x", "9", "l:r", "1").Err() }},
+			{"hash with a lease and no level", func(key string) error { return rdb.HSet(ctx, key, "t", "1", "o", "o", "x", "99999999999999").Err() }},
+			{"hash with a level and no lease", func(key string) error { return rdb.HSet(ctx, key, "t", "1", "o", "o", "l:r", "1").Err() }},
+			{"hash with a bad lease", func(key string) error { return rdb.HSet(ctx, key, "t", "1", "o", "o", "x", "-1", "l:r", "1").Err() }},
 		} {
 			k := keys(t)
 			require.NoError(t, plant.set(k.Lock))
 			before := snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
 				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{}); return err },
-				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute, lua.Tokens{}); return err },
-				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute); return err },
+				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", lua.Tokens{}); return err },
+				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute, lua.Tokens{}); return err },
 				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r", nil, lua.Tokens{}); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 			}
@@ -237,30 +315,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			after := snapshot(t, rdb, k.Lock)
 			require.Equal(t, before, after, "a %s must be left as it was", plant.what)
 			require.EqualValues(t, -1, rdb.PTTL(ctx, k.Lock).Val(), "no TTL may be put on a %s", plant.what)
-			require.Zero(t, rdb.Exists(ctx, k.Fence).Val(), "nothing may be written when the lock key is foreign")
 		}
-
-		for _, bad := range []func(key string) error{
-			func(key string) error { return rdb.SAdd(ctx, key, "x").Err() },
-			func(key string) error { return rdb.Set(ctx, key, "-5", 0).Err() },
-			func(key string) error { return rdb.Set(ctx, key, "abc", 0).Err() },
-		} {
-			k := keys(t)
-			require.NoError(t, bad(k.Fence))
-			before := snapshot(t, rdb, k.Fence)
-			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
-			require.ErrorIs(t, err, lua.ErrForeign)
-			require.ErrorContains(t, err, k.Fence)
-			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
-			after := snapshot(t, rdb, k.Fence)
-			require.Equal(t, before, after)
-		}
-
-		k := keys(t)
-		require.NoError(t, rdb.Set(ctx, k.TombstoneFor("r"), "junk", 0).Err())
-		_, err := lua.Release(ctx, rdb, k, "o", 1, "r", time.Minute, lua.Tokens{})
-		require.ErrorIs(t, err, lua.ErrForeign)
-		require.ErrorContains(t, err, k.TombstoneFor("r"))
 	})
 }
 
@@ -292,7 +347,7 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", time.Minute, lua.Tokens{})
+		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", lua.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -313,12 +368,22 @@ func TestParseRejectsMalformed(t *testing.T) {
 		_, err := lua.ParseExtend(v)
 		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
 	}
-	for _, v := range []any{nil, []any{}, []any{"o", nil, int64(5), int64(1), []any{"a"}, int64(0)},
-		[]any{nil, nil, int64(-9), int64(0), []any{}, int64(0)}, []any{"o", "1", int64(5), int64(1), []any{}, int64(0)},
-		[]any{"o", "1", int64(5), "1", []any{"a"}, int64(0)}, []any{"o", "1", int64(5), int64(-1), []any{"a"}, int64(0)},
-		[]any{"o", "0", int64(5), int64(1), []any{"a"}, int64(0)}, []any{"o", "1", int64(5), int64(1), []any{int64(1)}, int64(0)},
-		[]any{nil, nil, int64(-2), int64(1), []any{"a"}, int64(0)}, []any{"o", "1", int64(5), int64(1), []any{"a"}},
-		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(-1)}, []any{"o", "1", int64(5), int64(1), []any{"a"}, "1"}} {
+	valid := func(edit func([]any)) []any {
+		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired"}}
+		edit(v)
+		return v
+	}
+	_, err := lua.ParseInspect(valid(func([]any) {}))
+	require.NoError(t, err, "the base of the malformed replies below must parse")
+	for _, v := range []any{nil, []any{}, valid(func(v []any) { v[1] = nil }),
+		valid(func(v []any) { v[0], v[1], v[2] = nil, nil, int64(-9) }), valid(func(v []any) { v[4] = []any{} }),
+		valid(func(v []any) { v[3] = "1" }), valid(func(v []any) { v[3] = int64(-1) }),
+		valid(func(v []any) { v[1] = "0" }), valid(func(v []any) { v[4] = []any{int64(1)} }),
+		valid(func(v []any) { v[0], v[1] = nil, nil }), valid(func(v []any) { v[2] = int64(-1) }),
+		valid(func(v []any) { v[5] = int64(-1) }), valid(func(v []any) { v[5] = "1" }),
+		valid(func(v []any) { v[7] = []any{"1", "o"} }), valid(func(v []any) { v[7] = []any{"1", "o", "lost"} }),
+		valid(func(v []any) { v[7] = []any{"x", "o", "released"} }), valid(func(v []any) { v[7] = "1" }),
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o"}} {
 		_, err := lua.ParseInspect(v)
 		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
 	}
@@ -332,7 +397,9 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, undone)
-		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an abandoned fresh acquisition frees the lock")
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Empty(t, st.Owner, "an abandoned fresh acquisition frees the lock")
 
 		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2", nil, lua.Tokens{})
 		require.NoError(t, err)
@@ -354,7 +421,7 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2", nil, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, undone, "a level is undone by its ID even after later reentries")
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err = lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Depth)
 		require.EqualValues(t, 2, st.LastToken, "the counter is never rolled back")
@@ -366,7 +433,7 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0)})
+	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

@@ -48,7 +48,7 @@ func (r *queueRig) acquire(owner, level string, w *lua.Waiter) lua.Acquired {
 
 func (r *queueRig) release(owner string, tok fence.Token, level string) int64 {
 	r.t.Helper()
-	n, err := lua.Release(r.ctx, r.rdb, r.k, owner, tok, level, time.Minute, r.tokens)
+	n, err := lua.Release(r.ctx, r.rdb, r.k, owner, tok, level, r.tokens)
 	require.NoError(r.t, err)
 	return n
 }
@@ -97,7 +97,7 @@ func TestReleaseHandsOffFirstComeFirstServed(t *testing.T) {
 		// Nobody else gets in meanwhile, not even a TryLock.
 		require.False(t, r.acquire("o4", "l4", nil).OK)
 		require.Equal(t, lua.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "the claim")
-		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 5*time.Second, "a claim raises the expiry to the TTL")
+		require.Greater(t, r.state().TTL, 5*time.Second, "a claim raises the lease to the TTL")
 		require.Equal(t, lua.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "a repeated claim")
 
 		require.Zero(t, r.release("o2", 2, "l2"))
@@ -108,7 +108,8 @@ func TestReleaseHandsOffFirstComeFirstServed(t *testing.T) {
 		require.Zero(t, r.release("o3", 3, "l3"))
 		ch, _ = r.message()
 		require.Empty(t, ch, "no waiter, no message")
-		require.Zero(t, r.rdb.Exists(r.ctx, r.k.Lock, r.k.Queue).Val(), "free with nobody queued leaves no lock or queue key")
+		require.Zero(t, r.rdb.Exists(r.ctx, r.k.Queue).Val(), "free with nobody queued leaves no queue key")
+		require.ElementsMatch(t, []string{"t", "o"}, r.rdb.HKeys(r.ctx, r.k.Lock).Val(), "and a hash with the counter and the last owner only")
 	})
 }
 
@@ -125,8 +126,8 @@ func TestQueueOrderHolds(t *testing.T) {
 
 		w2 := r.waiter("o2", 5*time.Second)
 		require.False(t, r.acquire("o2", "l2", w2).OK)
-		// The holder vanishes without releasing, as when its TTL runs out.
-		require.NoError(t, r.rdb.Del(r.ctx, r.k.Lock).Err())
+		// The holder's lease runs out without a release.
+		require.NoError(t, r.rdb.HSet(r.ctx, r.k.Lock, "x", "1").Err())
 		require.False(t, r.acquire("o3", "l3", nil).OK, "TryLock must not take a lock someone waits for")
 		st := r.state()
 		require.Equal(t, "o2", st.Owner, "the TryLock handed the free lock to the waiter")
@@ -148,11 +149,7 @@ func TestUnclaimedHandoffPassesOn(t *testing.T) {
 		require.Zero(t, r.release("o1", first.Token, "l1"))
 		require.Equal(t, "o2", r.state().Owner)
 		require.False(t, r.acquire("o3", "l3", next).OK, "within the claim time the handoff stands")
-		if b.Mini != nil {
-			b.Mini.FastForward(60 * time.Millisecond)
-		} else {
-			time.Sleep(80 * time.Millisecond)
-		}
+		b.Expire(80 * time.Millisecond)
 		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", next),
 			"past the claim time the next waiter takes it, with a new token")
 		require.Zero(t, r.state().Waiters)
@@ -206,10 +203,11 @@ func TestForeignQueueRefused(t *testing.T) {
 			held := r.acquire("o1", "l1", nil)
 			require.NoError(t, plant(r.k.Queue))
 			before := snapshot(t, rdb, r.k.Queue)
-			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", time.Minute, lua.Tokens{})
+			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", lua.Tokens{})
 			require.ErrorIs(t, err, lua.ErrForeign)
 			require.ErrorContains(t, err, r.k.Queue)
-			require.Equal(t, "o1", rdb.HGet(ctx, r.k.Lock, "owner").Val(), "a refused release frees nothing")
+			require.Equal(t, "o1", rdb.HGet(ctx, r.k.Lock, "o").Val(), "a refused release frees nothing")
+			require.NotEmpty(t, rdb.HGet(ctx, r.k.Lock, "x").Val(), "a refused release frees nothing")
 			if i == 0 {
 				_, err = lua.Inspect(ctx, rdb, r.k)
 				require.ErrorIs(t, err, lua.ErrForeign, "inspect refuses a queue of another type too")

@@ -26,7 +26,7 @@ func micros(t *testing.T, rdb *redis.Client) uint64 {
 
 func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
 	t.Helper()
-	v, err := rdb.Get(t.Context(), k.Fence).Uint64()
+	v, err := rdb.HGet(t.Context(), k.Lock, "t").Uint64()
 	require.NoError(t, err)
 	return fence.Token(v)
 }
@@ -40,7 +40,7 @@ func takeAndFree(t *testing.T, rdb *redis.Client, k lua.Keys, m lua.Tokens) fenc
 	require.NoError(t, err)
 	require.True(t, a.OK)
 	require.EqualValues(t, 1, a.Depth)
-	n, err := lua.Release(t.Context(), rdb, k, "o", a.Token, level, time.Minute, m)
+	n, err := lua.Release(t.Context(), rdb, k, "o", a.Token, level, m)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	return a.Token
@@ -73,7 +73,7 @@ func TestTimeTokensFollowTheServerClock(t *testing.T) {
 		// A counter ahead of the clock (a clock that stepped back, or a
 		// counter carried over from the strict mode) wins: counter + 1.
 		ahead := fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))
-		require.NoError(t, rdb.Set(t.Context(), k.Fence, ahead.String(), 0).Err())
+		require.NoError(t, rdb.HSet(t.Context(), k.Lock, "t", ahead.String()).Err())
 		require.Equal(t, ahead+1, takeAndFree(t, rdb, k, timeTokens))
 	})
 }
@@ -97,20 +97,21 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 
 	// The counter lost while the clock is behind the last token: the one
 	// case time tokens go backwards (docs/safety.md).
-	require.NoError(t, rdb.Del(t.Context(), k.Fence).Err())
+	require.NoError(t, rdb.Del(t.Context(), k.Lock).Err())
 	m.SetTime(t0.Add(-time.Hour))
 	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
 }
 
-// The counter expires after its idle time in time mode, refreshed by every
-// token issued, and never in the strict mode; a strict client issuing a
-// token removes the expiry a time-mode client set.
+// In time mode the hash, which holds the counter, expires its idle time
+// after the lease ends (or after the release), refreshed by every write;
+// in the strict mode it never expires, and a strict client's write removes
+// the expiry a time-mode client set.
 func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		pttl := func() time.Duration {
 			t.Helper()
-			return rdb.PTTL(ctx, k.Fence).Val()
+			return rdb.PTTL(ctx, k.Lock).Val()
 		}
 		strict := takeAndFree(t, rdb, k, lua.Tokens{})
 		require.EqualValues(t, 1, strict)
@@ -118,34 +119,54 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 
 		timed := takeAndFree(t, rdb, k, timeTokens)
 		require.Greater(t, timed, strict)
-		require.Greater(t, pttl(), 59*time.Minute, "a time-mode counter carries the idle expiry")
+		require.Greater(t, pttl(), 59*time.Minute, "a time-mode hash carries the idle expiry")
 		require.LessOrEqual(t, pttl(), time.Hour)
 
-		// Held: a reentry issues no token and leaves the expiry alone; the
-		// next fresh token refreshes it.
+		// Held, the hash outlives the lease by the idle time, and a
+		// reentry or an extend moves it with the lease.
 		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil, timeTokens)
 		require.NoError(t, err)
-		require.NoError(t, rdb.PExpire(ctx, k.Fence, 10*time.Second).Err())
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil, timeTokens)
+		require.Greater(t, pttl(), 60*time.Minute)
+		_, err = lua.Acquire(ctx, rdb, k, "o", 10*time.Minute, "inner", nil, timeTokens)
 		require.NoError(t, err)
-		require.LessOrEqual(t, pttl(), 10*time.Second, "a reentry issues no token")
+		require.Greater(t, pttl(), 69*time.Minute, "a reentry moves the expiry with the lease")
+		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, timeTokens)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, pttl(), 89*time.Minute, "an extend moves it too")
 		for _, level := range []string{"inner", "outer"} {
-			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, time.Minute, timeTokens)
+			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, timeTokens)
 			require.NoError(t, err)
 		}
+		require.LessOrEqual(t, pttl(), time.Hour, "released, the hash expires its idle time from now")
 		next := takeAndFree(t, rdb, k, timeTokens)
-		require.Greater(t, pttl(), 59*time.Minute, "a token issued refreshes the expiry")
 
 		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
-		require.Equal(t, time.Duration(-1), pttl(), "and its counter never expires")
+		require.Equal(t, time.Duration(-1), pttl(), "and its hash never expires")
+		require.ElementsMatch(t, []string{"t", "o"}, rdb.HKeys(ctx, k.Lock).Val(), "nor keeps the time mode's mark")
 
-		// Idle past the expiry, the counter is gone; the next token still
+		// Idle past the expiry, the hash is gone; the next token still
 		// comes out above every earlier one, from the clock.
 		short := lua.Tokens{Time: true, Idle: 100 * time.Millisecond}
 		last := takeAndFree(t, rdb, k, short)
 		b.Expire(150 * time.Millisecond)
-		require.Zero(t, rdb.Exists(ctx, k.Fence).Val(), "an idle counter expires")
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an idle hash expires")
 		require.Greater(t, takeAndFree(t, rdb, k, short), last)
+	})
+}
+
+// A release of an ownership from before the hash was lost is not taken for
+// a repeat: in time mode the hash records the first token it issued.
+func TestReleaseFromBeforeALostHashIsNotHeld(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		old, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "r1", nil, timeTokens)
+		require.NoError(t, err)
+		require.NoError(t, rdb.Del(ctx, k.Lock).Err()) // a restart without persistence
+		takeAndFree(t, rdb, k, timeTokens)
+		n, err := lua.Release(ctx, rdb, k, "o1", old.Token, "r1", timeTokens)
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n)
 	})
 }
 
@@ -160,7 +181,7 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 		require.False(t, r.acquire("o2", "l2", w2).OK)
 		require.False(t, r.acquire("o3", "l3", w3).OK)
 
-		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Fence, 10*time.Second).Err())
+		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Lock, 10*time.Second).Err())
 		before := micros(t, r.rdb)
 		require.Zero(t, r.release("o1", first.Token, "l1"))
 		_, msg := r.message()
@@ -169,10 +190,10 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 		require.Greater(t, second, first.Token)
 		require.GreaterOrEqual(t, uint64(second), before, "the handoff's token is the server's time")
 		require.Equal(t, second, counter(t, r.rdb, r.k))
-		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Fence).Val(), 59*time.Minute, "the handoff refreshes the counter's expiry")
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute, "the handoff refreshes the hash's expiry")
 
 		// o2 gives up before claiming: the undo hands the lock on to o3.
-		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Fence, 10*time.Second).Err())
+		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Lock, 10*time.Second).Err())
 		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2, r.tokens)
 		require.NoError(t, err)
 		require.True(t, undone)
@@ -181,22 +202,8 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 		require.Equal(t, "l3 "+third.String(), msg)
 		require.Greater(t, third, second)
 		require.Equal(t, third, counter(t, r.rdb, r.k))
-		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Fence).Val(), 59*time.Minute)
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute)
 		require.Equal(t, lua.Acquired{OK: true, Token: third, Depth: 1}, r.acquire("o3", "l3", w3), "the claim keeps the handed token")
-	})
-}
-
-// Inspect reports the held token as the last one when a time-mode counter
-// has gone while the lock was held (renewed past the idle expiry).
-func TestInspectLastTokenWithoutCounter(t *testing.T) {
-	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, timeTokens)
-		require.NoError(t, err)
-		require.NoError(t, rdb.Del(ctx, k.Fence).Err())
-		st, err := lua.Inspect(ctx, rdb, k)
-		require.NoError(t, err)
-		require.Equal(t, a.Token, st.LastToken)
 	})
 }
 
@@ -205,12 +212,11 @@ func TestInspectLastTokenWithoutCounter(t *testing.T) {
 func TestTimeTokensOverflowRefused(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		require.NoError(t, rdb.Set(ctx, k.Fence, "9007199254740991", 0).Err())
+		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", "9007199254740991").Err())
 		for _, m := range []lua.Tokens{{}, timeTokens} {
 			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, m)
 			require.ErrorIs(t, err, lua.ErrOverflow)
-			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
-			require.Equal(t, "9007199254740991", rdb.Get(ctx, k.Fence).Val())
+			require.Equal(t, map[string]string{"t": "9007199254740991"}, rdb.HGetAll(ctx, k.Lock).Val())
 		}
 		if b.Mini == nil {
 			return
@@ -220,7 +226,7 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 		k = keys(t)
 		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, timeTokens)
 		require.ErrorIs(t, err, lua.ErrOverflow)
-		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Fence).Val())
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
 	})
 }
 
@@ -231,12 +237,14 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, lua.Tokens{})
 		require.NoError(t, err)
 		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
-			err := lua.AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()
+			err := lua.AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "acquire %q", bad)
-			err = lua.ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.TombstoneFor("l"), k.Fence, k.Queue}, "o", a.Token.String(), "l", 60000, bad).Err()
+			err = lua.ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", a.Token.String(), "l", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "release %q", bad)
-			err = lua.AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue}, "o", "l", "", bad).Err()
+			err = lua.AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", "l", "", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
+			err = lua.ExtendScript.Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
 			st, err := lua.Inspect(ctx, rdb, k)
 			require.NoError(t, err)
 			require.Equal(t, "o", st.Owner, "nothing changed")

@@ -41,10 +41,6 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return fn(fctx, l.Token())
 }
 
-// NoExpiry is the TTL [Client.Inspect] reports for a held lock whose key
-// has no expiry (someone removed it with PERSIST).
-const NoExpiry time.Duration = -1
-
 // State is a snapshot of one lock, as [Client.Inspect] reads it.
 type State struct {
 	Name      string
@@ -52,10 +48,21 @@ type State struct {
 	Owner     Owner         // empty when free
 	Depth     int64         // reentry depth; 0 when free
 	Token     fence.Token   // the current ownership's token; None when free
-	TTL       time.Duration // remaining lease; 0 when free, NoExpiry if the key has none
-	LastToken fence.Token   // the last token ever issued for the name; None if never
+	TTL       time.Duration // what is left of the lease; 0 when free
+	LastToken fence.Token   // the last token issued for the name; None if never
+	LastOwner Owner         // the owner of the last ownership (the holder when held); empty if none
 	Levels    []string      // the IDs of the hold's levels ([Lease.ID]); nil when free
 	Waiters   int64         // Lock calls queued for the name
+	Ended     []Ended       // ownerships known to have ended, lowest token first
+}
+
+// Ended is an ownership of a lock that has ended, as Redis records it: the
+// last one while the lock is free, and the 16 most recent whose lease ran
+// out. It says whose hold it was, for tools and post-mortems.
+type Ended struct {
+	Owner   Owner
+	Token   fence.Token
+	Expired bool // its lease ran out; false: it was released
 }
 
 // Inspect reads name's state in one atomic step. It does not need or
@@ -80,12 +87,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 		return State{}, fmt.Errorf("reentrant: inspect %q: %w", name, err)
 	}
 	st := State{Name: name, Held: s.Owner != "", Owner: Owner(s.Owner), Depth: s.Depth, Token: s.Token,
-		LastToken: s.LastToken, Levels: s.Levels, Waiters: s.Waiters}
-	switch {
-	case s.TTL > 0:
-		st.TTL = s.TTL
-	case st.Held:
-		st.TTL = NoExpiry
+		TTL: s.TTL, LastToken: s.LastToken, LastOwner: Owner(s.LastOwner), Levels: s.Levels, Waiters: s.Waiters}
+	for _, e := range s.Ended {
+		st.Ended = append(st.Ended, Ended{Owner: Owner(e.Owner), Token: e.Token, Expired: e.Expired})
 	}
 	return st, nil
 }

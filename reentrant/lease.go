@@ -108,7 +108,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %q: lease already unlocked", ErrNotHeld, l.name)
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
-		return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.retryWindow, l.c.cfg.tokens)
+		return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
 	}, nil)
 	n, err := out.v, out.err
 	if err != nil {
@@ -164,7 +164,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
-		return lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl)
+		return lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
 	}, nil)
 	ok, err := out.v, out.err
 	if err != nil {

@@ -148,9 +148,9 @@ func TestNilArguments(t *testing.T) {
 	require.NoError(t, l.Unlock(t.Context()))
 }
 
-// A full release leaves a tombstone that says whose release it was, and
-// Releases reads it back, names with glob characters included.
-func TestReleasesAttributeTombstones(t *testing.T) {
+// Inspect says whose the last ownership was and that it was released, names
+// with glob characters included.
+func TestInspectAttributesEndedOwnerships(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c := newClient(t, b.Client)
 		name := testenv.Unique(t) + "*?[x]\\{}"
@@ -159,18 +159,18 @@ func TestReleasesAttributeTombstones(t *testing.T) {
 		inner, err := c.Lock(l.Context(), name)
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(t.Context()))
-		rels, err := c.Releases(t.Context(), name)
+		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.Empty(t, rels, "a partial release leaves no tombstone")
+		require.Empty(t, st.Ended, "a partial release ends nothing")
+		require.Equal(t, l.Owner(), st.LastOwner)
 		require.NoError(t, inner.Unlock(t.Context()))
 		_, err = c.TryLock(t.Context(), testenv.Unique(t)) // another name's lock is not listed
 		require.NoError(t, err)
-		rels, err = c.Releases(t.Context(), name)
+		st, err = c.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.Len(t, rels, 1)
-		require.Equal(t, inner.ID(), rels[0].Level, "the last level's Unlock freed it")
-		require.Equal(t, l.Owner(), rels[0].Owner)
-		require.Equal(t, l.Token(), rels[0].Token)
-		require.Greater(t, rels[0].TTL, time.Duration(0))
+		require.False(t, st.Held)
+		require.Equal(t, []reentrant.Ended{{Owner: l.Owner(), Token: l.Token()}}, st.Ended)
+		require.Equal(t, l.Owner(), st.LastOwner)
+		require.Equal(t, l.Token(), st.LastToken)
 	})
 }

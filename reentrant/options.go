@@ -31,10 +31,6 @@ const (
 	// DefaultMaxRetryDelay bounds how long a waiter sleeps between attempts
 	// when no release is published.
 	DefaultMaxRetryDelay = 5 * time.Second
-	// DefaultRetryWindow is how long a full release is remembered so that
-	// go-redis's retry of it is recognised as done. go-redis's defaults
-	// in v9.23 (5 s read timeout, 3 retries) finish within about 21 s.
-	DefaultRetryWindow = 30 * time.Second
 	// DefaultHandoffTimeout bounds how long a waiter that died (or whose
 	// handoff message was lost) can hold up the next one: see
 	// WithHandoffTimeout.
@@ -69,7 +65,6 @@ type config struct {
 	renewSet      bool
 	jitter        time.Duration
 	maxRetryDelay time.Duration
-	retryWindow   time.Duration
 	ackReplicas   int
 	ackTimeout    time.Duration
 	margin        time.Duration
@@ -86,7 +81,6 @@ func defaults() config {
 		ttl:           DefaultTTL,
 		jitter:        DefaultRetryJitter,
 		maxRetryDelay: DefaultMaxRetryDelay,
-		retryWindow:   DefaultRetryWindow,
 		handoff:       DefaultHandoffTimeout,
 		tokens:        lua.Tokens{Idle: DefaultCounterIdleExpiry},
 	}
@@ -217,21 +211,6 @@ func WithHandoffTimeout(d time.Duration) Option {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
 		}
 		c.handoff = d
-		return nil
-	}
-}
-
-// WithRetryWindow sets how long Redis remembers a full release so that a
-// client-side retry of the same release is answered as done instead of
-// "not held" (default 30 s). Set it above your go-redis client's
-// (ReadTimeout + backoff) × (MaxRetries + 1). It must be a whole number of
-// milliseconds from 1 ms to one hour.
-func WithRetryWindow(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
-			return invalid("retry window %v is not a whole number of milliseconds in [1ms, 1h]", d)
-		}
-		c.retryWindow = d
 		return nil
 	}
 }

@@ -290,7 +290,7 @@ func TestEvictionPolicyChecked(t *testing.T) {
 			}
 			require.ErrorIs(t, err, reentrant.ErrEvictionPolicy)
 			require.ErrorContains(t, err, c.policy)
-			require.Zero(t, rdb.Exists(t.Context(), lua.KeysFor(prefix, "n").Fence).Val(), "nothing may be written")
+			require.Zero(t, rdb.Exists(t.Context(), lua.KeysFor(prefix, "n").Lock).Val(), "nothing may be written")
 			// With time tokens an evicted counter is a lost counter, which
 			// the clock covers: no check.
 			_, err = newClient(t, rdb, reentrant.WithTimeTokens()).TryLock(t.Context(), "t")

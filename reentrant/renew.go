@@ -123,7 +123,7 @@ func (r *renewer) renew(batch []*ownership) {
 	for i, o := range batch {
 		reqs[i] = lua.ExtendReq{Keys: o.keys, Owner: string(o.key.owner), Token: o.token}
 	}
-	res := lua.ExtendBatch(ctx, r.c.rdb, reqs, cfg.ttl)
+	res := lua.ExtendBatch(ctx, r.c.rdb, reqs, cfg.ttl, cfg.tokens)
 	for i, o := range batch {
 		o.renewed(res[i])
 	}

@@ -31,7 +31,7 @@ func TestReplicaAckSurvivesFailover(t *testing.T) {
 		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
 		handed = l.Token()
-		got, err := replica.Client().Get(ctx, k.Fence).Uint64()
+		got, err := replica.Client().HGet(ctx, k.Lock, "t").Uint64()
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, fence.Token(got), handed, "an acknowledged token must already be on the replica")
 		require.NoError(t, l.Unlock(ctx))

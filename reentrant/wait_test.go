@@ -138,8 +138,9 @@ func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
 	require.ErrorIs(t, l.Err(), redis.ErrClosed, "the cause must carry the Redis error")
-	ttl := rdb.PTTL(t.Context(), lua.KeysFor(prefix, name).Lock).Val()
-	require.Greater(t, ttl, time.Duration(0), "loss must be reported while the key still exists, not after")
+	st, err := lua.Inspect(t.Context(), rdb, lua.KeysFor(prefix, name))
+	require.NoError(t, err)
+	require.Greater(t, st.TTL, time.Duration(0), "loss must be reported while the lease still runs, not after")
 }
 
 func TestUnreachableRedis(t *testing.T) {

@@ -46,50 +46,49 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	rels, err := c.Releases(ctx, name)
-	if err != nil {
-		return err
-	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		type release struct {
-			Level     string `json:"level"`
-			Owner     string `json:"owner"`
-			Token     uint64 `json:"token"`
-			TTLMillis int64  `json:"kept_ms"`
+		type ended struct {
+			Owner string `json:"owner"`
+			Token uint64 `json:"token"`
+			How   string `json:"how"`
 		}
-		rs := []release{}
-		for _, r := range rels {
-			rs = append(rs, release{r.Level, string(r.Owner), uint64(r.Token), r.TTL.Milliseconds()})
+		es := []ended{}
+		for _, e := range st.Ended {
+			es = append(es, ended{string(e.Owner), uint64(e.Token), how(e)})
 		}
 		return enc.Encode(struct {
-			Name      string    `json:"name"`
-			Held      bool      `json:"held"`
-			Owner     string    `json:"owner,omitempty"`
-			Depth     int64     `json:"depth"`
-			Token     uint64    `json:"token"`
-			TTLMillis int64     `json:"ttl_ms"`
-			LastToken uint64    `json:"last_token"`
-			Levels    []string  `json:"levels,omitempty"`
-			Waiters   int64     `json:"waiters"`
-			Releases  []release `json:"recent_releases"`
-		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, st.Waiters, rs})
+			Name      string   `json:"name"`
+			Held      bool     `json:"held"`
+			Owner     string   `json:"owner,omitempty"`
+			Depth     int64    `json:"depth"`
+			Token     uint64   `json:"token"`
+			TTLMillis int64    `json:"ttl_ms"`
+			LastToken uint64   `json:"last_token"`
+			Levels    []string `json:"levels,omitempty"`
+			Waiters   int64    `json:"waiters"`
+			Ended     []ended  `json:"ended"`
+		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, st.Waiters, es})
 	}
 	fmt.Fprintf(stdout, "lock        %q (prefix %q)\n", st.Name, *prefix)
 	if !st.Held {
 		fmt.Fprintf(stdout, "state       free\n")
 	} else {
-		ttl := "no expiry (not set by redfence)"
-		if st.TTL > 0 {
-			ttl = st.TTL.Round(time.Millisecond).String()
-		}
 		fmt.Fprintf(stdout, "state       held\nowner       %s\ndepth       %d\ntoken       %d\nlease left  %s\nlevels      %s\n",
-			st.Owner, st.Depth, st.Token, ttl, strings.Join(st.Levels, " "))
+			st.Owner, st.Depth, st.Token, st.TTL.Round(time.Millisecond), strings.Join(st.Levels, " "))
 	}
 	fmt.Fprintf(stdout, "last token  %d\nwaiters     %d\n", st.LastToken, st.Waiters)
-	for _, r := range rels {
-		fmt.Fprintf(stdout, "released    token %d by %s (level %s), remembered %s more\n", r.Token, r.Owner, r.Level, r.TTL.Round(time.Millisecond))
+	for _, e := range st.Ended {
+		fmt.Fprintf(stdout, "%-11s token %d of %s\n", how(e), e.Token, e.Owner)
 	}
 	return nil
+}
+
+// how says how an ownership ended, as inspect prints it.
+func how(e reentrant.Ended) string {
+	if e.Expired {
+		return "expired"
+	}
+	return "released"
 }

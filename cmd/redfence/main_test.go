@@ -82,8 +82,9 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, l.Unlock(t.Context()))
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"inspect", name, "--redis", addr}, &out, &errOut))
-	require.Contains(t, out.String(), fmt.Sprintf("released    token %d by %s (level %s)", l.Token(), l.Owner(), l.ID()))
+	require.Contains(t, out.String(), fmt.Sprintf("released    token %d of %s", l.Token(), l.Owner()))
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"inspect", "--json", "--redis", addr, name}, &out, &errOut))
-	require.Contains(t, out.String(), fmt.Sprintf(`"level": %q`, l.ID()))
+	require.Contains(t, out.String(), fmt.Sprintf(`"owner": %q`, l.Owner()))
+	require.Contains(t, out.String(), `"how": "released"`)
 }

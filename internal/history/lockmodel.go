@@ -76,7 +76,9 @@ type lockState struct {
 //   - An acquire by the holding owner succeeds with the same token and the
 //     depth plus one; an acquire by anyone else is refused.
 //   - A release by the holding owner with the current token succeeds and
-//     leaves the depth minus one, freeing the lock at zero; every other
+//     leaves the depth minus one, freeing the lock at zero. A release with
+//     the token of an ownership that has ended may be answered as done (a
+//     repeat of the release that ended it) and changes nothing; every other
 //     release is refused and changes nothing.
 //
 // Nothing in the model expires: use it only for runs in which no lease can
@@ -169,10 +171,22 @@ func stepRelease(s lockState, in Release, out any) (bool, any) {
 		// well: permissive, never a false alarm.
 		return !holds || s.Token == fence.None, s
 	}
-	if !holds || r.Depth != AnyDepth && r.Depth != s.Depth-1 {
+	if !holds {
+		// The release script answers a release of an ownership that has
+		// ended (nothing expires here, so it was released) as done, and
+		// changes nothing: it cannot tell a repeat of the release that
+		// ended it from a caller naming a token it never held.
+		return endedBefore(s, in.Token), s
+	}
+	if r.Depth != AnyDepth && r.Depth != s.Depth-1 {
 		return false, s
 	}
 	return true, released(s, in.Token)
+}
+
+// endedBefore reports whether t is a token issued before the current ownership.
+func endedBefore(s lockState, t fence.Token) bool {
+	return t != fence.None && t <= s.Highest && t != s.Token
 }
 
 // released is s after one accepted release with token t, which also

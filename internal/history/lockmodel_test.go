@@ -33,6 +33,8 @@ func TestLockModelAcceptsCorrectHistories(t *testing.T) {
 			rel(a, 1), left(1), rel(a, 1), left(0), rel(a, 1), notHeld,
 			acq(b), got(2, 1), rel(a, 2), notHeld, rel(b, 1), notHeld,
 			rel(b, 2), left(history.AnyDepth)),
+		"a repeated release of an ownership that ended": seq(
+			acq(a), got(1, 1), rel(a, 1), left(0), acq(b), got(2, 1), rel(a, 1), left(0), acq(a), refused),
 		"tokens may skip": seq(acq(a), got(3, 1), rel(a, 3), left(0), acq(b), got(7, 1)),
 		"overlapping acquires, either order": ops(
 			step{client: 0, call: 0, ret: 10, in: acq(a), out: refused},
@@ -70,7 +72,7 @@ func TestLockModelRejectsBrokenLocks(t *testing.T) {
 		"reentry without deepening":        seq(acq(a), got(1, 1), acq(a), got(1, 1)),
 		"fresh acquire at depth 2":         seq(acq(a), got(1, 2)),
 		"release by another owner":         seq(acq(a), got(1, 1), rel(b, 1), left(0)),
-		"release with a stale token":       seq(acq(a), got(1, 1), rel(a, 1), left(0), acq(a), got(2, 1), rel(a, 1), left(0)),
+		"release with a stale token frees": seq(acq(a), got(1, 1), rel(a, 1), left(0), acq(a), got(2, 1), rel(a, 1), left(0), acq(b), got(3, 1)),
 		"release reports a wrong depth":    seq(acq(a), got(1, 1), acq(a), got(1, 2), rel(a, 1), left(0)),
 		"holder refused its own release":   seq(acq(a), got(1, 1), rel(a, 1), notHeld),
 		"refused while free":               seq(acq(a), refused),

@@ -17,22 +17,22 @@ import (
 // another level of the hold instead of changing nothing.
 func ReplayedReleaseTakesALevel(t testing.TB) {
 	t.Helper()
-	swapRelease(t, "  if not h[4] then\n    return h[3]\n  end\n",
-		`  if not h[4] then
-    if h[3] > 1 then
-      redis.call('HDEL', KEYS[1], 'l:' .. h[5][1])
-      return h[3] - 1
+	swapRelease(t, "  if not h.granted then\n    return h.depth\n  end\n",
+		`  if not h.granted then
+    if h.depth > 1 then
+      redis.call('HDEL', KEYS[1], 'l:' .. h.levels[1])
+      return h.depth - 1
     end
-    level = 'l:' .. h[5][1]
   end
 `)
 }
 
 // ReleaseWithoutOwnerCheck lets anyone release a held lock: the release
-// script skips its owner and token check.
+// script skips its owner and token check, and takes a level, named or not.
 func ReleaseWithoutOwnerCheck(t testing.TB) {
 	t.Helper()
-	swapRelease(t, "if h and h[1] == ARGV[1] and h[2] == ARGV[2] then", "if h then")
+	swapRelease(t, "if h.x and h.ts == ARGV[2] then\n  if h.o ~= ARGV[1] then\n    return -1\n  end\n",
+		"if h.x then\n  if not h.granted then\n    level, h.granted = 'l:' .. h.levels[1], 1\n  end\n")
 }
 
 // HandoffToNewestWaiter makes every script hand a freed lock to the waiter

@@ -7,6 +7,7 @@
 package testenv
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -96,12 +97,27 @@ func EachRedis(t *testing.T, body func(t *testing.T, b Backend)) {
 	})
 }
 
-// Expire makes d pass for key expiry: miniredis fast-forwards its clock, a
-// real Redis is waited for (keep d short there).
+// Expire makes d pass for key expiry and for the leases the scripts time
+// with TIME: miniredis's clock moves on (see Advance), a real Redis is
+// waited for (keep d short there).
 func (b Backend) Expire(d time.Duration) {
 	if b.Mini != nil {
-		b.Mini.FastForward(d)
+		Advance(b.Mini, d)
 		return
 	}
 	time.Sleep(d)
+}
+
+// Advance moves miniredis's clock d on, for key expiry (FastForward) and for
+// TIME, which it then pins: TIME stands still until the next Advance or
+// SetTime.
+func Advance(m *miniredis.Miniredis, d time.Duration) {
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		panic("testenv: miniredis TIME: " + err.Error())
+	}
+	m.SetTime(now.Add(d))
+	m.FastForward(d)
 }

@@ -31,18 +31,13 @@ import (
 // escaping E leaves no brace in a name or key, so in either kind of key the
 // first '{' opens the tag and the first '}' after it closes it. Reading a
 // key that way recovers its suffix after the tag unambiguously, and ":rec"
-// is none of the lock's suffixes: not "", ":fence" or ":released", and not
-// ":rel:" + anything (it differs at its fourth byte and is one byte too
-// short). Two keys with different suffixes are different strings.
+// is none of the lock's suffixes: not "" or ":q". Two keys with different suffixes are different strings.
 func lockCollision(rk string, k lua.Keys) string {
 	v := reflect.ValueOf(k)
 	for i := range v.NumField() {
 		if f := v.Field(i); f.Kind() == reflect.String && f.String() == rk {
 			return v.Type().Field(i).Name + " " + f.String()
 		}
-	}
-	if strings.HasPrefix(rk, k.Tombstone+":") {
-		return "a tombstone under " + k.Tombstone
 	}
 	return ""
 }
@@ -146,11 +141,11 @@ func FuzzKeysApartFromLockKeys(f *testing.F) {
 }
 
 // TestLockBesideRecordRedis: a store and a lock client share the prefix
-// "redfence" and use one string as key and lock name. Taking, holding and
-// losing the lock leaves the store's record and fence alone, and the store's
-// writes leave the lock alone. The lock is written as acquire.lua writes
-// it (a hash with owner, count and token, and a TTL) rather than through
-// package reentrant, so the test pins the key layouts, not the lock client.
+// "redfence" and use one string as key and lock name. Taking, holding,
+// losing and releasing the lock leaves the store's record and fence alone,
+// and the store's writes leave the lock alone. The lock is taken with the
+// lock scripts themselves (package lua) rather than package reentrant, so
+// the test pins the key layouts, not the lock client.
 func TestLockBesideRecordRedis(t *testing.T) {
 	c := testenv.Redis(t)
 	ctx := t.Context()
@@ -162,21 +157,16 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	name := testenv.Unique(t)
 	k := lua.KeysFor(prefix, name)
 	rk := mustKey(t, s, name)
-	t.Cleanup(func() { cleanupKeys(t, c.Options().Addr, k.Lock, k.Fence, rk) })
+	t.Cleanup(func() { cleanupKeys(t, c.Options().Addr, k.Lock, k.Queue, rk) })
 
 	if err := s.Put(ctx, name, []byte("v10"), 10); err != nil {
 		t.Fatal(err)
 	}
-	lock := map[string]string{"owner": "some-owner", "count": "1", "token": "11"}
-	if err := c.Incr(ctx, k.Fence).Err(); err != nil {
-		t.Fatal(err)
+	a, err := lua.Acquire(ctx, c, k, "some-owner", 200*time.Millisecond, "req-1", nil, lua.Tokens{})
+	if err != nil || !a.OK {
+		t.Fatalf("acquire = %+v, %v", a, err)
 	}
-	if err := c.HSet(ctx, k.Lock, lock).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.PExpire(ctx, k.Lock, 200*time.Millisecond).Err(); err != nil {
-		t.Fatal(err)
-	}
+	lock := c.HGetAll(ctx, k.Lock).Val()
 
 	// While the lock is held, the store reads and writes its own record.
 	if err := s.Put(ctx, name, []byte("v10b"), 10); err != nil {
@@ -186,13 +176,12 @@ func TestLockBesideRecordRedis(t *testing.T) {
 		t.Fatalf("the store's Put changed the lock hash %s: %v; want %v", k.Lock, got, lock)
 	}
 
-	// The lease runs out: Redis deletes the lock hash.
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Exists(ctx, k.Lock).Val() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("lock %s did not expire", k.Lock)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The lease runs out, and another owner takes the lock, which records
+	// the first ownership as expired.
+	time.Sleep(250 * time.Millisecond)
+	b, err := lua.Acquire(ctx, c, k, "other-owner", time.Second, "req-2", nil, lua.Tokens{})
+	if err != nil || !b.OK || b.Token != a.Token+1 {
+		t.Fatalf("acquire after the lease ran out = %+v, %v; want token %d", b, err, a.Token+1)
 	}
 
 	rec, err := s.Get(ctx, name)
@@ -210,8 +199,12 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	if rec, err := s.Get(ctx, name); err != nil || string(rec.Value) != "v10b" || rec.Token != 10 {
 		t.Fatalf("Get after the stale Put = %q@%d, %v; want v10b@10", rec.Value, rec.Token, err)
 	}
-	if got := c.Get(ctx, k.Fence).Val(); got != "1" {
-		t.Fatalf("the lock's counter %s reads %q; want 1, untouched by the store", k.Fence, got)
+	if n, err := lua.Release(ctx, c, k, "other-owner", b.Token, "req-2", lua.Tokens{}); err != nil || n != 0 {
+		t.Fatalf("release = %d, %v; want 0", n, err)
+	}
+	st, err := lua.Inspect(ctx, c, k)
+	if err != nil || st.LastToken != b.Token {
+		t.Fatalf("the lock's counter reads %+v, %v; want %d, untouched by the store", st, err, b.Token)
 	}
 }
 

@@ -15,8 +15,8 @@
 // The ":rec" suffix keeps records apart from the keys of redfence's locks
 // whatever prefixes and names are chosen, even a store prefix equal to the
 // lock client's and a key equal to a lock name. A lock's keys are
-// "<prefix>:{<escaped name>}" followed by nothing, ":fence", ":released" or
-// ":rel:<request id>". Neither kind of prefix may hold a brace and escaped
+// "<prefix>:{<escaped name>}" followed by nothing (the lock hash) or ":q"
+// (its wait queue). Neither kind of prefix may hold a brace and escaped
 // names and keys hold none, so the first '}' of any of these keys ends its
 // tag, and what follows it tells a record from every lock key. A record
 // still shares the Cluster slot of the lock of the same name.
@@ -111,7 +111,7 @@ func New(c redis.Scripter, opts ...Option) (*Store, error) {
 var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // recordSuffix follows the hash tag of every record. A lock's keys end
-// their tag with "", ":fence", ":released" or ":rel:..." (package lua);
+// their tag with "" or ":q" (package lua);
 // without a suffix of its own a record would be the very key of the lock
 // hash when prefixes and names coincide, and taking the lock would wipe it.
 const recordSuffix = ":rec"
