@@ -31,7 +31,7 @@ type system struct {
 	name string
 	open func(rdb *redis.Client, ttl time.Duration) (locker, error)
 	// linger is how long per-name state left by a release stays before
-	// Redis expires it (redfence's release tombstones: the retry window);
+	// Redis expires it (none of the four systems has such state now);
 	// 0 when a release leaves nothing that expires later.
 	linger time.Duration
 	// idleExpiry is how long per-name state that outlives every release

@@ -65,7 +65,7 @@ func Source(name string) string {
 }
 
 var (
-	// ErrForeign reports a lock key, counter or tombstone holding a value
+	// ErrForeign reports a lock hash or wait queue holding a value
 	// this library did not write. Nothing was changed. The error names the
 	// key and wraps the server's reply, so errors.As finds a redis.Error.
 	ErrForeign = errors.New("lua: key holds a foreign value")

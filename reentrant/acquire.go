@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/lua"
 )
 
@@ -92,6 +93,7 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	defer c.wg.Done()
+	queued := time.Now() // no handoff to this waiter can come before
 	l, a, err := c.try(ctx, name, k, owner, level, q, false)
 	if err != nil || l != nil {
 		return l, err
@@ -103,6 +105,11 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 		poll := false
 		select {
 		case <-w.wake:
+			if tok := fence.Token(w.handed.Swap(0)); tok != fence.None {
+				if l, ok, err := c.takeHanded(ctx, name, k, owner, level, tok, queued, q.Claim); ok {
+					return l, err
+				}
+			}
 		case <-timer.C:
 			poll = true
 		case <-ctx.Done():
@@ -118,6 +125,31 @@ func (c *Client) Lock(ctx context.Context, name string) (*Lease, error) {
 		}
 		timer.Reset(c.pollDelay(a.HolderTTL)) // no stale tick survives a Reset since Go 1.23
 	}
+}
+
+// takeHanded accepts the lock that a release handed to this waiter, as the
+// handoff message says (token tok), without claiming it in Redis first.
+// The handoff gave a lease of claim from the instant it happened, which came
+// after queued (when the request that queued this waiter was sent), so the
+// lease holds until queued + claim on this process's clock, less a safety
+// margin in the same proportion to the claim as the client's margin to its
+// TTL; the renewer extends it to the TTL before then (see newOwnership).
+// ok is false when the claim must be made in Redis instead: with
+// WithReplicaAck (the claim's WAIT covers the handoff), without renewal
+// (the lease must last the TTL from the start), or when the message came too
+// late to leave half of that window.
+func (c *Client) takeHanded(ctx context.Context, name string, k lua.Keys, owner Owner, level string, tok fence.Token,
+	queued time.Time, claim time.Duration) (l *Lease, ok bool, err error) {
+	if c.cfg.ackReplicas > 0 || c.cfg.renew == 0 {
+		return nil, false, nil
+	}
+	window := claim - time.Duration(float64(claim)*float64(c.cfg.margin)/float64(c.cfg.ttl))
+	if time.Until(queued.Add(window)) < window/2 {
+		return nil, false, nil
+	}
+	l, err = c.newLease(ctx, name, k, owner, acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: 1},
+		sent: queued, level: level, window: window})
+	return l, true, err
 }
 
 // track counts a waiting Lock among the client's work, unless it is closed.
@@ -198,8 +230,9 @@ func (c *Client) pollDelay(holderTTL time.Duration) time.Duration {
 
 type acquired struct {
 	lua.Acquired
-	sent  time.Time // when the request left: the lease's clock starts here
-	level string    // the level ID, the request ID of this attempt
+	sent   time.Time     // when the request left: the lease's clock starts here
+	level  string        // the level ID, the request ID of this attempt
+	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
 }
 
 // acquire runs one attempt. The lease's clock starts at sent, before the
@@ -250,7 +283,7 @@ func (c *Client) acquire(ctx context.Context, k lua.Keys, name string, owner Own
 			fmt.Errorf("%w: %q: %d of %d replicas within %v", ErrNotReplicated, name, r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
 			c.undo(k, owner, level, q))
 	case err == nil:
-		return acquired{r.a, sent, level}, nil
+		return acquired{Acquired: r.a, sent: sent, level: level}, nil
 	case mayHaveRun(err, c.retries):
 		if uerr := c.undo(k, owner, level, q); uerr != nil {
 			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, c.cfg.ttl, uerr)

@@ -19,13 +19,12 @@
 // it stops before Redis can give the lock to someone else.
 //
 // The keys of the lock named N, with the default prefix, are: the hash
-// redfence:{N} (owner, token, one field per level of the hold; it carries
-// the TTL), the counter redfence:{N}:fence (no TTL, never reset; with
-// WithTimeTokens it expires after an idle time instead), the wait queue
-// redfence:{N}:q (the Lock calls waiting, oldest first) and short-lived
-// tombstones redfence:{N}:rel:<level>, which let a retried release be
-// recognised and say whose release it was. Braces and '%' in N are escaped,
-// so all of them share one Cluster slot. Each Client listens for handoffs to
+// redfence:{N}, which holds the fencing counter, the last owner and, while
+// the lock is held, the lease's end (server time) and one field per level
+// of the hold (it never expires; with WithTimeTokens it expires after an
+// idle time), and the wait queue redfence:{N}:q (the Lock calls waiting,
+// oldest first). Braces and '%' in N are escaped, so both share one
+// Cluster slot. Each Client listens for handoffs to
 // its waiters on one channel of its own, redfence:c:<client ID>.
 package reentrant
 

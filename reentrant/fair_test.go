@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -176,5 +179,83 @@ func TestCloseEndsWaitingLock(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, st.Waiters, "the closed client's waiter must leave the queue")
 		require.NoError(t, held.Unlock(t.Context()))
+	})
+}
+
+// acquireCounter counts the acquire scripts a go-redis client sends.
+type acquireCounter struct{ n *atomic.Int64 }
+
+func (acquireCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h acquireCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == lua.AcquireScript.Hash() || a[1] == lua.Source("acquire")) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (acquireCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A waiter handed the lock takes it from the handoff message, without a
+// claim round trip: its lease in Redis is the claim time at first, and the
+// renewer extends it to the TTL within half of that. Without renewal the
+// waiter claims in Redis, so that the lease lasts its TTL from the start.
+func TestHandedLockTakenWithoutAClaim(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		for _, c := range []struct {
+			name   string
+			opts   []reentrant.Option
+			claims int64
+		}{{"renewed", nil, 0}, {"without renewal", []reentrant.Option{reentrant.WithoutRenewal()}, 1}} {
+			t.Run(c.name, func(t *testing.T) {
+				var n atomic.Int64
+				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+				t.Cleanup(func() { _ = rdb.Close() })
+				rdb.AddHook(acquireCounter{&n})
+				pfx := testenv.Unique(t)
+				opts := append([]reentrant.Option{reentrant.WithTTL(10 * time.Second), reentrant.WithPrefix(pfx)}, c.opts...)
+				holder, waiter := newClient(t, b.Client, opts...), newClient(t, rdb, opts...)
+				name := testenv.Unique(t)
+				held, err := holder.Lock(t.Context(), name)
+				require.NoError(t, err)
+				got := make(chan *reentrant.Lease, 1)
+				go func() {
+					l, err := waiter.Lock(t.Context(), name)
+					assert.NoError(t, err)
+					got <- l
+				}()
+				queued(t, holder, name, 1)
+				// Once subscribed, the waiter is not woken to poll by its
+				// subscription's confirmation, only by the handoff.
+				require.Eventually(t, func() bool {
+					return len(b.Client.PubSubChannels(t.Context(), pfx+":c:*").Val()) == 1
+				}, 5*time.Second, time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
+				before := n.Load()
+				require.NoError(t, held.Unlock(t.Context()))
+				l := <-got
+				require.NotNil(t, l)
+				require.Equal(t, before+c.claims, n.Load(), "acquire scripts sent after the handoff")
+				st, err := holder.Inspect(t.Context(), name)
+				require.NoError(t, err)
+				require.Equal(t, l.Token(), st.Token)
+				if c.claims == 0 {
+					require.LessOrEqual(t, st.TTL, reentrant.DefaultHandoffTimeout/2, "the lease is the claim time until renewed")
+					require.Eventually(t, func() bool {
+						st, err := holder.Inspect(t.Context(), name)
+						return err == nil && st.TTL > 5*time.Second
+					}, 2*time.Second, 5*time.Millisecond, "the renewer extends a handed lease to the TTL")
+					time.Sleep(reentrant.DefaultHandoffTimeout) // past the claim time
+					require.NoError(t, l.Err())
+				} else {
+					require.Greater(t, st.TTL, 5*time.Second, "a claimed lease lasts the TTL")
+				}
+				require.NoError(t, l.Unlock(t.Context()))
+			})
+		}
 	})
 }

@@ -51,8 +51,8 @@ func (l *Lease) Depth() int64 { return l.depth }
 func (l *Lease) Owner() Owner { return l.owner }
 
 // ID returns this level's ID: unique per Lock call, it names the level in
-// Redis, in [State.Levels] and in the release tombstone, so logs and a
-// post-mortem can tell which call took and released it.
+// Redis and in [State.Levels], so logs and a post-mortem can tell which
+// call took it.
 func (l *Lease) ID() string { return l.level }
 
 // Context returns a context that carries the owner, so a lock call made
@@ -199,12 +199,16 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 			// The same owner got a new token: its earlier ownership expired.
 			o.end(fmt.Errorf("%w: %q token %d: superseded by token %d", ErrLost, name, o.token, a.Token))
 		}
-		if late := time.Since(a.sent); late >= c.cfg.ttl-c.cfg.margin {
+		window := a.window
+		if window == 0 {
+			window = c.cfg.ttl - c.cfg.margin
+		}
+		if late := time.Since(a.sent); late >= window {
 			c.mu.Unlock()
 			return nil, errors.Join(fmt.Errorf("%w: %q: Redis answered after %v, past the lease's safe window of %v",
-				ErrNotAcquired, name, late.Round(time.Millisecond), c.cfg.ttl-c.cfg.margin), c.undo(k, owner, a.level, nil))
+				ErrNotAcquired, name, late.Round(time.Millisecond), window), c.undo(k, owner, a.level, nil))
 		}
-		o = c.newOwnership(key, k, a.Token, a.sent)
+		o = c.newOwnership(key, k, a.Token, a.sent, window)
 		c.owns[key] = o
 	} else {
 		o.confirm(a.sent, c.cfg.ttl) // a reentry raised the lock's TTL too

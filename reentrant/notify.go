@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
 )
 
 // notifier delivers handoff messages to the waiting Lock calls of one
@@ -31,9 +34,10 @@ type notifier struct {
 
 // waiter is one Lock call that may wait.
 type waiter struct {
-	n     *notifier
-	level string
-	wake  chan struct{} // receives on a handoff message or a (re)subscription
+	n      *notifier
+	level  string
+	wake   chan struct{} // receives on a handoff message or a (re)subscription
+	handed atomic.Uint64 // the token a handoff message gave this waiter; 0 if none
 }
 
 func newNotifier(rdb redis.UniversalClient, channel string) *notifier {
@@ -97,8 +101,11 @@ func (n *notifier) dispatch(msgs <-chan any) {
 		n.mu.Lock()
 		switch m := m.(type) {
 		case *redis.Message:
-			level, _, _ := strings.Cut(m.Payload, " ")
+			level, tok, _ := strings.Cut(m.Payload, " ")
 			if w := n.waiters[level]; w != nil {
+				if t, err := fence.Parse(tok); err == nil && t != fence.None {
+					w.handed.Store(uint64(t))
+				}
 				w.poke()
 			}
 		case *redis.Subscription:

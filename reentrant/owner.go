@@ -21,7 +21,7 @@ const MaxOwnerLen = 256
 
 // CheckOwner reports why o cannot be an owner, or nil: an owner is 1 to
 // MaxOwnerLen bytes of valid UTF-8 without control characters (so it prints
-// safely in logs, tombstones and inspect output). Lock calls return
+// safely in logs and inspect output). Lock calls return
 // ErrInvalid for such an owner.
 func CheckOwner(o Owner) error {
 	switch {

@@ -34,18 +34,27 @@ type ownership struct {
 	inflight bool      // a renewal was sent and has not returned
 }
 
-// newOwnership starts the local timer and, when on, hands the ownership to
-// the client's renewer. Called with c.mu held and c not closed.
-func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time.Time) *ownership {
+// newOwnership starts the local timer, which ends the ownership at sent +
+// window unless a renewal moves it, and, when on, hands the ownership to
+// the client's renewer. A window shorter than the TTL less the margin (a
+// lock taken from a handoff message, whose lease is the claim time) gets its
+// first renewal at half of it, on a timer of its own: the renewer's tick
+// may be longer than the window. Called with c.mu held and c not closed.
+func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	o := &ownership{c: c, key: key, keys: k, token: tok, ctx: ctx, cancel: cancel,
-		deadline: sent.Add(c.cfg.ttl - c.cfg.margin)}
+		deadline: sent.Add(window)}
 	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
 	// retries can hold a renewal call far past the lease.
 	o.timer = time.AfterFunc(time.Until(o.deadline), o.expire)
 	context.AfterFunc(ctx, func() { o.timer.Stop() })
 	if c.cfg.renew > 0 {
-		c.ren.add(o, sent)
+		first := min(c.cfg.renew, window/2)
+		c.ren.add(o, sent.Add(first))
+		if first < c.cfg.renew {
+			early := time.AfterFunc(time.Until(sent.Add(first)), func() { c.ren.now(o) })
+			context.AfterFunc(ctx, func() { early.Stop() })
+		}
 	}
 	return o
 }

@@ -43,10 +43,10 @@ func newRenewer(c *Client) *renewer {
 
 // add registers o, whose lease was sent at sent. Called with c.mu held and
 // c not closed, so the goroutine it may start is one Close waits for.
-func (r *renewer) add(o *ownership, sent time.Time) {
+func (r *renewer) add(o *ownership, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o.next = sent.Add(r.c.cfg.renew)
+	o.next = next
 	r.owns[o] = struct{}{}
 	if !r.running {
 		r.running = true
@@ -70,6 +70,24 @@ func (r *renewer) run() {
 		if len(batch) > 0 {
 			r.send(batch)
 		}
+	}
+}
+
+// now renews o at once, outside the ticks, unless it has ended or a
+// renewal of it is in flight.
+func (r *renewer) now(o *ownership) {
+	r.mu.Lock()
+	if o.ctx.Err() != nil || o.inflight {
+		r.mu.Unlock()
+		return
+	}
+	o.inflight = true
+	o.next = time.Now().Add(r.c.cfg.renew)
+	r.mu.Unlock()
+	if !r.c.goBackground(func() { r.send([]*ownership{o}) }) {
+		r.mu.Lock()
+		o.inflight = false
+		r.mu.Unlock()
 	}
 }
 

@@ -20,13 +20,12 @@ import (
 
 // lockCollision reports which key of the lock k the store key rk would
 // overwrite, or "" if none. Every string field of lua.Keys is compared, by
-// reflection, so a key the lock's layout gains later is checked as well;
-// the tombstone field is a stem, and every key below it, Tombstone + ":" +
-// any request ID, belongs to the lock too.
+// reflection, so a key the lock's layout gains later is checked as well.
 //
 // Why no store key can ever collide, whatever the prefixes, names and keys:
-// a lock key is P + ":{" + E(N) + "}" + S with S one of "", ":fence",
-// ":released" or ":rel:" + anything, and a store key is Q + ":{" + E(K) +
+// a lock key is P + ":{" + E(N) + "}" + S with S one of "" and ":q" (and
+// older layouts used ":fence", ":released" and ":rel:" + anything, which
+// the test still keeps apart), and a store key is Q + ":{" + E(K) +
 // "}:rec". Neither prefix holds a brace (both packages refuse one) and the
 // escaping E leaves no brace in a name or key, so in either kind of key the
 // first '{' opens the tag and the first '}' after it closes it. Reading a
@@ -102,7 +101,7 @@ func adversarial(min int) *rapid.Generator[string] {
 
 // TestKeysApartFromLockKeys: over random prefixes, names and keys built
 // from braces, escapes, separators and the lock's own suffixes, no store
-// key is a lock key, a counter, a channel or a tombstone. Half the cases
+// key is a lock key or a channel. Half the cases
 // use the same prefix for both and the lock name as the key, the case in
 // which the old layout (no suffix) made the store's key the lock's hash.
 func TestKeysApartFromLockKeys(t *testing.T) {
