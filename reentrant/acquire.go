@@ -55,8 +55,11 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // Waiting is fair: a Lock that cannot take the lock joins the lock's queue
 // in Redis, first come first served across every client. A full release
 // hands the lock straight to the oldest waiter (a new token, depth 1) and
-// wakes that waiter alone; it claims the lock, and nobody else competes.
-// Reentry never queues. A waiter whose context ends leaves the queue at
+// wakes that waiter alone, which takes it from the message, and nobody else
+// competes. A lock handed to a waiter starts with a lease of half the
+// handoff timeout, which the renewer extends to the TTL after half of that;
+// with WithoutRenewal or WithReplicaAck the waiter claims the full TTL in
+// Redis before Lock returns. Reentry never queues. A waiter whose context ends leaves the queue at
 // once (giving the lock on if it had just been handed to it). A waiter
 // that dies, or misses its handoff message, delays the next one by at most
 // the handoff timeout (see WithHandoffTimeout), and a lock whose holder
