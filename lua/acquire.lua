@@ -36,19 +36,14 @@
 -- which Lua's doubles are not exact; "ERR malformed ..." for a bad queue
 -- member or token mode. Nothing is written in any of these cases.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
-local mode, merr = modeOf(ARGV[6])
-if not mode then
-  return merr
+local level = 'l:' .. ARGV[3]
+local h, err, mode, us, now = begin(ARGV[6], level)
+if not h then
+  return err
 end
 local member = ARGV[4]
 if member ~= '' and not parseWaiter(member) then
   return redis.error_reply('ERR malformed queue member')
-end
-local us, now = clock()
-local level = 'l:' .. ARGV[3]
-local h, err = lockOf(KEYS[1], level, now)
-if not h then
-  return err
 end
 
 if h.held and h.o == ARGV[1] then

@@ -15,12 +15,7 @@
 -- the same owner). Repeating the call is harmless.
 -- Error "FOREIGN <key>" when the lock key holds a value this library did
 -- not write; "ERR malformed token mode" for a bad ARGV[4].
-local mode, merr = modeOf(ARGV[4])
-if not mode then
-  return merr
-end
-local _, now = clock()
-local h, err = lockOf(KEYS[1], nil, now)
+local h, err, mode, _, now = begin(ARGV[4], nil)
 if not h then
   return err
 end

@@ -140,6 +140,23 @@ local function modeOf(arg)
   return nil, redis.error_reply('ERR malformed token mode')
 end
 
+-- begin starts a script: it parses the token mode in modeArg, reads the
+-- server's clock and the lock hash KEYS[1] (with level, a field name or
+-- nil, as lockOf). It returns the hash's state, nil, the mode and the time
+-- in µs and ms; or nil plus an error reply.
+local function begin(modeArg, level)
+  local mode, err = modeOf(modeArg)
+  if not mode then
+    return nil, err
+  end
+  local us, now = clock()
+  local h, herr = lockOf(KEYS[1], level, now)
+  if not h then
+    return nil, herr
+  end
+  return h, nil, mode, us, now
+end
+
 -- freshToken returns the token the next ownership of h gets in mode at
 -- server time us, writing nothing; nil plus an error reply for a token that
 -- would reach 2^53, beyond which Lua's doubles are not exact.

@@ -27,13 +27,8 @@
 -- Error "FOREIGN <key>" when a key holds a value this library did not write;
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
-local mode, merr = modeOf(ARGV[4])
-if not mode then
-  return merr
-end
-local us, now = clock()
 local level = 'l:' .. ARGV[3]
-local h, err = lockOf(KEYS[1], level, now)
+local h, err, mode, us, now = begin(ARGV[4], level)
 if not h then
   return err
 end
