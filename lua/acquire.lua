@@ -82,12 +82,21 @@ if not h.held then
       end
     end
     take(KEYS[1], h, ARGV[1], t, level, now + tonumber(ARGV[2]), mode, now)
+    if h.qEmpty then
+      redis.call('HDEL', KEYS[1], 'q')
+    end
     return {1, t, 1}
   end
 end
 
 if member ~= '' then
-  redis.call('ZADD', KEYS[2], 'NX', us, member)
+  local added, aerr = callOn('ZADD', KEYS[2], 'NX', us, member)
+  if not added then
+    return aerr
+  end
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  if not h.q then
+    redis.call('HSET', KEYS[1], 'q', '1')
+  end
 end
 return {0, h.x - now, 0}

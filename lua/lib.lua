@@ -19,6 +19,10 @@
 --   b       written by time-mode clients only (see the token modes): the
 --           first token of this incarnation of the hash, when a time-mode
 --           client created it, else 0
+--   q       "1" while the wait queue may hold someone: set by the script
+--           that queues a waiter, cleared by the first that finds the queue
+--           empty. Without it the queue is not read, so the uncontended path
+--           costs no queue command.
 -- In strict mode the hash never expires (it is the counter). In time mode
 -- it expires <idle> ms after the lease ends, or after the release.
 --
@@ -73,6 +77,7 @@ end
 --   exists   whether the hash exists
 --   t, ts    the counter as a number (0 if none) and as stored
 --   o, x, b, w  the fields (x, b and w as numbers), or nil
+--   q        whether the queue may hold someone
 --   held     x is there and has not passed
 --   levels   the live level IDs, depth their number
 --   granted  the depth the field named level was granted at, or nil
@@ -98,6 +103,8 @@ local function lockOf(key, level, now)
       h.b = tonumber(v)
     elseif f == 'w' and canonical(v) then
       h.w = tonumber(v)
+    elseif f == 'q' and v == '1' then
+      h.q = true
     elseif p == 'l:' and canonical(v) then
       h.levels[#h.levels + 1] = string.sub(f, 3)
       if f == level then
@@ -218,6 +225,10 @@ local function free(key, h, expired)
   for _, id in ipairs(h.levels) do
     del[#del + 1] = 'l:' .. id
   end
+  if h.qEmpty then
+    del[#del + 1] = 'q'
+    h.q, h.qEmpty = nil, nil
+  end
   if expired then
     h.expired[h.ts] = h.o
     redis.call('HSET', key, 'e:' .. h.ts, h.o)
@@ -259,13 +270,19 @@ end
 -- nextWaiter reads the oldest waiter of queue and the token it would get
 -- in mode, writing nothing: false when nobody waits, a table {member, id,
 -- claim, owner, channel, token} otherwise, nil plus an error reply for a
--- foreign queue or a token at 2^53.
+-- foreign queue or a token at 2^53. The queue is read only when h's flag q
+-- says it may hold someone; found empty, h.qEmpty asks the caller's next
+-- write to clear the flag (free does).
 local function nextWaiter(lock, queue, h, mode, us)
+  if not h.q then
+    return false
+  end
   local head, err = callOn('ZRANGE', queue, 0, 0)
   if not head then
     return nil, err
   end
   if #head == 0 then
+    h.qEmpty = true
     return false
   end
   local id, claim, owner, channel = parseWaiter(head[1])

@@ -201,8 +201,16 @@ func TestForeignQueueRefused(t *testing.T) {
 		} {
 			r := newQueueRig(t, rdb)
 			held := r.acquire("o1", "l1", nil)
+			// A waiter queued, so the release reads the queue: then the
+			// queue key is replaced.
+			require.False(t, r.acquire("o2", "l2", r.waiter("o2", time.Second)).OK)
+			require.NoError(t, rdb.Del(ctx, r.k.Queue).Err())
 			require.NoError(t, plant(r.k.Queue))
 			before := snapshot(t, rdb, r.k.Queue)
+			if i == 0 {
+				_, err := lua.Acquire(ctx, rdb, r.k, "o3", time.Minute, "l3", r.waiter("o3", time.Second), lua.Tokens{})
+				require.ErrorIs(t, err, lua.ErrForeign, "a waiter joining a queue of another type is refused")
+			}
 			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", lua.Tokens{})
 			require.ErrorIs(t, err, lua.ErrForeign)
 			require.ErrorContains(t, err, r.k.Queue)
