@@ -143,7 +143,15 @@ func runFaultFailover(t *testing.T, scenario string, store storage.Store, mode f
 		spare.WaitSync(ctx)
 		faultAwaitAck(t, replica)
 	}
-	time.Sleep(1200 * time.Millisecond)
+	// Let the holders go on against the promoted replica until one of them
+	// was granted the lock there, for at least 1.2 s and at most 6 s: the
+	// replica's queue may still list waiters that were served on the old
+	// primary after the isolation, and each is handed the lock in turn and
+	// holds it for the claim time before it passes on.
+	for start := time.Now(); time.Since(start) < 1200*time.Millisecond ||
+		!faultGrantedAfter(w.hist.snapshot(), promotedAt) && time.Since(start) < 6*time.Second; {
+		time.Sleep(50 * time.Millisecond)
+	}
 	ops := w.stop(t)
 
 	r := faultRecord(t, faultCheck(scenario, ops, faultFinal(t, store, w.keys)))
