@@ -147,6 +147,57 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	if err := l.live(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+		return lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
+	}, nil)
+	ok, err := out.v, out.err
+	if err != nil {
+		return fmt.Errorf("reentrant: extend %q: %w", l.name, err)
+	}
+	if !ok {
+		l.own.end(l.lostErr())
+		return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
+	}
+	l.own.confirm(sent, ttl)
+	return nil
+}
+
+// TTL reports how much longer Redis keeps the lock for this lease's
+// ownership, in one round trip and without extending it: the answer to
+// "do I still hold it?" before a step that must not run without the lock.
+// The lease's context is ended when Redis says the ownership is gone.
+//
+// TTL returns ErrInvalid for a nil ctx; ErrClosed after Close; ErrNotHeld
+// when the lease was unlocked, lost or superseded; the context's error when
+// ctx ended before Redis answered; and Redis errors wrapped.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if ctx == nil {
+		return 0, invalid("ttl %q: nil context", l.name)
+	}
+	if err := l.live(); err != nil {
+		return 0, err
+	}
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
+		return lua.Inspect(ctx, l.c.rdb, l.keys)
+	}, nil)
+	st, err := out.v, out.err
+	if err != nil {
+		return 0, fmt.Errorf("reentrant: ttl %q: %w", l.name, err)
+	}
+	if st.Owner != string(l.owner) || st.Token != l.token {
+		l.own.end(l.lostErr())
+		return 0, fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
+	}
+	return st.TTL, nil
+}
+
+// live returns nil while the lease may still hold its lock as far as this
+// process knows, and the error Extend and TTL return otherwise.
+func (l *Lease) live() error {
 	if l.c.isClosed() {
 		return ErrClosed
 	}
@@ -162,19 +213,6 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return fmt.Errorf("%w: %q: lease ended: %w", ErrNotHeld, l.name, err)
 	}
-	sent := time.Now()
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
-		return lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
-	}, nil)
-	ok, err := out.v, out.err
-	if err != nil {
-		return fmt.Errorf("reentrant: extend %q: %w", l.name, err)
-	}
-	if !ok {
-		l.own.end(l.lostErr())
-		return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
-	}
-	l.own.confirm(sent, ttl)
 	return nil
 }
 
