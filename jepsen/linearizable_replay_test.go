@@ -26,7 +26,7 @@ func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
 	mutant.ReplayedReleaseTakesALevel(t)
 	// The bug shows only when a retry lands after its level was released
 	// and the extra level taken is then observed; a run may miss it, so up
-	// to twelve runs, within two minutes, get the chance, and the last one
+	// to twenty runs, within four minutes, get the chance, and the last one
 	// must be called illegal. A history with many unknown outcomes can take
 	// porcupine long to settle: a check cut short by its timeout counts as
 	// a miss, not a verdict.
@@ -35,7 +35,7 @@ func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
 		m, c := testenv.Mini(t)
 		run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m})
 		ops := run.locks.Operations()
-		last := i == 11 || time.Since(start) > 2*time.Minute
+		last := i == 19 || time.Since(start) > 4*time.Minute
 		if r := history.Check(history.LockModel(), ops, 10*time.Second); r.Verdict == porcupine.Illegal || last {
 			r = history.NotLinearizable(t, history.LockModel(), ops, linCheckTimeout)
 			t.Logf("run %d: %v; check %v", i+1, run.locks.Counts(), r)
