@@ -59,8 +59,9 @@ func (c *Client) TryLock(ctx context.Context, name string) (*Lease, error) {
 // competes. A lock handed to a waiter starts with a lease of half the
 // handoff timeout, which the renewer extends to the TTL after half of that;
 // with WithoutRenewal or WithReplicaAck the waiter claims the full TTL in
-// Redis before Lock returns. Reentry never queues. A waiter whose context ends leaves the queue at
-// once (giving the lock on if it had just been handed to it). A waiter
+// Redis before Lock returns. Reentry never queues. A waiter whose context
+// ends leaves the queue at once (giving the lock on if it had just been
+// handed to it). A waiter
 // that dies, or misses its handoff message, delays the next one by at most
 // the handoff timeout (see WithHandoffTimeout), and a lock whose holder
 // died passes to the oldest waiter within a quarter of it after its TTL.

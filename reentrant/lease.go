@@ -116,10 +116,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.unlocked = true
 	if n < 0 {
-		lost := l.lostErr()
-		l.own.end(lost)
-		l.cancel(lost)
-		return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
+		err := l.gone()
+		l.cancel(l.lostErr())
+		return err
 	}
 	l.cancel(ErrReleased)
 	if n == 0 {
@@ -159,8 +158,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("reentrant: extend %q: %w", l.name, err)
 	}
 	if !ok {
-		l.own.end(l.lostErr())
-		return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
+		return l.gone()
 	}
 	l.own.confirm(sent, ttl)
 	return nil
@@ -189,8 +187,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("reentrant: ttl %q: %w", l.name, err)
 	}
 	if st.Owner != string(l.owner) || st.Token != l.token {
-		l.own.end(l.lostErr())
-		return 0, fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
+		return 0, l.gone()
 	}
 	return st.TTL, nil
 }
@@ -214,6 +211,13 @@ func (l *Lease) live() error {
 		return fmt.Errorf("%w: %q: lease ended: %w", ErrNotHeld, l.name, err)
 	}
 	return nil
+}
+
+// gone ends the lease's ownership, which Redis says it no longer holds, and
+// returns the ErrNotHeld that Unlock, Extend and TTL report then.
+func (l *Lease) gone() error {
+	l.own.end(l.lostErr())
+	return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
 }
 
 func (l *Lease) lostErr() error {
