@@ -318,7 +318,7 @@ func (lm *lockMachine) check(t *rapid.T) {
 		q := lm.b.Client.ZRange(context.Background(), lua.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
 		t.Fatalf("state %+v, model %+v, queue %q\nHIST %s", st, lm.m, q, strings.Join(lm.hist, "\nHIST "))
 	}
-	if held && st.Owner != mustOwner(lm.owners[lm.m.owner]) {
+	if held && reentrant.Owner(st.Owner) != mustOwner(lm.owners[lm.m.owner]) {
 		t.Fatalf("owner %s, model owner %d", st.Owner, lm.m.owner)
 	}
 	if held && st.TTL <= 0 {

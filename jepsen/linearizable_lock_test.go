@@ -222,7 +222,7 @@ func (k *linWorker) levelLive(name string, lease *reentrant.Lease) bool {
 	for range 100 {
 		st, err := k.lc.Inspect(k.ctx, name)
 		if err == nil {
-			return st.Owner == lease.Owner() && st.Token == lease.Token() && slices.Contains(st.Levels, lease.ID())
+			return reentrant.Owner(st.Owner) == lease.Owner() && st.Token == lease.Token() && slices.Contains(st.Levels, lease.ID())
 		}
 		if k.ctx.Err() != nil {
 			return false
@@ -257,7 +257,7 @@ func (k *linWorker) wrongRelease(name string, h *linHolding) {
 		// owner holds it, or nothing was issued yet (the next token may go to
 		// the partner), one far beyond anything this run issues.
 		t = max(st.Token, st.LastToken)
-		if t == fence.None || st.Owner == k.owner {
+		if t == fence.None || reentrant.Owner(st.Owner) == k.owner {
 			t += 1 << 40
 		}
 	}

@@ -104,7 +104,7 @@ func (q *linQueueWorker) lock(t *testing.T, name string) {
 	}
 	in := history.QLeave{Name: name, Owner: q.owner, Level: level}
 	err := q.hc.Do(in, func() (any, error) {
-		removed, err := lua.Abandon(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), q.owner, level, &linQueueWaiter, lua.Tokens{})
+		removed, err := lua.Abandon(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), &lua.Request{Owner: q.owner, Level: level, Waiter: &linQueueWaiter})
 		return history.LeaveResult{Removed: removed}, err
 	})
 	if err != nil {
@@ -122,7 +122,7 @@ func (q *linQueueWorker) acquire(t *testing.T, name, level string, wait bool) bo
 	var a lua.Acquired
 	err := q.hc.Do(history.QAcquire{Name: name, Owner: q.owner, Level: level, Wait: wait}, func() (any, error) {
 		var err error
-		a, err = lua.Acquire(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), q.owner, linTTL, level, w, lua.Tokens{})
+		a, err = lua.Acquire(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), &lua.Request{Owner: q.owner, TTL: linTTL, Level: level, Waiter: w})
 		return history.AcquireResult{Acquired: a.OK, Token: a.Token, Depth: a.Depth}, err
 	})
 	if err != nil {

@@ -16,6 +16,10 @@
 --          t + 1; "<ms>" time tokens, a fresh token is
 --          max(t + 1, server TIME in µs) and the hash expires <ms> after
 --          the lease ends
+-- ARGV[7]  metadata for a fresh ownership ("" for none): stored in the
+--          hash's m field while the ownership lasts; a reentry keeps the
+--          ownership's own
+-- ARGV[8]  the deepest hold a reentry may make (a positive integer)
 --
 -- Returns {1, token, depth} when the caller holds the lock afterwards:
 --   free, nobody queued, or the caller first in the queue:
@@ -26,6 +30,8 @@
 --   repeated call, or the claim of a lock handed to this waiter:
 --                   the stored token and the depth that level was granted
 --                   at; the lease raised as for a reentry.
+-- Returns {2, token, depth} when the caller holds the lock at depth
+-- ARGV[8] already and asks for a new level: nothing is written.
 -- Returns {0, pttl, 0} when the caller does not hold it; pttl is what is
 -- left of the holder's lease in ms. A waiting caller is then in the queue
 -- (added at the back if it was not there). A free lock with others queued
@@ -50,6 +56,9 @@ if h.held and h.o == ARGV[1] then
   -- A claim or a repeat writes its level again even when the lease is
   -- long enough, so that a WAIT after it (WithReplicaAck) also covers the
   -- release that handed the lock here.
+  if not h.granted and h.depth >= tonumber(ARGV[8]) then
+    return {2, h.t, h.depth}
+  end
   local depth = h.granted or h.depth + 1
   h.x = math.max(h.x, now + tonumber(ARGV[2]))
   redis.call('HSET', KEYS[1], level, dec(depth), 'x', dec(h.x))
@@ -81,7 +90,7 @@ if not h.held then
         return terr
       end
     end
-    take(KEYS[1], h, ARGV[1], t, level, now + tonumber(ARGV[2]), mode, now)
+    take(KEYS[1], h, ARGV[1], t, level, now + tonumber(ARGV[2]), mode, now, ARGV[7])
     if h.qEmpty then
       redis.call('HDEL', KEYS[1], 'q')
     end

@@ -3,7 +3,7 @@
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q
 --
--- Returns {owner, token, pttl, counter, levels, waiters, last, ended}:
+-- Returns {owner, token, pttl, counter, levels, waiters, last, ended, meta}:
 --   owner, token  of the holder as stored, false (nil in Go) when free;
 --   pttl          what is left of the lease in ms, -2 when free;
 --   counter       the last token issued, 0 if none was (or the hash was
@@ -14,7 +14,8 @@
 --                 false if none;
 --   ended         a flat list token, owner, how: the ownerships known to
 --                 have ended, how "released" or "expired": the last one
---                 (when free) and those recorded as expired.
+--                 (when free) and those recorded as expired;
+--   meta          the holder's metadata, false when free or none.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
 local _, now = clock()
 local h, err = lockOf(KEYS[1], nil, now)
@@ -37,6 +38,6 @@ if h.exists and not h.held and not h.expired[h.ts] and h.o then
   ended[#ended + 1] = h.x and 'expired' or 'released'
 end
 if not h.held then
-  return {false, false, -2, h.t, {}, n, h.o or false, ended}
+  return {false, false, -2, h.t, {}, n, h.o or false, ended, false}
 end
-return {h.o, h.ts, h.x - now, h.t, h.levels, n, h.o, ended}
+return {h.o, h.ts, h.x - now, h.t, h.levels, n, h.o, ended, h.m or false}

@@ -8,6 +8,7 @@ import (
 // Keys are the Redis keys and channel of one lock. All keys share the hash
 // tag {name}, so every script touches a single Cluster slot.
 type Keys struct {
+	Name  string // N, the lock's name
 	Lock  string // P:{N}, the lock hash: the counter, the holder and its lease
 	Queue string // P:{N}:q, the Lock calls waiting, oldest first
 }
@@ -23,7 +24,7 @@ var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // [CheckPrefix] once, up front.
 func KeysFor(prefix, name string) Keys {
 	base := prefix + ":{" + escaper.Replace(name) + "}"
-	return Keys{Lock: base, Queue: base + ":q"}
+	return Keys{Name: name, Lock: base, Queue: base + ":q"}
 }
 
 // MaxNameLen is the longest lock name accepted, in bytes. Names are opaque

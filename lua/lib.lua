@@ -19,6 +19,8 @@
 --   b       written by time-mode clients only (see the token modes): the
 --           first token of this incarnation of the hash, when a time-mode
 --           client created it, else 0
+--   m       while held, when the ownership was taken with metadata: that
+--           metadata (a short caller-chosen string), removed when it ends
 --   q       "1" while the wait queue may hold someone: set by the script
 --           that queues a waiter, cleared by the first that finds the queue
 --           empty. Without it the queue is not read, so the uncontended path
@@ -76,7 +78,7 @@ end
 -- time now (ms): a table with
 --   exists   whether the hash exists
 --   t, ts    the counter as a number (0 if none) and as stored
---   o, x, b, w  the fields (x, b and w as numbers), or nil
+--   o, x, b, w, m  the fields (x, b and w as numbers), or nil
 --   q        whether the queue may hold someone
 --   held     x is there and has not passed
 --   levels   the live level IDs, depth their number
@@ -105,6 +107,8 @@ local function lockOf(key, level, now)
       h.w = tonumber(v)
     elseif f == 'q' and v == '1' then
       h.q = true
+    elseif f == 'm' then
+      h.m = v
     elseif p == 'l:' and canonical(v) then
       h.levels[#h.levels + 1] = string.sub(f, 3)
       if f == level then
@@ -117,7 +121,7 @@ local function lockOf(key, level, now)
     end
   end
   h.depth = #h.levels
-  if h.exists and (not h.ts or (h.x ~= nil) ~= (h.depth > 0) or (h.x and not h.o)) then
+  if h.exists and (not h.ts or (h.x ~= nil) ~= (h.depth > 0) or (h.x and not h.o) or (h.m and not h.x)) then
     return foreign(key)
   end
   h.held = h.x ~= nil and h.x > now
@@ -203,10 +207,16 @@ local function keep(key, h, mode, now, base)
 end
 
 -- take gives the lock of h to owner: token t, depth 1 at level (a field
--- name), the lease ending at x (ms). The caller has freed h (free or settle).
-local function take(key, h, owner, t, level, x, mode, now)
+-- name), the lease ending at x (ms), metadata meta ("" for none). The caller
+-- has freed h (free or settle).
+local function take(key, h, owner, t, level, x, mode, now, meta)
   local ts, created = dec(t), not h.exists
-  redis.call('HSET', key, 'o', owner, 't', ts, 'x', dec(x), level, '1')
+  if meta ~= '' then
+    redis.call('HSET', key, 'o', owner, 't', ts, 'x', dec(x), level, '1', 'm', meta)
+    h.m = meta
+  else
+    redis.call('HSET', key, 'o', owner, 't', ts, 'x', dec(x), level, '1')
+  end
   h.exists, h.o, h.t, h.ts, h.x, h.held = true, owner, t, ts, x, x > now
   h.levels, h.depth = {string.sub(level, 3)}, 1
   keep(key, h, mode, now, created and t or nil)
@@ -224,6 +234,10 @@ local function free(key, h, expired)
   local del = {'x'}
   for _, id in ipairs(h.levels) do
     del[#del + 1] = 'l:' .. id
+  end
+  if h.m then
+    del[#del + 1] = 'm'
+    h.m = nil
   end
   if h.qEmpty then
     del[#del + 1] = 'q'
@@ -260,16 +274,20 @@ end
 
 -- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
 -- lock, oldest first (the score is the server time they queued at, in
--- microseconds). A member is "<level ID>\n<claim ms>\n<owner>\n<channel>":
--- the level the waiter will hold, how long it has to claim a lock handed to
--- it, its owner, and the channel its client listens on.
+-- microseconds). A member is
+-- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<channel>": the level the
+-- waiter will hold, how long it has to claim a lock handed to it, its owner,
+-- the metadata its ownership gets (possibly empty), and the channel its
+-- client listens on. parseWaiter returns id, claim, owner, channel and
+-- metadata, or nil.
 local function parseWaiter(m)
-  return string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n(.+)$')
+  local id, claim, owner, meta, channel = string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n([^\n]*)\n(.+)$')
+  return id, claim, owner, channel, meta
 end
 
 -- nextWaiter reads the oldest waiter of queue and the token it would get
 -- in mode, writing nothing: false when nobody waits, a table {member, id,
--- claim, owner, channel, token} otherwise, nil plus an error reply for a
+-- claim, owner, channel, meta, token} otherwise, nil plus an error reply for a
 -- foreign queue or a token at 2^53. The queue is read only when h's flag q
 -- says it may hold someone; found empty, h.qEmpty asks the caller's next
 -- write to clear the flag (free does).
@@ -285,7 +303,7 @@ local function nextWaiter(lock, queue, h, mode, us)
     h.qEmpty = true
     return false
   end
-  local id, claim, owner, channel = parseWaiter(head[1])
+  local id, claim, owner, channel, meta = parseWaiter(head[1])
   if not id then
     return foreign(queue)
   end
@@ -293,7 +311,7 @@ local function nextWaiter(lock, queue, h, mode, us)
   if not t then
     return nil, terr
   end
-  return {member = head[1], id = id, claim = tonumber(claim), owner = owner, channel = channel, token = t}
+  return {member = head[1], id = id, claim = tonumber(claim), owner = owner, channel = channel, meta = meta, token = t}
 end
 
 -- handTo gives the free lock h to waiter w, from nextWaiter with the same
@@ -306,7 +324,7 @@ end
 -- waiter hands it on.
 local function handTo(lock, queue, h, w, mode, now)
   redis.call('ZREM', queue, w.member)
-  local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now)
+  local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now, w.meta)
   redis.call('PUBLISH', w.channel, w.id .. ' ' .. ts)
 end
 

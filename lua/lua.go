@@ -106,9 +106,22 @@ func (m Tokens) arg() int64 {
 // Acquired is the reply of the acquire script.
 type Acquired struct {
 	OK        bool          // the caller holds the lock now
-	Token     fence.Token   // the ownership's token, when OK
-	Depth     int64         // the reentry depth, when OK
-	HolderTTL time.Duration // what is left of the holder's lease when !OK
+	TooDeep   bool          // a reentry refused: the hold is at Request.MaxDepth already
+	Token     fence.Token   // the ownership's token, when OK or TooDeep
+	Depth     int64         // the reentry depth, when OK or TooDeep
+	HolderTTL time.Duration // what is left of the holder's lease when neither
+}
+
+// Request is one Lock call's acquisition, as the acquire and abandon
+// scripts see it.
+type Request struct {
+	Owner    string
+	Level    string        // the level ID: the request ID of one Lock call
+	TTL      time.Duration // the lease; whole milliseconds
+	Meta     string        // metadata of a fresh ownership, "" for none; no newline
+	MaxDepth int64         // the deepest hold a reentry may make; 0: no limit
+	Waiter   *Waiter       // non-nil: the call waits in the queue
+	Tokens   Tokens        // how a fresh token is issued
 }
 
 // Waiter describes a Lock call that waits in the lock's queue: the lock,
@@ -122,29 +135,33 @@ type Waiter struct {
 	Queue   time.Duration // how long the queue outlives its last poll
 }
 
-// member is w's queue entry for level and owner (layout in lib.lua).
-func (w *Waiter) member(level, owner string) string {
+// member is r's queue entry (layout in lib.lua), "" when r does not wait.
+func (r *Request) member() string {
+	w := r.Waiter
 	if w == nil {
 		return ""
 	}
-	return level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + owner + "\n" + w.Channel
+	return r.Level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + r.Owner + "\n" + r.Meta + "\n" + w.Channel
 }
 
-func acquireArgs(k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens) ([]string, []any) {
+func acquireArgs(k Keys, r *Request) ([]string, []any) {
 	var queue int64
-	if w != nil {
-		queue = max(w.Queue.Milliseconds(), 1)
+	if r.Waiter != nil {
+		queue = max(r.Waiter.Queue.Milliseconds(), 1)
 	}
-	return []string{k.Lock, k.Queue}, []any{owner, ttl.Milliseconds(), level, w.member(level, owner), queue, m.arg()}
+	depth := r.MaxDepth
+	if depth <= 0 {
+		depth = math.MaxInt32
+	}
+	return []string{k.Lock, k.Queue}, []any{r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
 }
 
-// Acquire runs acquire.lua for the level ID level (the request ID of one
-// Lock call), without waiting: a free lock others queue for is handed to the
-// oldest of them and not taken. With w, the caller joins the queue (or stays
-// in it) when it does not get the lock. A fresh token is issued as m says.
+// Acquire runs acquire.lua for r without waiting: a free lock others queue
+// for is handed to the oldest of them and not taken. With r.Waiter, the
+// caller joins the queue (or stays in it) when it does not get the lock.
 // See the script's header for its semantics.
-func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens) (Acquired, error) {
-	keys, args := acquireArgs(k, owner, ttl, level, w, m)
+func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
+	keys, args := acquireArgs(k, r)
 	v, err := AcquireScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
 		return Acquired{}, scriptErr(err)
@@ -156,8 +173,8 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, owner string, ttl 
 // pipeline on node, the primary that owns k's slot: WAIT counts the writes
 // of its own connection, so it must follow the script on the same one. It
 // returns the acquire reply and how many replicas acknowledged it.
-func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, owner string, ttl time.Duration, level string, w *Waiter, m Tokens, replicas int, timeout time.Duration) (Acquired, int64, error) {
-	keys, args := acquireArgs(k, owner, ttl, level, w, m)
+func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
+	keys, args := acquireArgs(k, r)
 	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
 		pipe := node.Pipeline()
 		acq := eval(pipe)
@@ -201,6 +218,8 @@ func ParseAcquire(v any) (Acquired, error) {
 	switch {
 	case n[0] == 1 && n[1] > 0 && n[2] > 0:
 		return Acquired{OK: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
+	case n[0] == 2 && n[1] > 0 && n[2] > 0:
+		return Acquired{TooDeep: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
 	case n[0] == 0 && n[1] >= 0 && n[2] == 0:
 		return Acquired{HolderTTL: millis(n[1])}, nil
 	}
@@ -243,6 +262,7 @@ type ExtendReq struct {
 	Keys  Keys
 	Owner string
 	Token fence.Token
+	TTL   time.Duration // the lease from now; whole milliseconds
 }
 
 // ExtendResult is the outcome of one [ExtendReq]: as [Extend]'s, plus Sent,
@@ -259,7 +279,7 @@ type ExtendResult struct {
 // pipeline by node itself). Entries answered NOSCRIPT (after SCRIPT FLUSH or
 // a restart) are sent again with EVAL in a second pipeline, which also
 // loads the script for the next batch. The i-th result answers reqs[i].
-func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, ttl time.Duration, m Tokens) []ExtendResult {
+func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tokens) []ExtendResult {
 	out := make([]ExtendResult, len(reqs))
 	idx := make([]int, len(reqs))
 	for i := range idx {
@@ -270,7 +290,7 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, ttl t
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
 			r := reqs[i]
-			cmds[j] = eval(ctx, pipe, []string{r.Keys.Lock}, r.Owner, r.Token.String(), ttl.Milliseconds(), m.arg())
+			cmds[j] = eval(ctx, pipe, []string{r.Keys.Lock}, r.Owner, r.Token.String(), r.TTL.Milliseconds(), m.arg())
 		}
 		sent := time.Now()
 		_, execErr := pipe.Exec(ctx)
@@ -305,34 +325,39 @@ func ParseExtend(v any) (bool, error) {
 	return n == 1, nil
 }
 
-// Abandon runs abandon.lua: it takes the waiter w (nil: the call never
-// waited) of the request level out of the queue, and removes the level
-// that request of owner took, if it was applied or the lock handed to it
-// and the level is still there. It reports whether it removed a level. A
-// lock it hands to the next waiter gets a token issued as m says.
-func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, w *Waiter, m Tokens) (bool, error) {
-	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, owner, level, w.member(level, owner), m.arg()).Result()
+// Abandon runs abandon.lua for the acquisition r: it takes r's waiter (if
+// r waits) out of the queue, and removes the level r took, if it was applied
+// or the lock handed to it and the level is still there. It reports whether
+// it removed a level. A lock it hands to the next waiter gets a token
+// issued as r.Tokens says.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
+	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
 	return ParseExtend(v)
 }
 
-// State is the reply of the inspect script.
+// State is a snapshot of one lock, as the inspect script reads it in one
+// atomic step.
 type State struct {
-	Owner     string        // empty when the lock is free
+	Name      string        // the lock's name
+	Held      bool          // whether an ownership holds the lock
+	Owner     string        // the holder; empty when free
 	Depth     int64         // reentry depth; 0 when free
-	Token     fence.Token   // the current ownership's token; None when free
-	TTL       time.Duration // what is left of the lease; 0 when free
+	Token     fence.Token   // the holder's token; None when free
+	TTL       time.Duration // what is left of the lease; 0 when free (a held lock always has a lease)
+	Meta      string        // the holder's metadata (see reentrant.WithMetadata); empty when free or none
 	LastToken fence.Token   // the last token issued; None if never, or if a time-mode hash expired idle
 	LastOwner string        // the owner of the last ownership, the holder's when held; empty if none
-	Levels    []string      // the level IDs of the hold, in no order
+	Levels    []string      // the level IDs of the hold, in no order; nil when free
 	Waiters   int64         // Lock calls in the queue
-	Ended     []Ended       // ownerships known to have ended, by token
+	Ended     []Ended       // ownerships known to have ended, lowest token first
 }
 
 // Ended is an ownership that has ended, as the lock hash records it: the
-// last one when the lock is free, and the most recent that expired.
+// last one while the lock is free, and the 16 most recent whose lease ran
+// out.
 type Ended struct {
 	Token   fence.Token
 	Owner   string
@@ -345,13 +370,15 @@ func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 	if err != nil {
 		return State{}, scriptErr(err)
 	}
-	return ParseInspect(v)
+	s, err := ParseInspect(v)
+	s.Name = k.Name
+	return s, err
 }
 
 // ParseInspect decodes an inspect reply.
 func ParseInspect(v any) (State, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 8 {
+	if !ok || len(a) != 9 {
 		return State{}, fmt.Errorf("%w: inspect returned %#v", ErrReply, v)
 	}
 	bad := func(what string, err error) (State, error) {
@@ -359,7 +386,12 @@ func ParseInspect(v any) (State, error) {
 	}
 	var s State
 	owner, _ := a[0].(string)
-	s.Owner = owner
+	s.Owner, s.Held = owner, owner != ""
+	if a[8] != nil {
+		if s.Meta, ok = a[8].(string); !ok || s.Owner == "" {
+			return bad("meta", nil)
+		}
+	}
 	if t, ok := a[1].(string); ok {
 		tok, err := fence.Parse(t)
 		if err != nil || tok == fence.None {

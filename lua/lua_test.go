@@ -49,7 +49,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		run := func(level string) lua.Acquired {
-			a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, level, nil, lua.Tokens{})
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			assertLeaseShape(t, rdb, k)
 			return a
@@ -76,7 +76,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 
 		// Someone else takes the lock; the old full release, repeated, must
 		// still answer as before and must not touch the new holder.
-		other, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6", nil, lua.Tokens{})
+		other, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r6"})
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
 		require.EqualValues(t, 0, rel("r1"))
@@ -86,7 +86,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
-		other, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r6b", nil, lua.Tokens{})
+		other, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r6b"})
 		require.NoError(t, err)
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
@@ -104,13 +104,13 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		expire := func() { b.Expire(60 * time.Millisecond) }
-		a, err := lua.Acquire(ctx, rdb, k, "o1", 50*time.Millisecond, "r1", nil, lua.Tokens{})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50*time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		expire()
 		n, err := lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n, "the lease ran out before the release")
-		b2, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r2", nil, lua.Tokens{})
+		b2, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
 		require.NoError(t, err)
 		require.True(t, b2.OK)
 		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
@@ -122,10 +122,10 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 
 		// Expired without a release: another owner's acquire records it.
 		k = keys(t)
-		a, err = lua.Acquire(ctx, rdb, k, "o1", 50*time.Millisecond, "r1", nil, lua.Tokens{})
+		a, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50*time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		expire()
-		b2, err = lua.Acquire(ctx, rdb, k, "o2", time.Minute, "r2", nil, lua.Tokens{})
+		b2, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
 		require.NoError(t, err)
 		require.Equal(t, a.Token+1, b2.Token)
 		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
@@ -146,7 +146,7 @@ func TestExpiredRecordsBounded(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		for i := range 20 {
-			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, fmt.Sprint("r", i), nil, lua.Tokens{})
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: fmt.Sprint("r", i)})
 			require.NoError(t, err)
 			require.True(t, a.OK)
 			require.NoError(t, rdb.HSet(ctx, k.Lock, "x", "1").Err()) // its lease ran out long ago
@@ -172,9 +172,9 @@ func TestExpiredRecordsBounded(t *testing.T) {
 func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		outer, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil, lua.Tokens{})
+		outer, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer"})
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner", nil, lua.Tokens{})
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner"})
 		require.NoError(t, err)
 		rel := func(level string) int64 {
 			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, lua.Tokens{})
@@ -182,14 +182,14 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 			return n
 		}
 		require.EqualValues(t, 1, rel("inner"))
-		again, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil, lua.Tokens{})
+		again, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, again.Depth)
 		require.EqualValues(t, 2, rel("inner"), "the retry of a release already applied changes nothing")
-		replayed, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "inner2", nil, lua.Tokens{})
+		replayed, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
 		require.NoError(t, err)
 		require.Equal(t, again, replayed, "a repeated reentry answers the depth it was granted, not today's")
-		busy, err := lua.Acquire(ctx, rdb, k, "other", time.Minute, "x", nil, lua.Tokens{})
+		busy, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "other", TTL: time.Minute, Level: "x"})
 		require.NoError(t, err)
 		require.False(t, busy.OK, "the lock is still held at depth 2")
 		require.EqualValues(t, 1, rel("inner2"))
@@ -202,13 +202,13 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 func TestExtendNeverShortens(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Hour, "outer", nil, lua.Tokens{})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Hour, Level: "outer"})
 		require.NoError(t, err)
 		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second, lua.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute, "a shorter extend must not shorten")
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Second, "inner", nil, lua.Tokens{})
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Second, Level: "inner"})
 		require.NoError(t, err)
 		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
 		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour, lua.Tokens{})
@@ -221,11 +221,11 @@ func TestExtendNeverShortens(t *testing.T) {
 func TestOwnerAndTokenChecked(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "a1", nil, lua.Tokens{})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: "a1"})
 		require.NoError(t, err)
 
 		// A second owner is refused and told the holder's remaining TTL.
-		busy, err := lua.Acquire(ctx, rdb, k, "o2", time.Minute, "a2", nil, lua.Tokens{})
+		busy, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "a2"})
 		require.NoError(t, err)
 		require.False(t, busy.OK)
 		require.Greater(t, busy.HolderTTL, 50*time.Second)
@@ -257,7 +257,7 @@ func TestLargeTokensExact(t *testing.T) {
 		for _, seed := range []int64{999_999, 1 << 40, 1<<53 - 2} {
 			k := keys(t)
 			require.NoError(t, rdb.HSet(ctx, k.Lock, "t", seed).Err())
-			a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 			require.NoError(t, err)
 			require.Equal(t, fence.Token(seed+1), a.Token)
 			st, err := lua.Inspect(ctx, rdb, k)
@@ -270,7 +270,7 @@ func TestLargeTokensExact(t *testing.T) {
 		}
 		k := keys(t)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", strconv.FormatInt(1<<53-1, 10)).Err())
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
+		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 		require.ErrorIs(t, err, lua.ErrOverflow)
 		require.Equal(t, map[string]string{"t": strconv.FormatInt(1<<53-1, 10)}, rdb.HGetAll(ctx, k.Lock).Val(),
 			"an overflowing acquire must not take the lock")
@@ -299,10 +299,10 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			require.NoError(t, plant.set(k.Lock))
 			before := snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
-				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{}); return err },
+				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"}); return err },
 				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", lua.Tokens{}); return err },
 				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute, lua.Tokens{}); return err },
-				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, "o", "r", nil, lua.Tokens{}); return err },
+				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "r"}); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 			}
 			for name, call := range calls {
@@ -343,7 +343,7 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "r", nil, lua.Tokens{})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
@@ -355,7 +355,7 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 
 func TestParseRejectsMalformed(t *testing.T) {
 	for _, v := range []any{nil, "x", int64(1), []any{int64(1)}, []any{int64(1), int64(0), int64(1)},
-		[]any{int64(1), int64(3), int64(0)}, []any{int64(2), int64(3), int64(1)}, []any{int64(0), int64(-3), int64(0)},
+		[]any{int64(1), int64(3), int64(0)}, []any{int64(2), int64(0), int64(1)}, []any{int64(0), int64(-3), int64(0)},
 		[]any{"1", int64(1), int64(1)}} {
 		_, err := lua.ParseAcquire(v)
 		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
@@ -369,7 +369,7 @@ func TestParseRejectsMalformed(t *testing.T) {
 		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
 	}
 	valid := func(edit func([]any)) []any {
-		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired"}}
+		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired"}, "job 7"}
 		edit(v)
 		return v
 	}
@@ -383,7 +383,8 @@ func TestParseRejectsMalformed(t *testing.T) {
 		valid(func(v []any) { v[5] = int64(-1) }), valid(func(v []any) { v[5] = "1" }),
 		valid(func(v []any) { v[7] = []any{"1", "o"} }), valid(func(v []any) { v[7] = []any{"1", "o", "lost"} }),
 		valid(func(v []any) { v[7] = []any{"x", "o", "released"} }), valid(func(v []any) { v[7] = "1" }),
-		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o"}} {
+		valid(func(v []any) { v[8] = int64(1) }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}}} {
 		_, err := lua.ParseInspect(v)
 		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
 	}
@@ -392,33 +393,33 @@ func TestParseRejectsMalformed(t *testing.T) {
 func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "a1", nil, lua.Tokens{})
+		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a1"})
 		require.NoError(t, err)
-		undone, err := lua.Abandon(ctx, rdb, k, "o", "a1", nil, lua.Tokens{})
+		undone, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a1"})
 		require.NoError(t, err)
 		require.True(t, undone)
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.Empty(t, st.Owner, "an abandoned fresh acquisition frees the lock")
 
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a2", nil, lua.Tokens{})
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a2"})
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a3", nil, lua.Tokens{})
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a3"})
 		require.NoError(t, err)
 		for _, c := range []struct{ owner, req string }{{"x", "a3"}, {"o", "nope"}} {
-			undone, err = lua.Abandon(ctx, rdb, k, c.owner, c.req, nil, lua.Tokens{})
+			undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: c.owner, Level: c.req})
 			require.NoError(t, err)
 			require.False(t, undone, "%v: not a level of this owner", c)
 		}
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil, lua.Tokens{})
+		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a3"})
 		require.NoError(t, err)
 		require.True(t, undone)
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a3", nil, lua.Tokens{})
+		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a3"})
 		require.NoError(t, err)
 		require.False(t, undone, "a repeated abandon must not undo twice")
-		_, err = lua.Acquire(ctx, rdb, k, "o", time.Minute, "a4", nil, lua.Tokens{})
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a4"})
 		require.NoError(t, err)
-		undone, err = lua.Abandon(ctx, rdb, k, "o", "a2", nil, lua.Tokens{})
+		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a2"})
 		require.NoError(t, err)
 		require.True(t, undone, "a level is undone by its ID even after later reentries")
 		st, err = lua.Inspect(ctx, rdb, k)
@@ -433,7 +434,13 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}})
+	a, err = lua.ParseAcquire([]any{int64(2), int64(7), int64(3)})
+	require.NoError(t, err)
+	require.Equal(t, lua.Acquired{TooDeep: true, Token: 7, Depth: 3}, a)
+	a, err = lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
+	require.NoError(t, err)
+	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
+	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

@@ -41,7 +41,7 @@ func (r *queueRig) waiter(owner string, claim time.Duration) *lua.Waiter {
 
 func (r *queueRig) acquire(owner, level string, w *lua.Waiter) lua.Acquired {
 	r.t.Helper()
-	a, err := lua.Acquire(r.ctx, r.rdb, r.k, owner, time.Minute, level, w, r.tokens)
+	a, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level, Waiter: w, Tokens: r.tokens})
 	require.NoError(r.t, err)
 	return a
 }
@@ -153,7 +153,7 @@ func TestUnclaimedHandoffPassesOn(t *testing.T) {
 		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", next),
 			"past the claim time the next waiter takes it, with a new token")
 		require.Zero(t, r.state().Waiters)
-		late, err := lua.Acquire(r.ctx, r.rdb, r.k, "o2", time.Minute, "l2", dead, lua.Tokens{})
+		late, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "l2", Waiter: dead})
 		require.NoError(t, err)
 		require.False(t, late.OK, "a claim after the claim time gets nothing")
 		require.EqualValues(t, 1, r.state().Waiters, "and queues again, at the back")
@@ -173,14 +173,14 @@ func TestAbandonedWaiterLeavesAndHandsOn(t *testing.T) {
 		}{{"o2", "l2", w2}, {"o3", "l3", w3}, {"o4", "l4", w4}} {
 			require.False(t, r.acquire(w.owner, w.level, w.w).OK)
 		}
-		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2, lua.Tokens{})
+		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", Level: "l2", Waiter: w2})
 		require.NoError(t, err)
 		require.False(t, undone, "a queued waiter holds no level")
 		require.EqualValues(t, 2, r.state().Waiters)
 
 		require.Zero(t, r.release("o1", first.Token, "l1"))
 		require.Equal(t, "o3", r.state().Owner, "the waiter that left is skipped")
-		undone, err = lua.Abandon(r.ctx, r.rdb, r.k, "o3", "l3", w3, lua.Tokens{})
+		undone, err = lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o3", Level: "l3", Waiter: w3})
 		require.NoError(t, err)
 		require.True(t, undone, "the handed level is given back")
 		st := r.state()
@@ -208,7 +208,7 @@ func TestForeignQueueRefused(t *testing.T) {
 			require.NoError(t, plant(r.k.Queue))
 			before := snapshot(t, rdb, r.k.Queue)
 			if i == 0 {
-				_, err := lua.Acquire(ctx, rdb, r.k, "o3", time.Minute, "l3", r.waiter("o3", time.Second), lua.Tokens{})
+				_, err := lua.Acquire(ctx, rdb, r.k, &lua.Request{Owner: "o3", TTL: time.Minute, Level: "l3", Waiter: r.waiter("o3", time.Second)})
 				require.ErrorIs(t, err, lua.ErrForeign, "a waiter joining a queue of another type is refused")
 			}
 			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", lua.Tokens{})

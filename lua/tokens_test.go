@@ -36,7 +36,7 @@ func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
 func takeAndFree(t *testing.T, rdb *redis.Client, k lua.Keys, m lua.Tokens) fence.Token {
 	t.Helper()
 	level := "l" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	a, err := lua.Acquire(t.Context(), rdb, k, "o", time.Minute, level, nil, m)
+	a, err := lua.Acquire(t.Context(), rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: level, Tokens: m})
 	require.NoError(t, err)
 	require.True(t, a.OK)
 	require.EqualValues(t, 1, a.Depth)
@@ -124,10 +124,10 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 
 		// Held, the hash outlives the lease by the idle time, and a
 		// reentry or an extend moves it with the lease.
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "outer", nil, timeTokens)
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: timeTokens})
 		require.NoError(t, err)
 		require.Greater(t, pttl(), 60*time.Minute)
-		_, err = lua.Acquire(ctx, rdb, k, "o", 10*time.Minute, "inner", nil, timeTokens)
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10*time.Minute, Level: "inner", Tokens: timeTokens})
 		require.NoError(t, err)
 		require.Greater(t, pttl(), 69*time.Minute, "a reentry moves the expiry with the lease")
 		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, timeTokens)
@@ -160,7 +160,7 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 func TestReleaseFromBeforeALostHashIsNotHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		old, err := lua.Acquire(ctx, rdb, k, "o1", time.Minute, "r1", nil, timeTokens)
+		old, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: timeTokens})
 		require.NoError(t, err)
 		require.NoError(t, rdb.Del(ctx, k.Lock).Err()) // a restart without persistence
 		takeAndFree(t, rdb, k, timeTokens)
@@ -194,7 +194,7 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 
 		// o2 gives up before claiming: the undo hands the lock on to o3.
 		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Lock, 10*time.Second).Err())
-		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, "o2", "l2", w2, r.tokens)
+		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", Level: "l2", Waiter: w2, Tokens: r.tokens})
 		require.NoError(t, err)
 		require.True(t, undone)
 		_, msg = r.message()
@@ -214,7 +214,7 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", "9007199254740991").Err())
 		for _, m := range []lua.Tokens{{}, timeTokens} {
-			_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, m)
+			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
 			require.ErrorIs(t, err, lua.ErrOverflow)
 			require.Equal(t, map[string]string{"t": "9007199254740991"}, rdb.HGetAll(ctx, k.Lock).Val())
 		}
@@ -224,7 +224,7 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 		// 2^53 µs after 1970 is in 2255 (and miniredis's TIME overflows in 2262).
 		b.Mini.SetTime(time.Date(2260, 1, 1, 0, 0, 0, 0, time.UTC))
 		k = keys(t)
-		_, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, timeTokens)
+		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: timeTokens})
 		require.ErrorIs(t, err, lua.ErrOverflow)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
 	})
@@ -234,7 +234,7 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 func TestMalformedTokenModeRefused(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, "o", time.Minute, "l", nil, lua.Tokens{})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l"})
 		require.NoError(t, err)
 		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
 			err := lua.AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()

@@ -122,8 +122,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// TTL returns the lease duration of this client's locks.
-func (c *Client) TTL() time.Duration { return c.cfg.ttl }
+// TTL returns the lease of this client's locks, unless a call sets its own
+// (see WithTTL).
+func (c *Client) TTL() time.Duration { return c.cfg.lease.ttl }
 
 // Close ends every lease of this client with cause ErrClosed, stops its
 // renewals, gives up undoing acquisitions whose callers left, and closes its

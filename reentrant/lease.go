@@ -97,32 +97,37 @@ func (l *Lease) Err() error {
 // ErrNotHeld.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
-		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+		return opErr("unlock", "", fmt.Errorf("%w: nil lease", ErrNotHeld))
 	}
+	return opErr("unlock", l.name, l.unlock(ctx))
+}
+
+func (l *Lease) unlock(ctx context.Context) error {
 	if ctx == nil {
-		return invalid("unlock %q: nil context", l.name)
+		return invalid("nil context")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked {
-		return fmt.Errorf("%w: %q: lease already unlocked", ErrNotHeld, l.name)
+		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
 		return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
 	}, nil)
 	n, err := out.v, out.err
 	if err != nil {
-		return fmt.Errorf("reentrant: unlock %q: %w", l.name, err)
+		return err
 	}
 	l.unlocked = true
 	if n < 0 {
 		err := l.gone()
-		l.cancel(l.lostErr())
+		l.cancel(l.own.lostErr("Unlock found it expired or taken by another ownership", nil))
 		return err
 	}
 	l.cancel(ErrReleased)
 	if n == 0 {
 		l.own.end(ErrReleased)
+		l.c.emit(Event{Kind: Released, Name: l.name, Token: l.token})
 	}
 	return nil
 }
@@ -140,8 +145,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // even if the key is still there); the context's error when ctx ended
 // before Redis answered; and Redis errors wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	return opErr("extend", l.name, l.extend(ctx, ttl))
+}
+
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
-		return invalid("extend %q: nil context", l.name)
+		return invalid("nil context")
 	}
 	if err := checkTTL(ttl); err != nil {
 		return err
@@ -155,7 +164,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}, nil)
 	ok, err := out.v, out.err
 	if err != nil {
-		return fmt.Errorf("reentrant: extend %q: %w", l.name, err)
+		return err
 	}
 	if !ok {
 		return l.gone()
@@ -173,8 +182,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // when the lease was unlocked, lost or superseded; the context's error when
 // ctx ended before Redis answered; and Redis errors wrapped.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	d, err := l.ttl(ctx)
+	return d, opErr("ttl", l.name, err)
+}
+
+func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
-		return 0, invalid("ttl %q: nil context", l.name)
+		return 0, invalid("nil context")
 	}
 	if err := l.live(); err != nil {
 		return 0, err
@@ -184,7 +198,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}, nil)
 	st, err := out.v, out.err
 	if err != nil {
-		return 0, fmt.Errorf("reentrant: ttl %q: %w", l.name, err)
+		return 0, err
 	}
 	if st.Owner != string(l.owner) || st.Token != l.token {
 		return 0, l.gone()
@@ -202,13 +216,13 @@ func (l *Lease) live() error {
 	unlocked := l.unlocked
 	l.mu.Unlock()
 	if unlocked {
-		return fmt.Errorf("%w: %q: lease already unlocked", ErrNotHeld, l.name)
+		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
 	}
 	if err := l.Err(); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return ErrClosed
 		}
-		return fmt.Errorf("%w: %q: lease ended: %w", ErrNotHeld, l.name, err)
+		return fmt.Errorf("%w: lease ended: %w", ErrNotHeld, err)
 	}
 	return nil
 }
@@ -216,44 +230,40 @@ func (l *Lease) live() error {
 // gone ends the lease's ownership, which Redis says it no longer holds, and
 // returns the ErrNotHeld that Unlock, Extend and TTL report then.
 func (l *Lease) gone() error {
-	l.own.end(l.lostErr())
-	return fmt.Errorf("%w: %q: the lease expired or another ownership took the lock", ErrNotHeld, l.name)
+	l.own.lose(l.own.lostErr("Redis says it expired or another ownership took it", nil))
+	return fmt.Errorf("%w: token %d expired or another ownership took the lock", ErrNotHeld, l.token)
 }
 
-func (l *Lease) lostErr() error {
-	return fmt.Errorf("%w: %q token %d: expired or taken by another ownership", ErrLost, l.name, l.token)
-}
-
-// newLease records a granted level. A fresh ownership whose reply came so
-// late that its lease would already be over is not handed out: the level is
-// undone and the caller told it was not acquired.
-func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Owner, a acquired) (*Lease, error) {
-	key := ownKey{owner, name}
+// newLease records a level granted to the call r. A fresh ownership whose
+// reply came so late that its lease would already be over is not handed
+// out: the level is undone and the caller told it was not acquired.
+func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, error) {
+	key := ownKey{r.owner, r.name}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		c.undoInBackground(k, owner, a.level, nil) // a no-op once closed: the level expires after one TTL
+		r.undoInBackground() // a no-op once closed: the level expires after one TTL
 		return nil, ErrClosed
 	}
 	o := c.owns[key]
 	if o == nil || o.token != a.Token || o.ctx.Err() != nil {
 		if o != nil {
 			// The same owner got a new token: its earlier ownership expired.
-			o.end(fmt.Errorf("%w: %q token %d: superseded by token %d", ErrLost, name, o.token, a.Token))
+			o.lose(o.lostErr(fmt.Sprintf("superseded by token %d", a.Token), nil))
 		}
 		window := a.window
 		if window == 0 {
-			window = c.cfg.ttl - c.cfg.margin
+			window = r.cfg.window()
 		}
 		if late := time.Since(a.sent); late >= window {
 			c.mu.Unlock()
-			return nil, errors.Join(fmt.Errorf("%w: %q: Redis answered after %v, past the lease's safe window of %v",
-				ErrNotAcquired, name, late.Round(time.Millisecond), window), c.undo(k, owner, a.level, nil))
+			return nil, errors.Join(fmt.Errorf("%w: Redis answered after %v, past the lease's safe window of %v",
+				ErrNotAcquired, late.Round(time.Millisecond), window), r.undo())
 		}
-		o = c.newOwnership(key, k, a.Token, a.sent, window)
+		o = c.newOwnership(key, r.keys, a.Token, r.cfg, a.sent, window)
 		c.owns[key] = o
 	} else {
-		o.confirm(a.sent, c.cfg.ttl) // a reentry raised the lock's TTL too
+		o.confirm(a.sent, r.cfg.ttl) // a reentry raised the lock's TTL too
 	}
 	o.refs++
 	c.mu.Unlock()
@@ -265,9 +275,9 @@ func (c *Client) newLease(ctx context.Context, name string, k lua.Keys, owner Ow
 	// child of the ownership's, so that ending the ownership (loss, Close)
 	// ends every lease before the call that ended it returns.
 	done, cancel := context.WithCancelCause(o.ctx)
-	lctx := leaseCtx{Context: done, values: WithOwner(context.WithoutCancel(ctx), owner)}
-	l := &Lease{c: c, name: name, keys: k, owner: owner, token: a.Token, depth: a.Depth,
-		level: a.level, own: o, ctx: lctx, cancel: cancel}
+	lctx := leaseCtx{Context: done, values: WithOwner(context.WithoutCancel(ctx), r.owner)}
+	l := &Lease{c: c, name: r.name, keys: r.keys, owner: r.owner, token: a.Token, depth: a.Depth,
+		level: r.req.Level, own: o, ctx: lctx, cancel: cancel}
 	context.AfterFunc(lctx, func() { c.dropRef(o) })
 	return l, nil
 }

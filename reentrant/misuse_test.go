@@ -162,15 +162,15 @@ func TestInspectAttributesEndedOwnerships(t *testing.T) {
 		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)
 		require.Empty(t, st.Ended, "a partial release ends nothing")
-		require.Equal(t, l.Owner(), st.LastOwner)
+		require.Equal(t, string(l.Owner()), st.LastOwner)
 		require.NoError(t, inner.Unlock(t.Context()))
 		_, err = c.TryLock(t.Context(), testenv.Unique(t)) // another name's lock is not listed
 		require.NoError(t, err)
 		st, err = c.Inspect(t.Context(), name)
 		require.NoError(t, err)
 		require.False(t, st.Held)
-		require.Equal(t, []reentrant.Ended{{Owner: l.Owner(), Token: l.Token()}}, st.Ended)
-		require.Equal(t, l.Owner(), st.LastOwner)
+		require.Equal(t, []reentrant.Ended{{Owner: string(l.Owner()), Token: l.Token()}}, st.Ended)
+		require.Equal(t, string(l.Owner()), st.LastOwner)
 		require.Equal(t, l.Token(), st.LastToken)
 	})
 }

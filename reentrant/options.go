@@ -1,6 +1,7 @@
 package reentrant
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/redfence/redfence/lua"
@@ -54,42 +55,72 @@ const (
 	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
 )
 
-// Option configures a Client. An option given an out-of-range value makes
-// New fail with ErrInvalid; nothing is clamped.
+// Option configures a Client (given to [New]) or one call (given to
+// [Client.Lock], [Client.TryLock] or [Client.Do], where it overrides the
+// client's default for that call only). Each option's doc says whether it
+// applies per call; a client-only option given to a call, or an option
+// given an out-of-range value, makes New or the call fail with ErrInvalid.
+// Nothing is clamped.
 type Option func(*config) error
 
 type config struct {
+	call bool // applying options to one call, not to a client
+
 	prefix        string
-	ttl           time.Duration
-	renew         time.Duration // 0: off
-	renewSet      bool
 	jitter        time.Duration
 	maxRetryDelay time.Duration
 	ackReplicas   int
 	ackTimeout    time.Duration
-	margin        time.Duration
-	marginSet     bool
 	allowEviction bool
 	handoff       time.Duration
 	tokens        lua.Tokens
 	idleSet       bool
+	log           *slog.Logger
+	observe       func(Event)
+
+	lease leaseConfig // the defaults of every call
+}
+
+// leaseConfig is what a call may set for itself: the lease, its renewal,
+// how the call waits, and what it stores with the lock.
+type leaseConfig struct {
+	ttl       time.Duration
+	renew     time.Duration // 0: off
+	renewSet  bool
+	margin    time.Duration
+	marginSet bool
+	retry     RetryStrategy // nil: poll as the handoff timeout says, until ctx ends
+	meta      string
+	maxDepth  int64
 }
 
 func defaults() config {
 	return config{
 		prefix:        DefaultPrefix,
-		ttl:           DefaultTTL,
 		jitter:        DefaultRetryJitter,
 		maxRetryDelay: DefaultMaxRetryDelay,
 		handoff:       DefaultHandoffTimeout,
 		tokens:        lua.Tokens{Idle: DefaultCounterIdleExpiry},
+		log:           slog.New(slog.DiscardHandler),
+		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
 	}
+}
+
+// clientOnly returns the error of a client option given to a call.
+func (c *config) clientOnly(name string) error {
+	if c.call {
+		return invalid("%s applies to a Client, not to one call: give it to New", name)
+	}
+	return nil
 }
 
 // WithPrefix sets the key prefix (default "redfence"): the lock named N
 // lives at PREFIX:{N}. It must be 1 to 256 bytes without '{' or '}'.
 func WithPrefix(p string) Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithPrefix"); err != nil {
+			return err
+		}
 		if err := lua.CheckPrefix(p); err != nil {
 			return invalid("%v", err)
 		}
@@ -106,7 +137,7 @@ func WithTTL(d time.Duration) Option {
 		if err := checkTTL(d); err != nil {
 			return err
 		}
-		c.ttl = d
+		c.lease.ttl = d
 		return nil
 	}
 }
@@ -123,7 +154,7 @@ func WithRenewInterval(d time.Duration) Option {
 		if d <= 0 {
 			return invalid("renew interval %v is not positive", d)
 		}
-		c.renew, c.renewSet = d, true
+		c.lease.renew, c.lease.renewSet = d, true
 		return nil
 	}
 }
@@ -133,7 +164,7 @@ func WithRenewInterval(d time.Duration) Option {
 // acquisition's send time, unless [Lease.Extend] moves it.
 func WithoutRenewal() Option {
 	return func(c *config) error {
-		c.renew, c.renewSet = 0, true
+		c.lease.renew, c.lease.renewSet = 0, true
 		return nil
 	}
 }
@@ -152,7 +183,7 @@ func WithSafetyMargin(d time.Duration) Option {
 		if d <= 0 {
 			return invalid("safety margin %v is not positive", d)
 		}
-		c.margin, c.marginSet = d, true
+		c.lease.margin, c.lease.marginSet = d, true
 		return nil
 	}
 }
@@ -165,6 +196,9 @@ func WithSafetyMargin(d time.Duration) Option {
 // tokens then refuse every new holder until the counter climbs past them.
 func WithEvictionAllowed() Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithEvictionAllowed"); err != nil {
+			return err
+		}
 		c.allowEviction = true
 		return nil
 	}
@@ -175,6 +209,9 @@ func WithEvictionAllowed() Option {
 // disables it; it must not be negative or above one minute.
 func WithRetryJitter(d time.Duration) Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithRetryJitter"); err != nil {
+			return err
+		}
 		if d < 0 || d > time.Minute {
 			return invalid("retry jitter %v is outside [0, 1m]", d)
 		}
@@ -189,6 +226,9 @@ func WithRetryJitter(d time.Duration) Option {
 // hour.
 func WithMaxRetryDelay(d time.Duration) Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithMaxRetryDelay"); err != nil {
+			return err
+		}
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("max retry delay %v is outside [1ms, 1h]", d)
 		}
@@ -207,6 +247,9 @@ func WithMaxRetryDelay(d time.Duration) Option {
 // from 4 ms to one hour.
 func WithHandoffTimeout(d time.Duration) Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithHandoffTimeout"); err != nil {
+			return err
+		}
 		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
 		}
@@ -236,6 +279,9 @@ func WithHandoffTimeout(d time.Duration) Option {
 // client's ReadTimeout; New checks all of this.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithReplicaAck"); err != nil {
+			return err
+		}
 		if replicas < 1 || replicas > 64 {
 			return invalid("replica acknowledgement count %d is outside [1, 64]", replicas)
 		}
@@ -269,6 +315,9 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 // so ErrEvictionPolicy is never returned.
 func WithTimeTokens() Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithTimeTokens"); err != nil {
+			return err
+		}
 		c.tokens.Time = true
 		return nil
 	}
@@ -285,6 +334,9 @@ func WithTimeTokens() Option {
 // expires. New returns ErrInvalid otherwise.
 func WithCounterIdleExpiry(d time.Duration) Option {
 	return func(c *config) error {
+		if err := c.clientOnly("WithCounterIdleExpiry"); err != nil {
+			return err
+		}
 		if d < MinCounterIdleExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
 			return invalid("counter idle expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinCounterIdleExpiry, MaxCounterIdleExpiry)
 		}
@@ -303,25 +355,28 @@ func checkTTL(d time.Duration) error {
 	return nil
 }
 
+// finish checks the options together and derives the defaults that
+// depend on the TTL, for a client or (c.call) for one call.
 func (c *config) finish() error {
 	if c.idleSet && !c.tokens.Time {
 		return invalid("WithCounterIdleExpiry needs WithTimeTokens: the strict counter never expires")
 	}
-	if c.tokens.Time && c.tokens.Idle <= c.ttl {
-		return invalid("counter idle expiry %v is not longer than the TTL %v", c.tokens.Idle, c.ttl)
+	l := &c.lease
+	if c.tokens.Time && c.tokens.Idle <= l.ttl {
+		return invalid("counter idle expiry %v is not longer than the TTL %v", c.tokens.Idle, l.ttl)
 	}
-	if !c.marginSet {
-		c.margin = c.ttl / 10
+	if !l.marginSet {
+		l.margin = l.ttl / 10
 	}
-	if c.margin >= c.ttl {
-		return invalid("safety margin %v is not shorter than the TTL %v", c.margin, c.ttl)
+	if l.margin >= l.ttl {
+		return invalid("safety margin %v is not shorter than the TTL %v", l.margin, l.ttl)
 	}
-	if !c.renewSet {
-		c.renew = c.ttl / 3
+	if !l.renewSet {
+		l.renew = l.ttl / 3
 	}
-	if c.renew >= c.ttl-c.margin {
+	if l.renew >= l.ttl-l.margin {
 		return invalid("renew interval %v is not shorter than the TTL %v less the safety margin %v: "+
-			"the lease would be declared lost before its first renewal", c.renew, c.ttl, c.margin)
+			"the lease would be declared lost before its first renewal", l.renew, l.ttl, l.margin)
 	}
 	return nil
 }

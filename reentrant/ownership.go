@@ -20,7 +20,8 @@ type ownership struct {
 	key    ownKey
 	keys   lua.Keys
 	token  fence.Token
-	refs   int // live leases; guarded by c.mu
+	cfg    *leaseConfig // the lease of the call that started the ownership
+	refs   int          // live leases; guarded by c.mu
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -40,18 +41,18 @@ type ownership struct {
 // lock taken from a handoff message, whose lease is the claim time) gets its
 // first renewal at half of it, on a timer of its own: the renewer's tick
 // may be longer than the window. Called with c.mu held and c not closed.
-func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time.Time, window time.Duration) *ownership {
+func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	o := &ownership{c: c, key: key, keys: k, token: tok, ctx: ctx, cancel: cancel,
+	o := &ownership{c: c, key: key, keys: k, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
 		deadline: sent.Add(window)}
 	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
 	// retries can hold a renewal call far past the lease.
 	o.timer = time.AfterFunc(time.Until(o.deadline), o.expire)
 	context.AfterFunc(ctx, func() { o.timer.Stop() })
-	if c.cfg.renew > 0 {
-		first := min(c.cfg.renew, window/2)
+	if cfg.renew > 0 {
+		first := min(cfg.renew, window/2)
 		c.ren.add(o, sent.Add(first))
-		if first < c.cfg.renew {
+		if first < cfg.renew {
 			early := time.AfterFunc(time.Until(sent.Add(first)), func() { c.ren.now(o) })
 			context.AfterFunc(ctx, func() { early.Stop() })
 		}
@@ -61,11 +62,30 @@ func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, sent time
 
 func (o *ownership) end(cause error) { o.cancel(cause) }
 
+// lose ends the ownership because the lock is gone, and reports it.
+func (o *ownership) lose(cause error) {
+	if o.ctx.Err() != nil {
+		return
+	}
+	o.end(cause)
+	o.c.cfg.log.Warn("reentrant: lease lost", "name", o.key.name, "token", uint64(o.token), "cause", cause)
+	o.c.emit(Event{Kind: Lost, Name: o.key.name, Token: o.token, Err: cause})
+}
+
+// lostErr is the cause a loss of o for reason ends its leases with; err,
+// if not nil, is the error that revealed it, kept in the chain.
+func (o *ownership) lostErr(reason string, err error) error {
+	if err != nil {
+		return opErr("lease", o.key.name, fmt.Errorf("%w: token %d: %s: %w", ErrLost, o.token, reason, err))
+	}
+	return opErr("lease", o.key.name, fmt.Errorf("%w: token %d: %s", ErrLost, o.token, reason))
+}
+
 // confirm records that Redis extended the lease to at least ttl from sent
 // (a renewal, an Extend, a reentry): the local deadline moves to
 // sent + ttl - margin, never back.
 func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
-	d := sent.Add(ttl - o.c.cfg.margin)
+	d := sent.Add(ttl - o.cfg.margin)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ctx.Err() != nil || !d.After(o.deadline) {
@@ -87,12 +107,11 @@ func (o *ownership) expire() {
 	}
 	err := o.lastErr
 	o.mu.Unlock()
-	cause := fmt.Errorf("%w: %q token %d: no renewal confirmed within the TTL less the %v safety margin",
-		ErrLost, o.key.name, o.token, o.c.cfg.margin)
+	reason := fmt.Sprintf("no renewal confirmed within the TTL less the %v safety margin", o.cfg.margin)
 	if err != nil {
-		cause = fmt.Errorf("%w; last renewal: %w", cause, err)
+		reason += "; last renewal"
 	}
-	o.end(cause)
+	o.lose(o.lostErr(reason, err))
 }
 
 // dropRef forgets one lease of o once that lease has ended; the last one

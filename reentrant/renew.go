@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -38,15 +37,27 @@ type renewer struct {
 }
 
 func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, tick: max(c.cfg.renew/4, minTick), owns: make(map[*ownership]struct{})}
+	return &renewer{c: c, tick: tickFor(c.cfg.lease.renew), owns: make(map[*ownership]struct{})}
 }
 
-// add registers o, whose lease was sent at sent. Called with c.mu held and
-// c not closed, so the goroutine it may start is one Close waits for.
+// tickFor is the renewer's tick for a renew interval: a quarter of it, at
+// least minTick. Without renewal, one second (no ownership is renewed).
+func tickFor(renew time.Duration) time.Duration {
+	if renew == 0 {
+		return time.Second
+	}
+	return max(renew/4, minTick)
+}
+
+// add registers o, due for renewal at next. An ownership whose call asked
+// for a shorter renew interval than the renewer's ticks allow makes the
+// ticks shorter from then on. Called with c.mu held and c not closed, so
+// the goroutine it may start is one Close waits for.
 func (r *renewer) add(o *ownership, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o.next = next
+	r.tick = min(r.tick, tickFor(o.cfg.renew))
 	r.owns[o] = struct{}{}
 	if !r.running {
 		r.running = true
@@ -55,7 +66,7 @@ func (r *renewer) add(o *ownership, next time.Time) {
 }
 
 func (r *renewer) run() {
-	t := time.NewTicker(r.tick)
+	t := time.NewTimer(r.tickNow())
 	defer t.Stop()
 	for {
 		select {
@@ -63,6 +74,7 @@ func (r *renewer) run() {
 			return
 		case <-t.C:
 		}
+		t.Reset(r.tickNow())
 		batch, idle := r.due(time.Now())
 		if idle {
 			return
@@ -71,6 +83,12 @@ func (r *renewer) run() {
 			r.send(batch)
 		}
 	}
+}
+
+func (r *renewer) tickNow() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tick
 }
 
 // now renews o at once, outside the ticks, unless it has ended or a
@@ -82,7 +100,7 @@ func (r *renewer) now(o *ownership) {
 		return
 	}
 	o.inflight = true
-	o.next = time.Now().Add(r.c.cfg.renew)
+	o.next = time.Now().Add(o.cfg.renew)
 	r.mu.Unlock()
 	if !r.c.goBackground(func() { r.send([]*ownership{o}) }) {
 		r.mu.Lock()
@@ -106,7 +124,7 @@ func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 		case o.inflight || o.next.After(horizon):
 		default:
 			o.inflight = true
-			o.next = now.Add(r.c.cfg.renew)
+			o.next = now.Add(o.cfg.renew)
 			batch = append(batch, o)
 		}
 	}
@@ -134,14 +152,15 @@ func (r *renewer) send(batch []*ownership) {
 // renew sends the batch's renewals and applies the replies. The call's own
 // context is bounded by the renew interval, as a single renewal's was.
 func (r *renewer) renew(batch []*ownership) {
-	cfg := r.c.cfg
-	ctx, cancel := context.WithTimeout(r.c.bg, cfg.renew)
-	defer cancel()
+	longest := time.Duration(0)
 	reqs := make([]lua.ExtendReq, len(batch))
 	for i, o := range batch {
-		reqs[i] = lua.ExtendReq{Keys: o.keys, Owner: string(o.key.owner), Token: o.token}
+		reqs[i] = lua.ExtendReq{Keys: o.keys, Owner: string(o.key.owner), Token: o.token, TTL: o.cfg.ttl}
+		longest = max(longest, o.cfg.renew)
 	}
-	res := lua.ExtendBatch(ctx, r.c.rdb, reqs, cfg.ttl, cfg.tokens)
+	ctx, cancel := context.WithTimeout(r.c.bg, longest)
+	defer cancel()
+	res := lua.ExtendBatch(ctx, r.c.rdb, reqs, r.c.cfg.tokens)
 	for i, o := range batch {
 		o.renewed(res[i])
 	}
@@ -159,14 +178,17 @@ func (o *ownership) renewed(r lua.ExtendResult) {
 	switch {
 	case o.ctx.Err() != nil:
 	case r.Err == nil && r.Held:
-		o.confirm(r.Sent, o.c.cfg.ttl)
+		o.confirm(r.Sent, o.cfg.ttl)
+		o.c.emit(Event{Kind: Renewed, Name: o.key.name, Token: o.token})
 	case r.Err == nil:
-		o.end(fmt.Errorf("%w: %q token %d: renewal found it expired or taken by another ownership", ErrLost, o.key.name, o.token))
+		o.lose(o.lostErr("renewal found it expired or taken by another ownership", nil))
 	case lua.IsRefusal(r.Err):
-		o.end(fmt.Errorf("%w: %q token %d: renewal refused: %w", ErrLost, o.key.name, o.token, r.Err))
+		o.lose(o.lostErr("renewal refused", r.Err))
 	default:
 		o.mu.Lock()
 		o.lastErr = r.Err
 		o.mu.Unlock()
+		o.c.cfg.log.Warn("reentrant: renewal failed", "name", o.key.name, "token", uint64(o.token), "err", r.Err)
+		o.c.emit(Event{Kind: RenewFailed, Name: o.key.name, Token: o.token, Err: r.Err})
 	}
 }

@@ -147,7 +147,7 @@ func TestRenewer10kLeasesOnePipelinePerTick(t *testing.T) {
 		st, err := c.Inspect(t.Context(), leases[i].Name())
 		require.NoError(t, err)
 		require.True(t, st.Held, leases[i].Name())
-		require.Equal(t, leases[i].Owner(), st.Owner)
+		require.Equal(t, string(leases[i].Owner()), st.Owner)
 		require.Equal(t, leases[i].Token(), st.Token)
 	}
 	ticks := int64(took / (ttl / 3 / 4))

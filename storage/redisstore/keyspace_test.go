@@ -161,7 +161,7 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	if err := s.Put(ctx, name, []byte("v10"), 10); err != nil {
 		t.Fatal(err)
 	}
-	a, err := lua.Acquire(ctx, c, k, "some-owner", 200*time.Millisecond, "req-1", nil, lua.Tokens{})
+	a, err := lua.Acquire(ctx, c, k, &lua.Request{Owner: "some-owner", TTL: 200*time.Millisecond, Level: "req-1"})
 	if err != nil || !a.OK {
 		t.Fatalf("acquire = %+v, %v", a, err)
 	}
@@ -178,7 +178,7 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	// The lease runs out, and another owner takes the lock, which records
 	// the first ownership as expired.
 	time.Sleep(250 * time.Millisecond)
-	b, err := lua.Acquire(ctx, c, k, "other-owner", time.Second, "req-2", nil, lua.Tokens{})
+	b, err := lua.Acquire(ctx, c, k, &lua.Request{Owner: "other-owner", TTL: time.Second, Level: "req-2"})
 	if err != nil || !b.OK || b.Token != a.Token+1 {
 		t.Fatalf("acquire after the lease ran out = %+v, %v; want token %d", b, err, a.Token+1)
 	}

@@ -1,0 +1,164 @@
+package reentrant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// Lock acquires name for ctx's owner, or reenters it if that owner holds
+// it, waiting as long as ctx (and the retry strategy, see WithRetry) allow.
+// A context without an owner gets a fresh one, so two Lock calls with a
+// plain context are two owners and the second waits for the first, like
+// sync.Mutex. opts override the client's options for this call (see
+// [Option]).
+//
+// Waiting is fair: a waiting Lock joins the lock's queue in Redis, and a
+// release hands the lock straight to the oldest waiter across every client.
+// Reentry never queues. docs/design.md describes the queue and its bounds.
+//
+// ctx bounds the wait only, whatever the go-redis client's timeouts: once
+// acquired, the lease lives until Unlock, loss or Close. When ctx ends
+// first, the error matches both ErrNotAcquired and ctx.Err(); when the
+// retry strategy gives up, ErrNotAcquired. A Lock still waiting when the
+// Client closes returns ErrClosed. Other errors are as for
+// [Client.TryLock].
+func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	start := time.Now()
+	l, err := c.lock(ctx, name, opts)
+	c.observed(name, start, l, err)
+	return l, opErr("lock", name, err)
+}
+
+func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, error) {
+	r, err := c.newCall(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if s := r.cfg.retry; s != nil && s.Backoff(1) <= 0 {
+		l, _, err := r.try(ctx, false)
+		if err == nil && l == nil {
+			err = fmt.Errorf("%w: held by another owner or others wait for it (%v)", ErrNotAcquired, s)
+		}
+		return l, err
+	}
+	// Registered before the first request, so that a handoff published
+	// right after it finds this waiter.
+	w, err := c.note.register(r.req.Level)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	// A handed lock waits at most half the handoff timeout to be claimed,
+	// and never longer than a lease would have lasted.
+	r.req.Waiter = &lua.Waiter{Channel: c.channel, Claim: min(c.cfg.handoff/2, r.cfg.ttl), Queue: 2*r.cfg.ttl + c.cfg.handoff}
+	// A Lock is work of the client's: Close ends its wait and waits for it,
+	// so that nothing of a closed client sends another command.
+	if !c.track() {
+		return nil, ErrClosed
+	}
+	defer c.wg.Done()
+	queued := time.Now() // no handoff to this waiter can come before
+	l, a, err := r.try(ctx, false)
+	if err != nil || l != nil {
+		return l, err
+	}
+	c.note.listen()
+	polls := 1
+	delay := r.pollDelay(polls, a.HolderTTL)
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		poll := false
+		select {
+		case <-w.wake:
+			if tok := fence.Token(w.handed.Swap(0)); tok != fence.None {
+				if l, ok, err := r.takeHanded(ctx, tok, queued); ok {
+					return l, err
+				}
+			}
+		case <-timer.C:
+			poll = true
+			polls++
+		case <-ctx.Done():
+			// Leave the queue, and give the lock on if it was just handed
+			// here: the undo takes this waiter's level and queue entry.
+			return nil, errors.Join(ErrNotAcquired, ctx.Err(), r.undo())
+		case <-c.bg.Done():
+			return nil, errors.Join(ErrClosed, r.leave())
+		}
+		l, a, err = r.try(ctx, poll)
+		if err != nil || l != nil {
+			return l, err // errors already classified, with any undo's outcome
+		}
+		if poll {
+			c.debug("reentrant: lock still held, polling again", "name", name, "polls", polls)
+			if delay = r.pollDelay(polls, a.HolderTTL); delay <= 0 {
+				return nil, errors.Join(fmt.Errorf("%w: gave up after %d polls (%v)", ErrNotAcquired, polls-1, r.cfg.retry), r.undo())
+			}
+			timer.Reset(delay) // no stale tick survives a Reset since Go 1.23
+		}
+	}
+}
+
+// takeHanded accepts the lock that a release handed to this waiter, as the
+// handoff message says (token tok), without claiming it in Redis first.
+// The handoff gave a lease of the claim time from the instant it happened,
+// which came after queued (when the request that queued this waiter was
+// sent), so the lease holds until queued + claim on this process's clock,
+// less a safety margin in the same proportion to the claim as the call's
+// margin to its TTL; the renewer extends it to the TTL before then (see
+// newOwnership). ok is false when the claim must be made in Redis instead:
+// with WithReplicaAck (the claim's WAIT covers the handoff), without
+// renewal (the lease must last the TTL from the start), or when the message
+// came too late to leave half of that window.
+func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time) (l *Lease, ok bool, err error) {
+	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 {
+		return nil, false, nil
+	}
+	claim := r.req.Waiter.Claim
+	window := claim - time.Duration(float64(claim)*float64(r.cfg.margin)/float64(r.cfg.ttl))
+	if time.Until(queued.Add(window)) < window/2 {
+		return nil, false, nil
+	}
+	l, err = r.c.newLease(ctx, r, acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: 1},
+		sent: queued, window: window})
+	return l, true, err
+}
+
+// track counts a waiting Lock among the client's work, unless it is closed.
+func (c *Client) track() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// pollDelay is how long a waiter sleeps before its n-th poll when no
+// handoff message wakes it; zero or less means give up. With the call's
+// retry strategy, the strategy's delay. By default, a quarter of the
+// handoff timeout, or until the holder's lease runs out if that is sooner,
+// at most maxRetryDelay, plus jitter. Polling is what hands on a lock whose
+// holder died or whose handoff was never claimed.
+func (r *call) pollDelay(n int, holderTTL time.Duration) time.Duration {
+	if r.cfg.retry != nil {
+		return r.cfg.retry.Backoff(n)
+	}
+	c := r.c
+	d := min(c.cfg.handoff/4, c.cfg.maxRetryDelay)
+	if holderTTL >= 0 && holderTTL < d {
+		d = holderTTL
+	}
+	if c.cfg.jitter > 0 {
+		d += rand.N(c.cfg.jitter)
+	}
+	return max(d, 1) // a holder's lease just ending is no reason to give up
+}
