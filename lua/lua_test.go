@@ -104,7 +104,7 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		expire := func() { b.Expire(60 * time.Millisecond) }
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50*time.Millisecond, Level: "r1"})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		expire()
 		n, err := lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
@@ -122,7 +122,7 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 
 		// Expired without a release: another owner's acquire records it.
 		k = keys(t)
-		a, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50*time.Millisecond, Level: "r1"})
+		a, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		expire()
 		b2, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
@@ -299,7 +299,10 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			require.NoError(t, plant.set(k.Lock))
 			before := snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
-				"acquire": func() error { _, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"}); return err },
+				"acquire": func() error {
+					_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					return err
+				},
 				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", lua.Tokens{}); return err },
 				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute, lua.Tokens{}); return err },
 				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "r"}); return err },

@@ -127,7 +127,7 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: timeTokens})
 		require.NoError(t, err)
 		require.Greater(t, pttl(), 60*time.Minute)
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10*time.Minute, Level: "inner", Tokens: timeTokens})
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10 * time.Minute, Level: "inner", Tokens: timeTokens})
 		require.NoError(t, err)
 		require.Greater(t, pttl(), 69*time.Minute, "a reentry moves the expiry with the lease")
 		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, timeTokens)

@@ -117,7 +117,9 @@ func checkRetry(s RetryStrategy) error {
 }
 
 // String names the built-in strategies in errors and logs.
-func (noRetry) String() string              { return "NoRetry()" }
-func (b linearBackoff) String() string      { return fmt.Sprintf("LinearBackoff(%v)", time.Duration(b)) }
-func (b exponentialBackoff) String() string { return fmt.Sprintf("ExponentialBackoff(%v, %v)", b.min, b.max) }
-func (l limitRetry) String() string         { return fmt.Sprintf("LimitRetry(%v, %d)", l.s, l.n) }
+func (noRetry) String() string         { return "NoRetry()" }
+func (b linearBackoff) String() string { return fmt.Sprintf("LinearBackoff(%v)", time.Duration(b)) }
+func (b exponentialBackoff) String() string {
+	return fmt.Sprintf("ExponentialBackoff(%v, %v)", b.min, b.max)
+}
+func (l limitRetry) String() string { return fmt.Sprintf("LimitRetry(%v, %d)", l.s, l.n) }

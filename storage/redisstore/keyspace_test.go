@@ -161,7 +161,7 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	if err := s.Put(ctx, name, []byte("v10"), 10); err != nil {
 		t.Fatal(err)
 	}
-	a, err := lua.Acquire(ctx, c, k, &lua.Request{Owner: "some-owner", TTL: 200*time.Millisecond, Level: "req-1"})
+	a, err := lua.Acquire(ctx, c, k, &lua.Request{Owner: "some-owner", TTL: 200 * time.Millisecond, Level: "req-1"})
 	if err != nil || !a.OK {
 		t.Fatalf("acquire = %+v, %v", a, err)
 	}
