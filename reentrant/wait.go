@@ -40,7 +40,11 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if err != nil {
 		return nil, err
 	}
-	if s := r.cfg.retry; s != nil && s.Backoff(1) <= 0 {
+	var first time.Duration // the strategy's first backoff, asked once
+	if s := r.cfg.retry; s != nil {
+		first = s.Backoff(1)
+	}
+	if s := r.cfg.retry; s != nil && first <= 0 {
 		l, _, err := r.try(ctx, false)
 		if err == nil && l == nil {
 			err = fmt.Errorf("%w: held by another owner or others wait for it (%v)", ErrNotAcquired, s)
@@ -70,7 +74,10 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	}
 	c.note.listen()
 	polls := 1
-	delay := r.pollDelay(polls, a.HolderTTL)
+	delay := first
+	if r.cfg.retry == nil {
+		delay = r.pollDelay(polls, a.HolderTTL)
+	}
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	for {

@@ -1,0 +1,354 @@
+package reentrant_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// A call's TTL applies to that call's ownership only: Redis holds it for
+// that long, its renewals extend it by that much, and the client's other
+// calls keep the client's TTL.
+func TestPerCallTTL(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx := t.Context()
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute))
+		short, err := c.Lock(ctx, testenv.Unique(t), reentrant.WithTTL(900*time.Millisecond))
+		require.NoError(t, err)
+		d, err := short.TTL(ctx)
+		require.NoError(t, err)
+		require.LessOrEqual(t, d, 900*time.Millisecond)
+		long, err := c.Lock(ctx, testenv.Unique(t))
+		require.NoError(t, err)
+		d, err = long.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, d, 50*time.Second, "the client's default is untouched")
+		if b.Mini == nil {
+			// Renewed at a third of the call's TTL, by that TTL: held well
+			// past it, and never by more than it.
+			time.Sleep(1500 * time.Millisecond)
+			require.NoError(t, short.Err(), "renewal must keep a short per-call lease")
+			d, err = short.TTL(ctx)
+			require.NoError(t, err)
+			require.LessOrEqual(t, d, 900*time.Millisecond)
+		}
+		require.NoError(t, short.Unlock(ctx))
+		require.NoError(t, long.Unlock(ctx))
+	})
+}
+
+// Options a call cannot take are refused per call, with the option named;
+// bad values are refused whether per call or per client.
+func TestCallOptionsRefused(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	for _, o := range []reentrant.Option{reentrant.WithPrefix("x"), reentrant.WithTimeTokens(),
+		reentrant.WithHandoffTimeout(time.Second), reentrant.WithLogger(slog.Default()), nil,
+		reentrant.WithTTL(0), reentrant.WithMaxDepth(0), reentrant.WithMetadata("a\nb"),
+		reentrant.WithMetadata(strings.Repeat("m", reentrant.MaxMetadataLen+1)), reentrant.WithRetry(nil),
+		reentrant.WithRetry(reentrant.LinearBackoff(0)), reentrant.WithRetry(reentrant.ExponentialBackoff(time.Second, time.Millisecond)),
+		reentrant.WithRetry(reentrant.LimitRetry(reentrant.NoRetry(), -1)),
+	} {
+		name := testenv.Unique(t)
+		_, err := c.Lock(ctx, name, o)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.NotContains(t, err.Error(), "\n")
+		st, ierr := c.Inspect(ctx, name)
+		require.NoError(t, ierr)
+		require.False(t, st.Held, "a refused option acquires nothing")
+	}
+	_, err := c.Lock(ctx, "n", reentrant.WithPrefix("x"))
+	require.ErrorContains(t, err, `reentrant: lock "n": invalid argument: WithPrefix applies to a Client`)
+	// A call's TTL must leave room for the client's explicit renew interval.
+	slow := newClient(t, rdb, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(5*time.Second))
+	_, err = slow.Lock(ctx, "n", reentrant.WithTTL(time.Second))
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	require.ErrorContains(t, err, "renew interval 5s is not shorter than the TTL 1s")
+	l, err := slow.Lock(ctx, "n", reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(300*time.Millisecond))
+	require.NoError(t, err, "unless the call sets its own")
+	require.NoError(t, l.Unlock(ctx))
+	_, err = reentrant.New(rdb, reentrant.WithMetadata("ok"), reentrant.WithMaxDepth(3), reentrant.WithRetry(reentrant.NoRetry()))
+	require.NoError(t, err, "every call option is a client default too")
+}
+
+// Metadata is stored with the ownership the call starts, shown by Inspect,
+// kept by a reentry, carried through a handoff to a waiter, and gone with
+// the ownership.
+func TestMetadata(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c := newClient(t, b.Client, reentrant.WithMetadata("client default"))
+		l, err := c.Lock(ctx, name, reentrant.WithMetadata("job 1842 ✓"))
+		require.NoError(t, err)
+		inner, err := c.Lock(l.Context(), name, reentrant.WithMetadata("ignored"))
+		require.NoError(t, err)
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, "job 1842 ✓", st.Meta)
+		require.NoError(t, inner.Unlock(ctx))
+
+		got := make(chan *reentrant.Lease, 1)
+		go func() {
+			w, err := c.Lock(ctx, name, reentrant.WithMetadata("waiter"))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Unlock(ctx))
+		w := <-got
+		require.NotNil(t, w)
+		st, err = c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, "waiter", st.Meta, "the handoff carries the waiter's metadata")
+		require.NoError(t, w.Unlock(ctx))
+		st, err = c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Empty(t, st.Meta)
+
+		d, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		st, err = c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, "client default", st.Meta)
+		require.NoError(t, d.Unlock(ctx))
+	})
+}
+
+// WithMaxDepth bounds reentry in Redis: the reentry past it fails with
+// ErrTooDeep and changes nothing, the hold keeps working, and the default
+// bound stops runaway recursion.
+func TestMaxDepth(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c := newClient(t, b.Client)
+		l, err := c.Lock(ctx, name, reentrant.WithMaxDepth(3))
+		require.NoError(t, err)
+		var held []*reentrant.Lease
+		for range 2 {
+			in, err := c.TryLock(l.Context(), name, reentrant.WithMaxDepth(3))
+			require.NoError(t, err)
+			held = append(held, in)
+		}
+		_, err = c.Lock(l.Context(), name, reentrant.WithMaxDepth(3))
+		require.ErrorIs(t, err, reentrant.ErrTooDeep)
+		require.ErrorContains(t, err, `reentrant: lock "`+name+`": reentry too deep`)
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, st.Depth, "a refused reentry writes nothing")
+		require.NoError(t, held[1].Unlock(ctx))
+		again, err := c.TryLock(l.Context(), name, reentrant.WithMaxDepth(3))
+		require.NoError(t, err, "a level freed below the bound can be taken again")
+		require.Equal(t, l.Token(), again.Token())
+		for _, x := range []*reentrant.Lease{again, held[0], l} {
+			require.NoError(t, x.Unlock(ctx))
+		}
+
+		// The default bound: recursion without end stops at DefaultMaxDepth.
+		if b.Mini != nil {
+			l, err = c.Lock(ctx, name)
+			require.NoError(t, err)
+			lctx, depth := l.Context(), int64(1)
+			for {
+				in, err := c.TryLock(lctx, name)
+				if err != nil {
+					require.ErrorIs(t, err, reentrant.ErrTooDeep)
+					break
+				}
+				depth = in.Depth()
+			}
+			require.EqualValues(t, reentrant.DefaultMaxDepth, depth)
+		}
+	})
+}
+
+// Retry strategies: NoRetry never queues, LimitRetry gives up after its
+// polls and leaves the queue, and a handoff still wakes a waiter at once.
+func TestRetryStrategies(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c := newClient(t, b.Client)
+		l, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+
+		_, err = c.Lock(ctx, name, reentrant.WithRetry(reentrant.NoRetry()))
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+
+		var mu sync.Mutex
+		var polls []int
+		counting := reentrant.RetryFunc(func(n int) time.Duration {
+			mu.Lock()
+			polls = append(polls, n)
+			mu.Unlock()
+			return reentrant.LinearBackoff(20*time.Millisecond).Backoff(n)
+		})
+		start := time.Now()
+		_, err = c.Lock(ctx, name, reentrant.WithRetry(reentrant.LimitRetry(counting, 3)))
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.ErrorContains(t, err, "gave up after 3 polls")
+		require.GreaterOrEqual(t, time.Since(start), 60*time.Millisecond)
+		require.Equal(t, []int{1, 2, 3}, polls, "one backoff per poll, the fourth refused by the limit")
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Zero(t, st.Waiters, "a waiter that gives up leaves the queue")
+
+		got := make(chan error, 1)
+		go func() {
+			w, err := c.Lock(ctx, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Unlock(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a handoff must wake a waiter whatever its backoff")
+		}
+	})
+}
+
+func TestRetryStrategyBackoffs(t *testing.T) {
+	e := reentrant.ExponentialBackoff(10*time.Millisecond, 70*time.Millisecond)
+	var got []time.Duration
+	for n := 1; n <= 5; n++ {
+		got = append(got, e.Backoff(n))
+	}
+	require.Equal(t, []time.Duration{10, 20, 40, 70, 70}, scale(got, time.Millisecond))
+	require.Equal(t, 5*time.Millisecond, reentrant.LinearBackoff(5*time.Millisecond).Backoff(1000))
+	require.Zero(t, reentrant.NoRetry().Backoff(1))
+	lim := reentrant.LimitRetry(reentrant.LinearBackoff(time.Second), 2)
+	require.Equal(t, []time.Duration{time.Second, time.Second, 0}, []time.Duration{lim.Backoff(1), lim.Backoff(2), lim.Backoff(3)})
+	require.Zero(t, reentrant.LimitRetry(reentrant.LinearBackoff(time.Second), 0).Backoff(1))
+	require.Equal(t, time.Duration(1<<62), reentrant.ExponentialBackoff(time.Second, 1<<62).Backoff(1<<30), "no overflow")
+}
+
+func scale(ds []time.Duration, unit time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d / unit
+	}
+	return out
+}
+
+// Every error is one line that starts with the operation and the lock, and
+// still matches its sentinels and the Redis error it wraps.
+func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		name := "orders/42-" + testenv.Unique(t)
+		c := newClient(t, b.Client)
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+		defer cancel()
+		_, err = c.Lock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, `reentrant: lock "`+name+`": not acquired: context deadline exceeded`, err.Error())
+
+		_, err = c.TryLock(t.Context(), name)
+		require.Equal(t, `reentrant: trylock "`+name+`": not acquired: held by another owner or others wait for it`, err.Error())
+		require.NoError(t, l.Unlock(t.Context()))
+		err = l.Unlock(t.Context())
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		require.Equal(t, `reentrant: unlock "`+name+`": not held: lease already unlocked`, err.Error())
+
+		require.NoError(t, b.Client.Set(t.Context(), lua.KeysFor(prefix, name).Lock, "x", 0).Err())
+		_, err = c.Lock(t.Context(), name)
+		require.ErrorIs(t, err, lua.ErrForeign)
+		var rerr interface{ RedisError() }
+		require.True(t, errors.As(err, &rerr), "errors.As must find go-redis's error: %v", err)
+		require.True(t, strings.HasPrefix(err.Error(), `reentrant: lock "`+name+`": lua: key holds a foreign value`), err.Error())
+		require.NotContains(t, err.Error(), "\n")
+	})
+}
+
+// The logger hears about lost leases and failed renewals; the observer
+// sees every event with its lock and token.
+func TestLoggerAndObserver(t *testing.T) {
+	m, rdb := testenv.Mini(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	var events []reentrant.Event
+	c := newClient(t, rdb, reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(100*time.Millisecond),
+		reentrant.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))),
+		reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+	ctx, name := t.Context(), testenv.Unique(t)
+	l, err := c.Lock(ctx, name)
+	require.NoError(t, err)
+	in, err := c.Lock(l.Context(), name)
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, in.Unlock(ctx))
+	require.NoError(t, l.Unlock(ctx))
+
+	l, err = c.Lock(ctx, name)
+	require.NoError(t, err)
+	m.Del(lua.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
+	<-l.Done()
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, time.Second, 5*time.Millisecond)
+
+	mu.Lock()
+	defer mu.Unlock()
+	kinds := map[reentrant.EventKind]int{}
+	for _, e := range events {
+		require.Equal(t, name, e.Name)
+		kinds[e.Kind]++
+		switch e.Kind {
+		case reentrant.Acquired, reentrant.Reentered:
+			require.NotZero(t, e.Token)
+		case reentrant.NotAcquired:
+			require.ErrorIs(t, e.Err, reentrant.ErrNotAcquired)
+		case reentrant.Lost:
+			require.ErrorIs(t, e.Err, reentrant.ErrLost)
+		}
+	}
+	require.Equal(t, 2, kinds[reentrant.Acquired])
+	require.Equal(t, 1, kinds[reentrant.Reentered])
+	require.Equal(t, 1, kinds[reentrant.NotAcquired])
+	require.Equal(t, 1, kinds[reentrant.Released], "one release: the reentry's Unlock released no lock")
+	require.Contains(t, logs.String(), "level=WARN msg=\"reentrant: lease lost\" name="+name)
+	require.Equal(t, "renew_failed", reentrant.RenewFailed.String())
+}
+
+func count(mu *sync.Mutex, events *[]reentrant.Event, k reentrant.EventKind) int {
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, e := range *events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+type syncWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
