@@ -11,42 +11,64 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
-func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("redis", "", "Redis address host:port (required)")
-	prefix := fs.String("prefix", reentrant.DefaultPrefix, "key prefix")
-	asJSON := fs.Bool("json", false, "print JSON")
-	// Accept the name before or after the flags.
-	var name string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
+const inspectDoc = `Prints the state of the lock NAME, read in one atomic step without taking
+or changing it.`
+
+type inspectConfig struct {
+	redisAddr string
+	prefix    string
+	json      bool
+}
+
+func inspectFlags(cfg *inspectConfig) *flag.FlagSet {
+	fs := newFlagSet("inspect")
+	fs.StringVar(&cfg.redisAddr, "redis", "", "read from the Redis server at `host:port` (required)")
+	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of text")
+	return fs
+}
+
+// inspect runs the inspect command.
+func inspect(ctx context.Context, c *command, args []string, stdout io.Writer) error {
+	var cfg inspectConfig
+	pos, help, err := parseArgs(c, inspectFlags(&cfg), args, stdout)
+	switch {
+	case help || err != nil:
+		return err
+	case len(pos) == 0:
+		return usagef(c.name, "missing lock NAME")
+	case len(pos) > 1:
+		return usagef(c.name, "inspect takes one lock NAME, got %q", pos)
+	case cfg.redisAddr == "":
+		return usagef(c.name, "missing --redis host:port")
 	}
-	if err := fs.Parse(args); err != nil {
+	name := pos[0]
+	if err := lua.CheckName(name); err != nil {
+		return usagef(c.name, "invalid lock NAME: %v", err)
+	}
+	if err := checkAddr(c.name, cfg.redisAddr); err != nil {
 		return err
 	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
+	if err := checkPrefix(c.name, cfg.prefix); err != nil {
+		return err
 	}
-	if name == "" || *addr == "" {
-		fs.Usage()
-		return fmt.Errorf("inspect needs a lock name and --redis")
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: *addr})
+
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
 	defer rdb.Close()
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(*prefix))
+	locks, err := reentrant.New(rdb, reentrant.WithPrefix(cfg.prefix))
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	st, err := c.Inspect(ctx, name)
+	defer locks.Close()
+	st, err := locks.Inspect(ctx, name)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cfg.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		type ended struct {
@@ -71,7 +93,7 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Ended     []ended  `json:"ended"`
 		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, st.Waiters, es})
 	}
-	fmt.Fprintf(stdout, "lock        %q (prefix %q)\n", st.Name, *prefix)
+	fmt.Fprintf(stdout, "lock        %q (prefix %q)\n", st.Name, cfg.prefix)
 	if !st.Held {
 		fmt.Fprintf(stdout, "state       free\n")
 	} else {
