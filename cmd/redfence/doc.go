@@ -21,7 +21,32 @@
 // (P:store:{KEY}:rec); --postgres defaults to $REDFENCE_POSTGRES_URL.
 //
 // inspect prints the state of one lock, read in one atomic step without
-// taking it, as text or, with --json, as one JSON object.
+// taking it. The text form has one line per field, labelled with the JSON
+// name below (ttl_ms aside); durations print as Go durations (12.345s) and
+// "none" stands for an absent value. With --json it prints one object whose
+// fields are always present, in this order:
+//
+//	name        string    the lock name
+//	prefix      string    the key prefix (--prefix)
+//	held        bool      whether an ownership holds the lock
+//	owner       string    the holder's owner ID; "" when free
+//	depth       int       the reentry depth; 0 when free
+//	token       int       the holder's fencing token; 0 when free
+//	lease       string    "active" when held, "none" when free,
+//	                      "no_expiry" when held without an expiry
+//	ttl         string    what is left of the lease as a Go duration ("12.345s");
+//	                      "none" when free, "no expiry" without an expiry
+//	ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
+//	levels      [string]  the IDs of the hold's levels; [] when free
+//	last_token  int       the last token issued for the name; 0 if none
+//	last_owner  string    the owner of the last ownership (the holder's when
+//	                      held); "" if none
+//	waiters     int       Lock calls queued for the name
+//	ended       [object]  ownerships known to have ended, lowest token first, each
+//	                      {"token": int, "owner": string, "how": "released" or
+//	                      "expired"}; [] if none
+//
+// Fields may be added; none is renamed or removed.
 //
 // Exit status:
 //
