@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,24 +36,52 @@ const (
 	pause    = 1500 * time.Millisecond
 )
 
+const demoDoc = `Plays Kleppmann's pause scenario: worker A takes a lock and writes, then
+is paused past its lease; worker B takes the lock with a higher fencing token
+and writes; A wakes up and writes with its old token, and the fenced store
+refuses that write. The demo checks every step and fails (exit status 3) if
+fencing did not hold. With no flags it needs nothing installed: it runs on an
+embedded Redis (miniredis) and an in-memory store.`
+
+// demoStores are the --store values.
+var demoStores = []string{"memory", "redis", "postgres", "sqlite"}
+
 type demoConfig struct {
 	redisAddr   string
+	prefix      string
 	store       string
 	postgresURL string
 }
 
-func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func demoFlags(cfg *demoConfig) *flag.FlagSet {
+	fs := newFlagSet("demo")
+	fs.StringVar(&cfg.redisAddr, "redis", "", "run on the Redis server at `host:port` (default: an embedded miniredis)")
+	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix,
+		"key prefix `P`: the locks live at P:{NAME},\nthe redis store's records at P:store:{KEY}:rec")
+	fs.StringVar(&cfg.store, "store", "memory", "the fenced `STORE`: "+strings.Join(demoStores, ", "))
+	fs.StringVar(&cfg.postgresURL, "postgres", "",
+		"PostgreSQL `URL` for --store postgres (default: $"+postgresURLVar+")")
+	return fs
+}
+
+// postgresURLVar names the variable --postgres defaults to.
+const postgresURLVar = "REDFENCE_POSTGRES_URL"
+
+// demo runs the demo command.
+func demo(ctx context.Context, c *command, args []string, stdout io.Writer) error {
 	var cfg demoConfig
-	fs.StringVar(&cfg.redisAddr, "redis", "", "Redis address host:port (default: an embedded miniredis)")
-	fs.StringVar(&cfg.store, "store", "memory", "fenced store: memory, redis, postgres or sqlite")
-	fs.StringVar(&cfg.postgresURL, "postgres", os.Getenv("REDFENCE_POSTGRES_URL"), "PostgreSQL URL for --store postgres (default $REDFENCE_POSTGRES_URL)")
-	if err := fs.Parse(args); err != nil {
+	pos, help, err := parseArgs(c, demoFlags(&cfg), args, stdout)
+	if help || err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("demo takes no arguments, got %q", fs.Args())
+	if len(pos) > 0 {
+		return usagef("demo", "demo takes no arguments, got %q", pos)
+	}
+	if cfg.postgresURL == "" {
+		cfg.postgresURL = os.Getenv(postgresURLVar)
+	}
+	if err := cfg.check(); err != nil {
+		return err
 	}
 
 	rdb, where, stopRedis, err := demoRedis(ctx, cfg.redisAddr)
@@ -64,7 +94,26 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	return playPause(ctx, stdout, rdb, store, where, storeName)
+	return playPause(ctx, stdout, rdb, cfg.prefix, store, where, storeName)
+}
+
+// check reports a usage error in cfg before anything is connected.
+func (cfg demoConfig) check() error {
+	if cfg.redisAddr != "" {
+		if err := checkAddr("demo", cfg.redisAddr); err != nil {
+			return err
+		}
+	}
+	if err := checkPrefix("demo", cfg.prefix); err != nil {
+		return err
+	}
+	if !slices.Contains(demoStores, cfg.store) {
+		return usagef("demo", "unknown --store %q: want %s", cfg.store, strings.Join(demoStores, ", "))
+	}
+	if cfg.store == "postgres" && cfg.postgresURL == "" {
+		return usagef("demo", "--store postgres needs --postgres URL or $%s", postgresURLVar)
+	}
+	return nil
 }
 
 // demoRedis connects to addr, or starts a miniredis whose clock follows the
@@ -112,12 +161,9 @@ func demoStore(ctx context.Context, cfg demoConfig, rdb *redis.Client) (storage.
 	case "memory":
 		return memory.New(), "in-memory store", func() {}, nil
 	case "redis":
-		s, err := redisstore.New(rdb)
+		s, err := redisstore.New(rdb, redisstore.WithPrefix(cfg.prefix+":store"))
 		return s, "Redis store", func() {}, err
 	case "postgres":
-		if cfg.postgresURL == "" {
-			return nil, "", nil, errors.New("--store postgres needs --postgres URL or REDFENCE_POSTGRES_URL")
-		}
 		return sqlDemoStore(ctx, "pgx", cfg.postgresURL, sqlstore.Postgres, "PostgreSQL store", func() {})
 	case "sqlite":
 		dir, err := os.MkdirTemp("", "redfence-demo-")
@@ -128,7 +174,7 @@ func demoStore(ctx context.Context, cfg demoConfig, rdb *redis.Client) (storage.
 		return sqlDemoStore(ctx, "sqlite", sqlstore.SQLiteDSN(path), sqlstore.SQLite, "SQLite store ("+path+")",
 			func() { _ = os.RemoveAll(dir) })
 	}
-	return nil, "", nil, fmt.Errorf("unknown --store %q: want memory, redis, postgres or sqlite", cfg.store)
+	return nil, "", nil, fmt.Errorf("unknown store %q", cfg.store) // cfg.check prevents it
 }
 
 func sqlDemoStore(ctx context.Context, driver, dsn string, d sqlstore.Dialect, name string, cleanup func()) (storage.Store, string, func(), error) {
@@ -164,7 +210,7 @@ func (tl *timeline) say(who, format string, args ...any) {
 
 // playPause runs the scenario and returns an error if any step does not
 // turn out as fencing promises, so the demo doubles as a smoke test.
-func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, store storage.Store, where, storeName string) error {
+func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, prefix string, store storage.Store, where, storeName string) error {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	name := "invoice-" + hex.EncodeToString(b[:])
@@ -172,18 +218,18 @@ func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, store storag
 
 	// A real GC pause or SIGSTOP freezes the renewal goroutine too, so A's
 	// client does not renew: its lease simply runs out while it is frozen.
-	clientA, err := reentrant.New(rdb, reentrant.WithTTL(leaseTTL), reentrant.WithoutRenewal())
+	clientA, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(leaseTTL), reentrant.WithoutRenewal())
 	if err != nil {
 		return err
 	}
 	defer clientA.Close()
-	clientB, err := reentrant.New(rdb, reentrant.WithTTL(leaseTTL))
+	clientB, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(leaseTTL))
 	if err != nil {
 		return err
 	}
 	defer clientB.Close()
 
-	fmt.Fprintf(w, "redfence demo: lock %q on %s, writes to %s\n", name, where, storeName)
+	fmt.Fprintf(w, "redfence demo: lock %q (key prefix %q) on %s, writes to %s\n", name, prefix, where, storeName)
 	fmt.Fprintf(w, "A's lease is %v; A will be paused for %v.\n\n", leaseTTL, pause)
 	tl := &timeline{w: w, start: time.Now()}
 
@@ -252,13 +298,16 @@ func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, store storag
 	case errors.As(err, &stale):
 		tl.say("A", "wrote %q with token %d: REFUSED (%v)", "late by A", tokA, err)
 	case err == nil:
-		return fmt.Errorf("the store ACCEPTED A's late write with token %d after B wrote with %d", tokA, rb.token)
+		return unsafef("the store ACCEPTED A's late write with token %d after B wrote with %d", tokA, rb.token)
 	default:
 		return fmt.Errorf("A's late write: %w", err)
 	}
 	err = outer.Unlock(ctx)
-	if !errors.Is(err, reentrant.ErrNotHeld) {
-		return fmt.Errorf("A's unlock after losing the lease returned %v, want ErrNotHeld", err)
+	switch {
+	case err == nil:
+		return unsafef("A's unlock after losing the lease succeeded, want ErrNotHeld")
+	case !errors.Is(err, reentrant.ErrNotHeld):
+		return fmt.Errorf("A's unlock: %w", err)
 	}
 	tl.say("A", "unlock: %v", err)
 
@@ -268,7 +317,7 @@ func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, store storag
 	}
 	fmt.Fprintf(w, "\nThe store holds %q, written with token %d.\n", rec.Value, rec.Token)
 	if string(rec.Value) != "final by B" || rec.Token != rb.token || rb.token <= tokA {
-		return fmt.Errorf("the store holds %q with token %d, want B's write with token %d > %d", rec.Value, rec.Token, rb.token, tokA)
+		return unsafef("the store holds %q with token %d, want B's write with token %d > %d", rec.Value, rec.Token, rb.token, tokA)
 	}
 	fmt.Fprintln(w, "Both workers believed they held the lock at once; the fencing token kept A's late write out.")
 	return nil

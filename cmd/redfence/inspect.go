@@ -6,89 +6,235 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
-func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("redis", "", "Redis address host:port (required)")
-	prefix := fs.String("prefix", reentrant.DefaultPrefix, "key prefix")
-	asJSON := fs.Bool("json", false, "print JSON")
-	// Accept the name before or after the flags.
-	var name string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-	}
-	if name == "" || *addr == "" {
-		fs.Usage()
-		return fmt.Errorf("inspect needs a lock name and --redis")
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: *addr})
-	defer rdb.Close()
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(*prefix))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	st, err := c.Inspect(ctx, name)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		type ended struct {
-			Owner string `json:"owner"`
-			Token uint64 `json:"token"`
-			How   string `json:"how"`
-		}
-		es := []ended{}
-		for _, e := range st.Ended {
-			es = append(es, ended{string(e.Owner), uint64(e.Token), how(e)})
-		}
-		return enc.Encode(struct {
-			Name      string   `json:"name"`
-			Held      bool     `json:"held"`
-			Owner     string   `json:"owner,omitempty"`
-			Depth     int64    `json:"depth"`
-			Token     uint64   `json:"token"`
-			TTLMillis int64    `json:"ttl_ms"`
-			LastToken uint64   `json:"last_token"`
-			Levels    []string `json:"levels,omitempty"`
-			Waiters   int64    `json:"waiters"`
-			Ended     []ended  `json:"ended"`
-		}{st.Name, st.Held, string(st.Owner), st.Depth, uint64(st.Token), st.TTL.Milliseconds(), uint64(st.LastToken), st.Levels, st.Waiters, es})
-	}
-	fmt.Fprintf(stdout, "lock        %q (prefix %q)\n", st.Name, *prefix)
-	if !st.Held {
-		fmt.Fprintf(stdout, "state       free\n")
-	} else {
-		fmt.Fprintf(stdout, "state       held\nowner       %s\ndepth       %d\ntoken       %d\nlease left  %s\nlevels      %s\n",
-			st.Owner, st.Depth, st.Token, st.TTL.Round(time.Millisecond), strings.Join(st.Levels, " "))
-	}
-	fmt.Fprintf(stdout, "last token  %d\nwaiters     %d\n", st.LastToken, st.Waiters)
-	for _, e := range st.Ended {
-		fmt.Fprintf(stdout, "%-11s token %d of %s\n", how(e), e.Token, e.Owner)
-	}
-	return nil
+const inspectDoc = `Prints the state of the lock NAME, read in one atomic step without taking
+or changing it. The text form has one line per field, labelled with the JSON
+names below (ttl_ms aside); durations print as Go durations (12.345s) and
+"none" stands for an absent value, such as the lease of a free lock.
+
+--json prints one object with these fields, always present, in this order:
+  name        string    the lock name
+  prefix      string    the key prefix (--prefix)
+  held        bool      whether an ownership holds the lock
+  owner       string    the holder's owner ID; "" when free
+  depth       int       the reentry depth; 0 when free
+  token       int       the holder's fencing token; 0 when free
+  lease       string    "active" when held, "none" when free,
+                        "no_expiry" when held without an expiry
+  ttl         string    what is left of the lease as a Go duration ("12.345s");
+                        "none" when free, "no expiry" without an expiry
+  ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
+  levels      [string]  the IDs of the hold's levels; [] when free
+  last_token  int       the last token issued for the name; 0 if none
+  last_owner  string    the owner of the last ownership (the holder's when
+                        held); "" if none
+  waiters     int       Lock calls queued for the name
+  ended       [object]  ownerships known to have ended, lowest token first, each
+                        {"token": int, "owner": string, "how": "released" or
+                        "expired"}; [] if none
+Fields may be added; none is renamed or removed.`
+
+type inspectConfig struct {
+	redisAddr string
+	prefix    string
+	json      bool
 }
 
-// how says how an ownership ended, as inspect prints it.
-func how(e reentrant.Ended) string {
-	if e.Expired {
-		return "expired"
+func inspectFlags(cfg *inspectConfig) *flag.FlagSet {
+	fs := newFlagSet("inspect")
+	fs.StringVar(&cfg.redisAddr, "redis", "", "read from the Redis server at `host:port` (required)")
+	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of text")
+	return fs
+}
+
+// inspect runs the inspect command.
+func inspect(ctx context.Context, c *command, args []string, stdout io.Writer) error {
+	var cfg inspectConfig
+	pos, help, err := parseArgs(c, inspectFlags(&cfg), args, stdout)
+	switch {
+	case help || err != nil:
+		return err
+	case len(pos) == 0:
+		return usagef(c.name, "missing lock NAME")
+	case len(pos) > 1:
+		return usagef(c.name, "inspect takes one lock NAME, got %q", pos)
+	case cfg.redisAddr == "":
+		return usagef(c.name, "missing --redis host:port")
 	}
-	return "released"
+	name := pos[0]
+	if err := lua.CheckName(name); err != nil {
+		return usagef(c.name, "invalid lock NAME: %v", err)
+	}
+	if err := checkAddr(c.name, cfg.redisAddr); err != nil {
+		return err
+	}
+	if err := checkPrefix(c.name, cfg.prefix); err != nil {
+		return err
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb, reentrant.WithPrefix(cfg.prefix))
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
+	st, err := locks.Inspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	v := newLockView(cfg.prefix, st)
+	if cfg.json {
+		return v.writeJSON(stdout)
+	}
+	return v.writeText(stdout)
+}
+
+// The values of lockView.Lease.
+const (
+	leaseNone     = "none"      // the lock is free
+	leaseActive   = "active"    // held; TTL and TTLMillis say what is left
+	leaseNoExpiry = "no_expiry" // held with no expiry: a negative State.TTL
+)
+
+// lockView is what inspect prints, in the same order in both forms: the
+// JSON object's fields, and the text lines labelled with their JSON names.
+// Tag text:"-" leaves a field out of the text; text:"none" prints its zero
+// value, and any empty list, as "none". A new field is one line here and
+// one in newLockView; the package documentation lists the JSON fields.
+type lockView struct {
+	Name      string      `json:"name"`
+	Prefix    string      `json:"prefix"`
+	Held      bool        `json:"held"`
+	Owner     string      `json:"owner" text:"none"`
+	Depth     int64       `json:"depth"`
+	Token     uint64      `json:"token" text:"none"`
+	Lease     string      `json:"lease"`
+	TTL       string      `json:"ttl"`
+	TTLMillis int64       `json:"ttl_ms" text:"-"`
+	Levels    []string    `json:"levels" text:"none"`
+	LastToken uint64      `json:"last_token" text:"none"`
+	LastOwner string      `json:"last_owner" text:"none"`
+	Waiters   int64       `json:"waiters"`
+	Ended     []endedView `json:"ended" text:"none"`
+}
+
+// endedView is a reentrant.Ended as inspect prints it.
+type endedView struct {
+	Token uint64 `json:"token"`
+	Owner string `json:"owner"`
+	How   string `json:"how"` // "released" or "expired"
+}
+
+func (e endedView) String() string {
+	return fmt.Sprintf("token %d of %s, %s", e.Token, textString(e.Owner), e.How)
+}
+
+func newLockView(prefix string, st reentrant.State) lockView {
+	v := lockView{
+		Name:      st.Name,
+		Prefix:    prefix,
+		Held:      st.Held,
+		Owner:     string(st.Owner),
+		Depth:     st.Depth,
+		Token:     uint64(st.Token),
+		Levels:    append([]string{}, st.Levels...),
+		LastToken: uint64(st.LastToken),
+		LastOwner: string(st.LastOwner),
+		Waiters:   st.Waiters,
+		Ended:     []endedView{},
+	}
+	v.Lease, v.TTL, v.TTLMillis = lease(st)
+	for _, e := range st.Ended {
+		how := "released"
+		if e.Expired {
+			how = "expired"
+		}
+		v.Ended = append(v.Ended, endedView{Token: uint64(e.Token), Owner: string(e.Owner), How: how})
+	}
+	return v
+}
+
+// lease describes what is left of st's lease: its kind, a Go duration
+// or "none", and whole milliseconds (0 unless the lease is active).
+func lease(st reentrant.State) (kind, ttl string, ms int64) {
+	switch {
+	case !st.Held:
+		return leaseNone, "none", 0
+	case st.TTL < 0:
+		return leaseNoExpiry, "no expiry", 0
+	}
+	return leaseActive, st.TTL.Truncate(time.Millisecond).String(), st.TTL.Milliseconds()
+}
+
+func (v lockView) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (v lockView) writeText(w io.Writer) error {
+	var b strings.Builder
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		f := rv.Type().Field(i)
+		if f.Tag.Get("text") == "-" {
+			continue
+		}
+		label, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		for _, line := range textLines(rv.Field(i), f.Tag.Get("text") == "none") {
+			fmt.Fprintf(&b, "%-12s%s\n", label, line)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// textLines formats one field: a list of strings on one line, any other
+// list one element a line, a bool as yes or no.
+func textLines(v reflect.Value, none bool) []string {
+	if none && (v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
+		return []string{"none"}
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		if v.Bool() {
+			return []string{"yes"}
+		}
+		return []string{"no"}
+	case reflect.String:
+		return []string{textString(v.String())}
+	case reflect.Slice:
+		var out []string
+		for i := range v.Len() {
+			out = append(out, textLines(v.Index(i), false)...)
+		}
+		if v.Type().Elem().Kind() == reflect.String {
+			return []string{strings.Join(out, " ")}
+		}
+		return out
+	}
+	return []string{fmt.Sprint(v.Interface())}
+}
+
+// textString quotes s if it is empty, starts or ends with a space or holds
+// an unprintable character, so that each value reads unambiguously as the
+// rest of its line.
+func textString(s string) string {
+	if s == "" || strings.TrimSpace(s) != s || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }

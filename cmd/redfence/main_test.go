@@ -2,16 +2,27 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"flag"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
-	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage"
 )
+
+// cli runs a command line and returns its exit status and output.
+func cli(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = execute(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
 
 // The demo checks its own story (the late write must be refused) and fails
 // otherwise; run it against every store on the embedded Redis, and on the
@@ -28,63 +39,199 @@ func TestDemo(t *testing.T) {
 			return []string{"--store", "postgres", "--postgres", testenv.PostgresURL(t)}
 		}},
 		{"redis/redis", func(t *testing.T) []string {
-			return []string{"--redis", testenv.RedisAddr(t), "--store", "redis"}
+			return []string{"--redis", testenv.RedisAddr(t), "--store", "redis", "--prefix", "redfence-cli-test"}
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var out, errOut bytes.Buffer
-			err := run(t.Context(), append([]string{"demo"}, c.args(t)...), &out, &errOut)
-			require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-			s := out.String()
-			require.Contains(t, s, "reentered from a nested section")
-			require.Contains(t, s, "REFUSED")
-			require.Contains(t, s, `The store holds "final by B"`)
+			code, out, errOut := cli(t, t.Context(), append([]string{"demo"}, c.args(t)...)...)
+			require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			require.Contains(t, out, "reentered from a nested section")
+			require.Contains(t, out, "REFUSED")
+			require.Contains(t, out, `The store holds "final by B"`)
 		})
 	}
 }
 
-func TestDemoBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"demo", "--store", "bogus"},
-		{"demo", "--store", "postgres", "--postgres", ""},
-		{"demo", "extra"},
-		{"demo", "--redis", "127.0.0.1:1"},
-		{"inspect", "x"},
-		{"inspect", "--redis", "127.0.0.1:1"},
-		{"nope"},
-		{},
+// With --prefix every key the demo writes, the locks' and the redis
+// store's, carries the prefix.
+func TestDemoPrefix(t *testing.T) {
+	t.Parallel()
+	m, _ := testenv.Mini(t)
+	code, out, errOut := cli(t, t.Context(), "demo", "--redis", m.Addr(), "--store", "redis", "--prefix", "acme:jobs")
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, `(key prefix "acme:jobs")`)
+	keys := m.Keys()
+	require.NotEmpty(t, keys)
+	var lock, record bool
+	for _, k := range keys {
+		require.True(t, strings.HasPrefix(k, "acme:jobs:"), "key %q lacks the prefix", k)
+		lock = lock || strings.HasPrefix(k, "acme:jobs:{invoice-")
+		record = record || strings.HasPrefix(k, "acme:jobs:store:{invoices/invoice-")
+	}
+	require.True(t, lock && record, "want a lock key and a store record among %q", keys)
+}
+
+// unfenced is a broken store that accepts every write.
+type unfenced struct {
+	mu  sync.Mutex
+	rec map[string]storage.Record
+}
+
+func (s *unfenced) Get(_ context.Context, key string) (storage.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rec[key]
+	if !ok {
+		return r, storage.ErrNotFound
+	}
+	return r, nil
+}
+
+func (s *unfenced) Put(_ context.Context, key string, value []byte, token fence.Token) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rec[key] = storage.Record{Value: value, Token: token}
+	return nil
+}
+
+func (s *unfenced) Delete(context.Context, string, fence.Token) error    { return nil }
+func (s *unfenced) Highest(context.Context, string) (fence.Token, error) { return fence.None, nil }
+
+// A store that does not fence fails the demo's safety check: exit status 3.
+func TestDemoUnsafe(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.Mini(t)
+	var out bytes.Buffer
+	err := playPause(t.Context(), &out, rdb, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
+	require.ErrorContains(t, err, "ACCEPTED A's late write")
+	require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Setenv(postgresURLVar, "")
+	long := strings.Repeat("p", 257)
+	for _, c := range []struct {
+		code int
+		args []string
+	}{
+		{exitUsage, nil},
+		{exitUsage, []string{"nope"}},
+		{exitUsage, []string{"--redis", "127.0.0.1:1", "demo"}},
+		{exitUsage, []string{"help", "nope"}},
+		{exitUsage, []string{"help", "demo", "inspect"}},
+		{exitUsage, []string{"demo", "--bogus"}},
+		{exitUsage, []string{"demo", "extra"}},
+		{exitUsage, []string{"demo", "--redis"}},
+		{exitUsage, []string{"demo", "--redis", "no-port"}},
+		{exitUsage, []string{"demo", "--store", "bogus"}},
+		{exitUsage, []string{"demo", "--store", "postgres"}},
+		{exitUsage, []string{"demo", "--prefix", ""}},
+		{exitUsage, []string{"demo", "--prefix", "a{b"}},
+		{exitUsage, []string{"demo", "--prefix", long}},
+		{exitUsage, []string{"inspect"}},
+		{exitUsage, []string{"inspect", "--redis", "127.0.0.1:1"}},
+		{exitUsage, []string{"inspect", "x"}},
+		{exitUsage, []string{"inspect", "", "--redis", "127.0.0.1:1"}},
+		{exitUsage, []string{"inspect", "x", "y", "--redis", "127.0.0.1:1"}},
+		{exitUsage, []string{"inspect", "x", "--redis", "127.0.0.1:1", "--bogus"}},
+		{exitUsage, []string{"inspect", "x", "--redis", "127.0.0.1:1", "--json=maybe"}},
+		{exitUsage, []string{"inspect", "x", "--redis", "127.0.0.1:1", "--prefix", "}"}},
+		{exitUsage, []string{"inspect", "x", "--redis", "127.0.0.1:1", "--prefix", ""}},
+		{exitUsage, []string{"inspect", "x", "--redis", "127.0.0.1"}},
+		{exitFailure, []string{"demo", "--redis", "127.0.0.1:1"}},
+		{exitFailure, []string{"inspect", "x", "--redis", "127.0.0.1:1"}},
 	} {
-		var out, errOut bytes.Buffer
-		require.Error(t, run(t.Context(), args, &out, &errOut), "%q", args)
+		code, out, errOut := cli(t, t.Context(), c.args...)
+		require.Equal(t, c.code, code, "%q: stdout %q, stderr %q", c.args, out, errOut)
+		require.Empty(t, out, "%q", c.args)
+		require.True(t, strings.HasPrefix(errOut, "redfence: "), "%q: stderr %q", c.args, errOut)
+		if c.code == exitUsage {
+			require.Regexp(t, `Run 'redfence( demo| inspect)? --help' for usage.\n$`, errOut, "%q", c.args)
+		}
 	}
 }
 
-func TestInspect(t *testing.T) {
-	addr := testenv.RedisAddr(t)
-	var out, errOut bytes.Buffer
-	name := testenv.Unique(t)
-	require.NoError(t, run(t.Context(), []string{"inspect", name, "--redis", addr}, &out, &errOut))
-	require.Contains(t, out.String(), "state       free")
-	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"inspect", "--json", "--redis", addr, name}, &out, &errOut))
-	require.True(t, strings.Contains(out.String(), `"held": false`), out.String())
+// SIGINT cancels main's context; whatever the command then returns, the
+// exit status says it was interrupted.
+func TestInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	code, _, errOut := cli(t, ctx, "demo")
+	require.Equal(t, exitInterrupted, code, errOut)
+}
 
-	// After a full release, inspect says whose release it was.
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := reentrant.New(rdb)
+// Every command parses every one of its flags, with the flags before or
+// after its arguments.
+func TestFlagsParsed(t *testing.T) {
+	var d demoConfig
+	fs := demoFlags(&d)
+	pos, help, err := parseArgs(lookup("demo"), fs,
+		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x"}, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	l, err := c.Lock(t.Context(), name)
+	require.False(t, help)
+	require.Empty(t, pos)
+	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x"}, d)
+	requireAllSet(t, fs)
+
+	var i inspectConfig
+	fs = inspectFlags(&i)
+	pos, help, err = parseArgs(lookup("inspect"), fs, []string{"--redis", "h:2", "lock-a", "--prefix", "q", "--json"}, nil)
 	require.NoError(t, err)
-	require.NoError(t, l.Unlock(t.Context()))
-	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"inspect", name, "--redis", addr}, &out, &errOut))
-	require.Contains(t, out.String(), fmt.Sprintf("released    token %d of %s", l.Token(), l.Owner()))
-	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"inspect", "--json", "--redis", addr, name}, &out, &errOut))
-	require.Contains(t, out.String(), fmt.Sprintf(`"owner": %q`, l.Owner()))
-	require.Contains(t, out.String(), `"how": "released"`)
+	require.False(t, help)
+	require.Equal(t, []string{"lock-a"}, pos)
+	require.Equal(t, inspectConfig{redisAddr: "h:2", prefix: "q", json: true}, i)
+	requireAllSet(t, fs)
+
+	// "--" ends the flags: a name may start with a dash.
+	pos, _, err = parseArgs(lookup("inspect"), inspectFlags(new(inspectConfig)), []string{"--json", "--", "-odd", "--json"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"-odd", "--json"}, pos)
+}
+
+// requireAllSet fails unless the test set every flag fs has.
+func requireAllSet(t *testing.T, fs *flag.FlagSet) {
+	t.Helper()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) { require.True(t, set[f.Name], "flag --%s of %s is not tested", f.Name, fs.Name()) })
+}
+
+// Every way of asking for help prints, to stdout and with status 0, every
+// flag of the commands it covers, with its default, and the exit statuses.
+func TestHelp(t *testing.T) {
+	all := []string{"demo", "inspect"}
+	for _, c := range []struct {
+		args []string
+		cmds []string
+	}{
+		{[]string{"--help"}, all},
+		{[]string{"-h"}, all},
+		{[]string{"help"}, all},
+		{[]string{"help", "--help"}, all},
+		{[]string{"help", "demo"}, []string{"demo"}},
+		{[]string{"help", "inspect"}, []string{"inspect"}},
+		{[]string{"demo", "--help"}, []string{"demo"}},
+		{[]string{"demo", "-h"}, []string{"demo"}},
+		{[]string{"demo", "--store", "redis", "-help"}, []string{"demo"}},
+		{[]string{"inspect", "--help"}, []string{"inspect"}},
+		{[]string{"inspect", "NAME", "-h"}, []string{"inspect"}},
+	} {
+		code, out, errOut := cli(t, t.Context(), c.args...)
+		require.Equal(t, exitOK, code, "%q", c.args)
+		require.Empty(t, errOut, "%q", c.args)
+		for _, name := range c.cmds {
+			cmd := lookup(name)
+			require.Contains(t, out, "Usage: redfence "+cmd.synopsis, "%q", c.args)
+			cmd.flags().VisitAll(func(f *flag.Flag) {
+				require.Regexp(t, `(?m)^  --`+f.Name+`( |$)`, out, "%q lacks --%s", c.args, f.Name)
+				if f.DefValue != "" {
+					require.Contains(t, out, "(default "+quoteDefault(f)+")", "%q: --%s", c.args, f.Name)
+				}
+			})
+		}
+		require.Contains(t, out, "--help", "%q", c.args)
+		require.Contains(t, out, "Exit status:\n"+exitStatusDoc, "%q", c.args)
+	}
 }
