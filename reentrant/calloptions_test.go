@@ -194,7 +194,7 @@ func TestRetryStrategies(t *testing.T) {
 			mu.Lock()
 			polls = append(polls, n)
 			mu.Unlock()
-			return reentrant.LinearBackoff(20*time.Millisecond).Backoff(n)
+			return reentrant.LinearBackoff(20 * time.Millisecond).Backoff(n)
 		})
 		start := time.Now()
 		_, err = c.Lock(ctx, name, reentrant.WithRetry(reentrant.LimitRetry(counting, 3)))

@@ -37,6 +37,7 @@
 //	ttl         string    what is left of the lease as a Go duration ("12.345s");
 //	                      "none" when free, "no expiry" without an expiry
 //	ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
+//	meta        string    the holder's metadata (WithMetadata); "" when free or none
 //	levels      [string]  the IDs of the hold's levels; [] when free
 //	last_token  int       the last token issued for the name; 0 if none
 //	last_owner  string    the owner of the last ownership (the holder's when

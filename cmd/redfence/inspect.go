@@ -35,6 +35,7 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
   ttl         string    what is left of the lease as a Go duration ("12.345s");
                         "none" when free, "no expiry" without an expiry
   ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
+  meta        string    the holder's metadata (WithMetadata); "" when free or none
   levels      [string]  the IDs of the hold's levels; [] when free
   last_token  int       the last token issued for the name; 0 if none
   last_owner  string    the owner of the last ownership (the holder's when
@@ -124,6 +125,7 @@ type lockView struct {
 	Lease     string      `json:"lease"`
 	TTL       string      `json:"ttl"`
 	TTLMillis int64       `json:"ttl_ms" text:"-"`
+	Meta      string      `json:"meta" text:"none"`
 	Levels    []string    `json:"levels" text:"none"`
 	LastToken uint64      `json:"last_token" text:"none"`
 	LastOwner string      `json:"last_owner" text:"none"`
@@ -153,6 +155,7 @@ func newLockView(prefix string, st reentrant.State) lockView {
 		Levels:    append([]string{}, st.Levels...),
 		LastToken: uint64(st.LastToken),
 		LastOwner: string(st.LastOwner),
+		Meta:      st.Meta,
 		Waiters:   st.Waiters,
 		Ended:     []endedView{},
 	}

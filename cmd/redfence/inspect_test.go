@@ -73,7 +73,7 @@ func TestInspect(t *testing.T) {
 			require.Contains(t, text, line+"\n")
 		}
 
-		outer, err := locks.Lock(t.Context(), name)
+		outer, err := locks.Lock(t.Context(), name, reentrant.WithMetadata("worker-3 job 1842"))
 		require.NoError(t, err)
 		inner, err := locks.Lock(outer.Context(), name)
 		require.NoError(t, err)
@@ -109,6 +109,8 @@ func TestInspect(t *testing.T) {
 		require.Regexp(t, `(?m)^levels      \S+ \S+$`, text)
 		require.Contains(t, text, "waiters     1\n")
 		require.Contains(t, text, "depth       2\n")
+		require.Contains(t, text, "meta        worker-3 job 1842\n")
+		require.Equal(t, "worker-3 job 1842", v.Meta)
 
 		cancel()
 		require.ErrorIs(t, <-waited, context.Canceled)
