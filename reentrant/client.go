@@ -1,31 +1,17 @@
 // Package reentrant is a reentrant distributed lock on Redis that hands out
 // fencing tokens.
 //
-// A [Client] locks names. Each fresh acquisition (free to held) takes a new
-// token from a per-name counter that never resets (or, with
-// [WithTimeTokens], the larger of the counter + 1 and the server's clock in
-// microseconds), so tokens of successive ownerships strictly increase; reentry by the current owner returns the same
-// token and deepens the hold. Pass the token to a fenced store (see package
-// storage) with every write: when a holder is paused past its lease and
-// another takes the lock, the paused holder's late write carries an older
-// token and is refused.
+// A [Client] locks names. Each new ownership of a name gets a token higher
+// than every earlier one; a reentry by the same owner keeps it. Pass the
+// token with every write to a fenced store (package storage): when a holder
+// is paused past its lease and another takes the lock, the paused holder's
+// late write carries an older token and is refused.
 //
-// Ownership is explicit. [Client.Lock] returns a [Lease] whose
-// [Lease.Context] carries the owner; a lock call made with that context on
-// the same name reenters. A lease is renewed in the background (at TTL/3 by
-// default). Its context is cancelled with cause [ErrLost] when the lock is
-// found gone, and, by a local timer that needs no Redis reply, when no
-// renewal has been confirmed for the TTL less a safety margin, so work under
-// it stops before Redis can give the lock to someone else.
-//
-// The keys of the lock named N, with the default prefix, are: the hash
-// redfence:{N}, which holds the fencing counter, the last owner and, while
-// the lock is held, the lease's end (server time) and one field per level
-// of the hold (it never expires; with WithTimeTokens it expires after an
-// idle time), and the wait queue redfence:{N}:q (the Lock calls waiting,
-// oldest first). Braces and '%' in N are escaped, so both share one
-// Cluster slot. Each Client listens for handoffs to
-// its waiters on one channel of its own, redfence:c:<client ID>.
+// [Client.Lock] returns a [Lease] whose [Lease.Context] carries the owner
+// (a lock call made with it reenters) and ends when the lease is lost,
+// decided by a local timer that needs no Redis reply. Leases are renewed in
+// the background. Waiting is fair: a release hands the lock to the oldest
+// waiter. docs/design.md describes the keys, scripts and timing.
 package reentrant
 
 import (

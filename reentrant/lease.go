@@ -13,13 +13,9 @@ import (
 
 // Lease is one successful Lock or TryLock: one level of a hold on a name.
 // All leases of one ownership (the first acquisition and its reentries)
-// share its fencing token.
-//
-// A Lease is safe for concurrent use. Unlock it exactly once; a second
-// Unlock returns ErrNotHeld and changes nothing. A lease that is never
-// unlocked is renewed until its Client closes, like a sync.Mutex that is
-// never unlocked; use [Client.Do] to make the unlock automatic. The lock is
-// released when every lease of the ownership is unlocked, in any order.
+// share its fencing token, and the lock is released when all are unlocked,
+// in any order. A Lease is safe for concurrent use; unlock it exactly once
+// (see [Client.Do] to make that automatic).
 type Lease struct {
 	c      *Client
 	name   string
@@ -56,16 +52,12 @@ func (l *Lease) Owner() Owner { return l.owner }
 func (l *Lease) ID() string { return l.level }
 
 // Context returns a context that carries the owner, so a lock call made
-// with it reenters, and that is cancelled when this lease ends: with cause
-// ErrReleased after Unlock, ErrLost (wrapped, with the reason) when the lock
-// is found gone or no renewal was confirmed in time, or ErrClosed when the
-// Client closes. It keeps the values of the context Lock was called with,
-// but not its deadline or cancellation: that context bounds only the wait.
-//
-// Loss is decided by a local timer: the context ends at the send time of
-// the last confirmed acquisition, reentry, renewal or Extend, plus the TTL,
-// less the safety margin (see [WithSafetyMargin]), whether or not Redis
-// answers. It is measured on this process's monotonic clock.
+// with it reenters, and that ends when the lease does: with cause
+// ErrReleased after Unlock, ErrLost when the lock is found gone or no
+// renewal was confirmed by the local deadline (the TTL less the safety
+// margin, on this process's clock, whether or not Redis answers), or
+// ErrClosed when the Client closes. It keeps the values, but not the
+// deadline, of the context Lock was called with.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Done is closed when the lease's context is cancelled; see [Lease.Context].
@@ -81,20 +73,15 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// Unlock gives up this lease's level of the hold, and releases the lock and
-// wakes waiters when it was the last level. Only the ownership that took the
-// lock can release it: Unlock checks the owner and the token, so a lease of
-// an earlier ownership never touches a later one, even by the same owner.
-// Each level is released by its own ID, so a retried Unlock (by go-redis or
-// by the caller) is applied at most once, whatever the owner does meanwhile.
+// Unlock gives up this lease's level of the hold, and releases the lock,
+// handing it to the oldest waiter, when it was the last level. It checks
+// the owner, the token and the level, so a stale lease never touches a later
+// ownership and a retried Unlock is applied at most once.
 //
 // Unlock returns ErrNotHeld when the lease was already unlocked, expired or
-// was superseded; ErrInvalid for a nil ctx; the context's error when ctx
-// ended before Redis answered (the release may still land; call Unlock
-// again to learn the outcome); Redis errors wrapped. After any error other
-// than ErrNotHeld the lease stays unlocked=false and Unlock may be retried.
-// Unlock works after the Client is closed. Unlock on a nil *Lease returns
-// ErrNotHeld.
+// superseded; ErrInvalid for a nil ctx; the context's error when ctx ended
+// before Redis answered (call Unlock again to learn the outcome); Redis
+// errors, wrapped. It works after the Client is closed.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return opErr("unlock", "", fmt.Errorf("%w: nil lease", ErrNotHeld))
@@ -133,17 +120,14 @@ func (l *Lease) unlock(ctx context.Context) error {
 }
 
 // Extend keeps the lock held for at least ttl from now, if this lease's
-// ownership (owner and token) still holds it. It never shortens the lock:
-// when the lock already expires later, it is left as is, so one level cannot
-// cut the lease another level or the renewal relies on. The lease's local
-// deadline (see [Lease.Context]) moves with a confirmed Extend, at every
-// level of the ownership. Extend is mainly for clients built WithoutRenewal.
+// ownership still holds it, and moves the lease's local deadline with it.
+// It never shortens the lock. It is mainly for clients built
+// WithoutRenewal.
 //
-// Extend returns ErrInvalid for a nil ctx or a ttl outside [MinTTL, MaxTTL]
-// or not in whole milliseconds; ErrClosed after Close; ErrNotHeld when the
-// lease was unlocked, lost or superseded (a lost lease is never revived,
-// even if the key is still there); the context's error when ctx ended
-// before Redis answered; and Redis errors wrapped.
+// Extend returns ErrInvalid for a nil ctx or a ttl outside [MinTTL, MaxTTL];
+// ErrClosed after Close; ErrNotHeld when the lease was unlocked, lost or
+// superseded (a lost lease is never revived); the context's error when ctx
+// ended before Redis answered; Redis errors, wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return opErr("extend", l.name, l.extend(ctx, ttl))
 }
@@ -174,13 +158,9 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // TTL reports how much longer Redis keeps the lock for this lease's
-// ownership, in one round trip and without extending it: the answer to
-// "do I still hold it?" before a step that must not run without the lock.
-// The lease's context is ended when Redis says the ownership is gone.
-//
-// TTL returns ErrInvalid for a nil ctx; ErrClosed after Close; ErrNotHeld
-// when the lease was unlocked, lost or superseded; the context's error when
-// ctx ended before Redis answered; and Redis errors wrapped.
+// ownership, in one round trip and without extending it. When Redis says
+// the ownership is gone, the lease ends and TTL returns ErrNotHeld.
+// Other errors are as for [Lease.Extend].
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	d, err := l.ttl(ctx)
 	return d, opErr("ttl", l.name, err)

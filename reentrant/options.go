@@ -9,11 +9,10 @@ import (
 
 // Limits on durations accepted by options and [Lease.Extend].
 const (
-	// MinTTL is the shortest lease: Redis expires keys with millisecond
+	// MinTTL is the shortest lease: Redis expires with millisecond
 	// resolution.
 	MinTTL = time.Millisecond
-	// MaxTTL is the longest lease. A lock that outlives a crashed holder by
-	// more than a day is almost always a bug; use renewal instead.
+	// MaxTTL is the longest lease; use renewal for longer holds.
 	MaxTTL = 24 * time.Hour
 )
 
@@ -21,37 +20,26 @@ const (
 const (
 	// DefaultPrefix is the key prefix unless WithPrefix says otherwise.
 	DefaultPrefix = "redfence"
-	// DefaultTTL is the lease unless WithTTL says otherwise. 30 s rides out
-	// GC pauses, failovers and network blips without losing a renewed
-	// lock, and frees the lock of a crashed holder within half a minute.
-	// Fencing, not the TTL, is what keeps a late writer out.
+	// DefaultTTL is the lease unless WithTTL says otherwise. Fencing, not
+	// the TTL, keeps a late writer out; the TTL bounds how long a crashed
+	// holder blocks others.
 	DefaultTTL = 30 * time.Second
-	// DefaultRetryJitter bounds the random delay added when a waiter wakes
-	// because the holder's TTL ran out, so waiters do not stampede.
+	// DefaultRetryJitter bounds the random delay added to a waiter's poll.
 	DefaultRetryJitter = 50 * time.Millisecond
-	// DefaultMaxRetryDelay bounds how long a waiter sleeps between attempts
-	// when no release is published.
+	// DefaultMaxRetryDelay bounds a waiter's poll interval.
 	DefaultMaxRetryDelay = 5 * time.Second
-	// DefaultHandoffTimeout bounds how long a waiter that died (or whose
-	// handoff message was lost) can hold up the next one: see
-	// WithHandoffTimeout.
+	// DefaultHandoffTimeout: see WithHandoffTimeout.
 	DefaultHandoffTimeout = time.Second
 	// DefaultCounterIdleExpiry is how long, with WithTimeTokens, a name's
-	// counter outlives the last token issued unless WithCounterIdleExpiry
-	// says otherwise: a week, so that a name used once costs a key for a
-	// week, and the server clock may step back by up to a week without a
-	// token repeating.
+	// counter outlives its last token.
 	DefaultCounterIdleExpiry = 7 * 24 * time.Hour
 )
 
 // Limits of WithCounterIdleExpiry.
 const (
-	// MinCounterIdleExpiry is the shortest idle expiry of a time-mode
-	// counter. While the counter lives, tokens increase whatever the clock
-	// does; once it has expired, only the clock orders them. An hour rides
-	// out the clock steps NTP makes and a failover's worth of skew.
+	// MinCounterIdleExpiry rides out NTP steps and a failover's skew.
 	MinCounterIdleExpiry = time.Hour
-	// MaxCounterIdleExpiry is the longest: ten years.
+	// MaxCounterIdleExpiry is ten years.
 	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
 )
 
@@ -114,8 +102,9 @@ func (c *config) clientOnly(name string) error {
 	return nil
 }
 
-// WithPrefix sets the key prefix (default "redfence"): the lock named N
-// lives at PREFIX:{N}. It must be 1 to 256 bytes without '{' or '}'.
+// WithPrefix sets the key prefix (client only; default "redfence"): the
+// lock named N lives at PREFIX:{N}. It must be 1 to 256 bytes without '{'
+// or '}'.
 func WithPrefix(p string) Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithPrefix"); err != nil {
@@ -129,9 +118,11 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// WithTTL sets the lease (default 30 s): how long a lock outlives a holder
-// that stops renewing it. It must be a whole number of milliseconds from
-// MinTTL to MaxTTL.
+// WithTTL sets the lease (per call or per client; default 30 s): how long
+// a lock outlives a holder that stops renewing it. It must be whole
+// milliseconds from MinTTL to MaxTTL. A reentry's TTL can lengthen the
+// lease, never shorten it; renewals use the TTL of the call that started
+// the ownership.
 func WithTTL(d time.Duration) Option {
 	return func(c *config) error {
 		if err := checkTTL(d); err != nil {
@@ -142,13 +133,10 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// WithRenewInterval sets how often a held lock's lease is renewed
-// (default TTL/3). It must be positive and shorter than the TTL less the
-// safety margin; the default leaves room for two attempts.
-//
-// One goroutine per Client renews every lease, in one pipeline per Redis
-// node per tick; it ticks every quarter of the interval (at least 1 ms), so
-// a renewal may be sent up to a quarter interval early, never late.
+// WithRenewInterval sets how often a held lock's lease is renewed (per
+// call or per client; default TTL/3). It must be positive and shorter than
+// the TTL less the safety margin. One goroutine per Client renews every
+// lease, in one pipeline per Redis node.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -159,9 +147,9 @@ func WithRenewInterval(d time.Duration) Option {
 	}
 }
 
-// WithoutRenewal turns renewal off (it is on by default): a lease's
-// context then ends at the TTL less the safety margin, counted from the
-// acquisition's send time, unless [Lease.Extend] moves it.
+// WithoutRenewal turns renewal off (per call or per client): the lease's
+// context ends at the TTL less the safety margin unless [Lease.Extend]
+// moves it.
 func WithoutRenewal() Option {
 	return func(c *config) error {
 		c.lease.renew, c.lease.renewSet = 0, true
@@ -170,14 +158,10 @@ func WithoutRenewal() Option {
 }
 
 // WithSafetyMargin sets how long before Redis could expire the lock a
-// lease is declared lost when no renewal was confirmed (default TTL/10).
-// The lease's context ends at the send time of the last confirmed
-// acquisition or renewal plus TTL minus this margin, on this process's
-// monotonic clock. The margin covers the rate at which this host's clock may
-// run slower than Redis's, over one TTL, and the time work under the lease
-// needs to notice its context and stop. It must be positive and shorter
-// than the TTL, and with renewal on the renew interval must be shorter than
-// TTL - margin, or New returns ErrInvalid.
+// lease is declared lost when no renewal was confirmed (per call or per
+// client; default TTL/10). It covers clock-rate drift between this host and
+// Redis and the time work needs to notice its context ended. It must be
+// positive and shorter than the TTL less the renew interval.
 func WithSafetyMargin(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -189,11 +173,9 @@ func WithSafetyMargin(d time.Duration) Option {
 }
 
 // WithEvictionAllowed lets the client lock on a server whose
-// maxmemory-policy may evict the fencing counter (allkeys-*). Without it,
-// Lock and TryLock return ErrEvictionPolicy there (not with
-// WithTimeTokens, which does not need the counter to survive). With it, an
-// evicted counter restarts tokens at 1: fenced stores that saw higher
-// tokens then refuse every new holder until the counter climbs past them.
+// maxmemory-policy may evict the fencing counter (client only). An evicted
+// counter restarts tokens at 1, and fenced stores then refuse new holders
+// until the counter climbs past what they saw; prefer WithTimeTokens.
 func WithEvictionAllowed() Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithEvictionAllowed"); err != nil {
@@ -204,9 +186,9 @@ func WithEvictionAllowed() Option {
 	}
 }
 
-// WithRetryJitter sets the upper bound of the random delay a waiter adds
-// to its poll interval (default 50 ms), so waiters do not poll in step. Zero
-// disables it; it must not be negative or above one minute.
+// WithRetryJitter bounds the random delay a waiter adds to its default
+// poll interval (client only; default 50 ms). Zero disables it; it must be
+// from 0 to one minute.
 func WithRetryJitter(d time.Duration) Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithRetryJitter"); err != nil {
@@ -220,10 +202,8 @@ func WithRetryJitter(d time.Duration) Option {
 	}
 }
 
-// WithMaxRetryDelay sets the longest a waiting Lock sleeps between polls
-// (default 5 s); waiters poll at least every quarter of the handoff
-// timeout anyway (see WithHandoffTimeout). It must be from 1 ms to one
-// hour.
+// WithMaxRetryDelay bounds a waiter's default poll interval (client only;
+// default 5 s). It must be from 1 ms to one hour.
 func WithMaxRetryDelay(d time.Duration) Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithMaxRetryDelay"); err != nil {
@@ -237,14 +217,10 @@ func WithMaxRetryDelay(d time.Duration) Option {
 	}
 }
 
-// WithHandoffTimeout sets how long, at most, a waiter that died while
-// queued, or whose handoff message was lost, delays the next waiter
-// (default 1 s). A lock handed to a waiter must be claimed within half of
-// it, or it expires and passes on; waiters poll every quarter of it, which
-// is also how soon a lock whose holder died is handed on once its TTL has
-// run out. Shorter means faster recovery and more polling (each waiter
-// polls 4/d times a second). It must be a whole number of milliseconds
-// from 4 ms to one hour.
+// WithHandoffTimeout bounds how long a waiter that died while queued, or
+// missed its handoff message, delays the next one (client only; default
+// 1 s): a handed lock must be claimed within half of it, and waiters poll
+// every quarter of it. It must be whole milliseconds from 4 ms to one hour.
 func WithHandoffTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithHandoffTimeout"); err != nil {
@@ -258,25 +234,14 @@ func WithHandoffTimeout(d time.Duration) Option {
 	}
 }
 
-// WithReplicaAck makes every acquisition wait, before its lease and token
-// are returned, until at least replicas replicas of the lock's primary have
-// acknowledged it (Redis WAIT), for at most timeout. Default: off (0).
-//
-// Redis replicates asynchronously, so without it a primary that fails right
-// after an acquisition can take the counter's last increments with it, and
-// the promoted replica issues those tokens again. With it, every token handed
-// out is on at least that many replicas; if replicas acknowledge too late,
-// the acquisition is undone and Lock and TryLock return ErrNotReplicated.
-// A failover must then promote one of the acknowledging replicas: ask for
-// all of them, or rely on Sentinel's and Cluster's preference for the most
-// up-to-date replica. It costs one round trip to the replicas per
-// acquisition and reentry.
-//
-// It needs a *redis.Client (standalone, or Sentinel through
-// NewFailoverClient) or a *redis.ClusterClient, because WAIT must run on the
-// connection that ran the script. replicas must be from 1 to 64, and timeout
-// a whole number of milliseconds from 1 ms up to, and shorter than, the
-// client's ReadTimeout; New checks all of this.
+// WithReplicaAck makes every acquisition wait until at least replicas
+// replicas of the lock's primary acknowledged it (Redis WAIT), for at most
+// timeout, before its lease and token are returned (client only; default
+// off). If fewer acknowledge in time, the acquisition is undone and Lock
+// returns ErrNotReplicated. It needs a *redis.Client or *redis.ClusterClient;
+// replicas must be from 1 to 64 and timeout whole milliseconds, at least
+// 1 ms and shorter than the client's ReadTimeout. docs/design.md
+// ("Deployments") says what it protects against.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithReplicaAck"); err != nil {
@@ -293,26 +258,13 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	}
 }
 
-// WithTimeTokens makes every fresh token (an acquisition of a free lock, a
-// handoff to a waiter) max(counter + 1, the Redis server's time in
-// microseconds) instead of counter + 1, and lets the counter expire after
-// an idle time (WithCounterIdleExpiry, default 7 days), refreshed whenever
-// a token is issued. Default: off, the strict counter, which never expires.
-//
-// While the counter lives, tokens strictly increase exactly as without
-// the option. When it is lost (a restart without persistence, a failover
-// to a replica that missed its last writes, eviction, idle expiry), tokens
-// go on from the server's clock instead of restarting at 1: the next token
-// is above every earlier one unless the serving primary's clock is behind
-// the last token issued, that is, behind the old primary's clock by more
-// than the time between that token and the loss. Tokens are then about
-// 1.8e15 (microseconds since 1970), still below 2^53, and no longer count
-// acquisitions. Clients with and without the option may share names: both
-// issue tokens above the counter. docs/safety.md states the assumptions.
-//
-// With it, a server whose maxmemory-policy may evict the counter is
-// accepted (an evicted counter is a lost counter, which the clock covers),
-// so ErrEvictionPolicy is never returned.
+// WithTimeTokens makes every fresh token max(counter + 1, the server's
+// time in microseconds) instead of counter + 1, and lets the counter expire
+// after an idle time (client only; default off, the strict counter). While
+// the counter lives, tokens increase exactly as without it; once the counter
+// is lost, tokens go on from the server's clock instead of restarting at 1.
+// With it, ErrEvictionPolicy is never returned. docs/safety.md states what
+// the clock must do for tokens to stay increasing.
 func WithTimeTokens() Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithTimeTokens"); err != nil {
@@ -324,14 +276,9 @@ func WithTimeTokens() Option {
 }
 
 // WithCounterIdleExpiry sets how long, with WithTimeTokens, a name's
-// counter outlives the last token issued (default 7 days), so that a name
-// used once does not keep a key forever. While the counter lives, tokens
-// increase whatever the server's clock does; after it has expired, the next
-// token is the clock's, above the last one unless the clock stepped back
-// by more than d. It must be a whole number of milliseconds from
-// MinCounterIdleExpiry (1 h) to MaxCounterIdleExpiry (10 years) and longer
-// than the TTL, and needs WithTimeTokens: without it the counter never
-// expires. New returns ErrInvalid otherwise.
+// counter outlives the last token issued (client only; default 7 days). It
+// must be whole milliseconds from MinCounterIdleExpiry to
+// MaxCounterIdleExpiry, longer than the TTL, and needs WithTimeTokens.
 func WithCounterIdleExpiry(d time.Duration) Option {
 	return func(c *config) error {
 		if err := c.clientOnly("WithCounterIdleExpiry"); err != nil {
