@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -76,7 +75,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []Option) (*call
 		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotAcquired, err)
+		return nil, join(ErrNotAcquired, err)
 	}
 	owner, err := ownerFor(ctx)
 	if err != nil {
@@ -158,17 +157,17 @@ func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 	rep, err := out.v, out.err
 	switch {
 	case out.ended && !out.known:
-		return acquired{}, errors.Join(ErrNotAcquired, err)
+		return acquired{}, join(ErrNotAcquired, err)
 	case out.ended:
 		// The caller has gone: whatever the attempt did is undone.
 		if left(rep, err) {
-			err = errors.Join(err, r.undo())
+			err = join(err, r.undo())
 		}
-		return acquired{}, errors.Join(ErrNotAcquired, ctxErr(ctx), err)
+		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
 	case err == nil && rep.a.TooDeep:
 		return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, rep.a.Depth)
 	case err == nil && rep.a.OK && rep.acked < c.cfg.ackReplicas:
-		return acquired{}, errors.Join(
+		return acquired{}, join(
 			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
 			r.undo())
 	case err == nil:
@@ -179,7 +178,7 @@ func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 		}
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
-		return acquired{}, errors.Join(ErrNotAcquired, cerr, err)
+		return acquired{}, join(ErrNotAcquired, cerr, err)
 	}
 	return acquired{}, err
 }

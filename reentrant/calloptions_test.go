@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
@@ -276,6 +277,21 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		var rerr interface{ RedisError() }
 		require.True(t, errors.As(err, &rerr), "errors.As must find go-redis's error: %v", err)
 		require.True(t, strings.HasPrefix(err.Error(), `reentrant: lock "`+name+`": lua: key holds a foreign value`), err.Error())
+		require.NotContains(t, err.Error(), "\n")
+
+		// Do returns fn's error as it is, and lists an Unlock failure after
+		// it on the same line.
+		other := name + "-do"
+		errFn := errors.New("fn failed")
+		err = c.Do(t.Context(), other, func(context.Context, fence.Token) error { return errFn })
+		require.Same(t, errFn, err)
+		err = c.Do(t.Context(), other, func(ctx context.Context, _ fence.Token) error {
+			require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, other).Lock).Err())
+			return errFn
+		})
+		require.ErrorIs(t, err, errFn)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		require.True(t, strings.HasPrefix(err.Error(), `fn failed; reentrant: unlock "`+other+`": not held`), err.Error())
 		require.NotContains(t, err.Error(), "\n")
 	})
 }

@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 
 	"github.com/redfence/redfence/fence"
 )
@@ -34,7 +33,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.own.cfg.ttl)
 		defer cancel()
-		err = errors.Join(err, l.Unlock(uctx))
+		err = joinWith(listSep, []error{err, l.Unlock(uctx)})
 	}()
 	return fn(fctx, l.Token())
 }

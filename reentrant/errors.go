@@ -79,32 +79,65 @@ type opError struct {
 }
 
 // opErr returns nil when err is nil, and otherwise err as an error of op on
-// the lock name. The causes of a joined err become the opError's own.
+// the lock name. The causes of a join become the opError's own.
 func opErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var prior *opError
-	if errors.As(err, &prior) && prior.op == op && prior.name == name && err == error(prior) {
+	if e, ok := err.(*opError); ok && e.op == op && e.name == name {
 		return err
 	}
-	e := &opError{op: op, name: name}
-	if j, ok := err.(interface{ Unwrap() []error }); ok && !isOpError(err) {
-		for _, x := range j.Unwrap() {
-			if x != nil {
-				e.errs = append(e.errs, x)
-			}
-		}
-	} else {
-		e.errs = []error{err}
+	e := &opError{op: op, name: name, errs: []error{err}}
+	if j, ok := err.(*joined); ok && j.sep == causeSep {
+		e.errs = j.errs
 	}
 	return e
 }
 
-func isOpError(err error) bool {
-	_, ok := err.(*opError)
-	return ok
+// The separators of a join: a cause follows what it caused; independent
+// failures (fn's and Unlock's in Do) are listed.
+const (
+	causeSep = ": "
+	listSep  = "; "
+)
+
+// joined is errors.Join on one line: errs printed in order, separated by
+// sep, each without this package's prefix.
+type joined struct {
+	errs []error
+	sep  string
 }
+
+// join returns the non-nil errs as one error with causes separated by
+// ": ", nil if there are none, and the only one as it is.
+func join(errs ...error) error { return joinWith(causeSep, errs) }
+
+func joinWith(sep string, errs []error) error {
+	var j joined
+	for _, err := range errs {
+		if err != nil {
+			j.errs = append(j.errs, err)
+		}
+	}
+	switch len(j.errs) {
+	case 0:
+		return nil
+	case 1:
+		return j.errs[0]
+	}
+	j.sep = sep
+	return &j
+}
+
+func (j *joined) Error() string {
+	parts := make([]string, len(j.errs))
+	for i, err := range j.errs {
+		parts[i] = oneLine(err)
+	}
+	return strings.Join(parts, j.sep)
+}
+
+func (j *joined) Unwrap() []error { return j.errs }
 
 func (e *opError) Error() string {
 	var b strings.Builder
@@ -121,13 +154,13 @@ func (e *opError) Error() string {
 
 func (e *opError) Unwrap() []error { return e.errs }
 
-// oneLine is err's message without this package's prefix, on one line.
+// oneLine is err's message on one line, without this package's prefix
+// unless err names its own operation and lock.
 func oneLine(err error) string {
-	var op *opError
-	if errors.As(err, &op) && err == error(op) {
-		return strings.Join(strings.Fields(strings.ReplaceAll(op.Error(), "\n", "; ")), " ")
+	s := err.Error()
+	if _, ok := err.(*opError); !ok {
+		s = strings.TrimPrefix(s, "reentrant: ")
 	}
-	s := strings.TrimPrefix(err.Error(), "reentrant: ")
 	s = strings.ReplaceAll(s, "\nreentrant: ", "; ")
 	return strings.ReplaceAll(s, "\n", "; ")
 }

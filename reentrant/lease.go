@@ -237,7 +237,7 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 		}
 		if late := time.Since(a.sent); late >= window {
 			c.mu.Unlock()
-			return nil, errors.Join(fmt.Errorf("%w: Redis answered after %v, past the lease's safe window of %v",
+			return nil, join(fmt.Errorf("%w: Redis answered after %v, past the lease's safe window of %v",
 				ErrNotAcquired, late.Round(time.Millisecond), window), r.undo())
 		}
 		o = c.newOwnership(key, r.keys, a.Token, r.cfg, a.sent, window)

@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -35,7 +34,7 @@ func (c *Client) checkPolicy(ctx context.Context) error {
 	}, nil)
 	if out.err != nil {
 		if out.ended {
-			return errors.Join(ErrNotAcquired, out.err)
+			return join(ErrNotAcquired, out.err)
 		}
 		return out.err
 	}
@@ -55,7 +54,7 @@ func (c *Client) askPolicy(ctx context.Context) error {
 			}
 			return nil
 		})
-		return errors.Join(append(errs, err)...)
+		return join(append(errs, err)...)
 	}
 	return policyOf(ctx, c.rdb)
 }

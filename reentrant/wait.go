@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -95,9 +94,9 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 		case <-ctx.Done():
 			// Leave the queue, and give the lock on if it was just handed
 			// here: the undo takes this waiter's level and queue entry.
-			return nil, errors.Join(ErrNotAcquired, ctx.Err(), r.undo())
+			return nil, join(ErrNotAcquired, ctx.Err(), r.undo())
 		case <-c.bg.Done():
-			return nil, errors.Join(ErrClosed, r.leave())
+			return nil, join(ErrClosed, r.leave())
 		}
 		l, a, err = r.try(ctx, poll)
 		if err != nil || l != nil {
@@ -106,7 +105,7 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 		if poll {
 			c.debug("reentrant: lock still held, polling again", "name", name, "polls", polls)
 			if delay = r.pollDelay(polls, a.HolderTTL); delay <= 0 {
-				return nil, errors.Join(fmt.Errorf("%w: gave up after %d polls (%v)", ErrNotAcquired, polls-1, r.cfg.retry), r.undo())
+				return nil, join(fmt.Errorf("%w: gave up after %d polls (%v)", ErrNotAcquired, polls-1, r.cfg.retry), r.undo())
 			}
 			timer.Reset(delay) // no stale tick survives a Reset since Go 1.23
 		}
