@@ -21,6 +21,7 @@ func TestNewInvalid(t *testing.T) {
 		"typed nil db": func() (*sqlstore.Store, error) { return sqlstore.New(nilDB, sqlstore.SQLite) },
 		"zero dialect": func() (*sqlstore.Store, error) { return sqlstore.New(db, sqlstore.Dialect(0)) },
 		"dialect 99":   func() (*sqlstore.Store, error) { return sqlstore.New(db, sqlstore.Dialect(99)) },
+		"nil option":   func() (*sqlstore.Store, error) { return sqlstore.New(db, sqlstore.SQLite, nil) },
 	} {
 		if s, err := f(); !errors.Is(err, storage.ErrInvalid) || s != nil {
 			t.Errorf("%s: New = %v, %v; want nil, ErrInvalid", name, s, err)

@@ -49,21 +49,32 @@ type Store struct {
 	q     queries
 }
 
-// Option configures a Store.
-type Option func(*config)
+// Option configures a Store. An option given a bad value makes New fail
+// with an error wrapping storage.ErrInvalid; nothing is clamped.
+type Option func(*config) error
 
-type config struct{ table string }
+type config struct{ table string } // quoted
 
-// WithTable sets the table, "name" or "schema.name". The default is
-// [DefaultTable]. Each part must be letters, digits and underscores, not
-// starting with a digit, at most 63 bytes; [New] refuses anything else with
-// storage.ErrInvalid. The name is quoted, so its case is kept as given.
-func WithTable(name string) Option { return func(c *config) { c.table = name } }
+// WithTable sets the table, "name" or "schema.name" (default
+// [DefaultTable]). Each part must be letters, digits and underscores, not
+// starting with a digit, at most 63 bytes. The name is quoted, so its case
+// is kept as given.
+func WithTable(name string) Option {
+	return func(c *config) error {
+		table, err := quoteTable(name)
+		if err != nil {
+			return err
+		}
+		c.table = table
+		return nil
+	}
+}
 
 // New returns a Store using db in dialect d. It does not touch the
 // database; call [Store.Migrate] (or run [Store.Schema]) to create the
 // table. New returns an error wrapping storage.ErrInvalid for a nil db, an
-// unknown dialect or a bad table name. The caller owns db and closes it.
+// unknown dialect, a nil option or a bad table name. The caller owns db and
+// closes it.
 func New(db DB, d Dialect, opts ...Option) (*Store, error) {
 	if isNil(db) {
 		return nil, fmt.Errorf("sqlstore: nil database: %w", storage.ErrInvalid)
@@ -71,15 +82,16 @@ func New(db DB, d Dialect, opts ...Option) (*Store, error) {
 	if d != Postgres && d != SQLite {
 		return nil, fmt.Errorf("sqlstore: unknown %v: %w", d, storage.ErrInvalid)
 	}
-	c := config{table: DefaultTable}
-	for _, o := range opts {
-		o(&c)
+	var c config
+	for _, o := range append([]Option{WithTable(DefaultTable)}, opts...) {
+		if o == nil {
+			return nil, fmt.Errorf("sqlstore: nil option: %w", storage.ErrInvalid)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
 	}
-	table, err := quoteTable(c.table)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{db: db, d: d, table: table, q: buildQueries(d, table)}, nil
+	return &Store{db: db, d: d, table: c.table, q: buildQueries(d, c.table)}, nil
 }
 
 // isNil catches typed nil pointers of the usual DB types, which a plain
