@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -13,16 +15,19 @@ import (
 	"github.com/redfence/redfence/storage/memory"
 )
 
+// The examples run on an embedded Redis (miniredis), so that they need
+// nothing installed; any Redis, Sentinel or Cluster client works the same.
+// Tokens on a fresh Redis start at 1.
+
 func Example() {
-	mr := miniredis.NewMiniRedis() // any Redis; an embedded one here
-	_ = mr.Start()
+	mr, _ := miniredis.Run() // any Redis; an embedded one here
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
 	locks, err := reentrant.New(rdb) // 30 s lease, renewed every 10 s
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer locks.Close()
 	store := memory.New() // or redisstore, sqlstore: any fenced store
@@ -30,7 +35,7 @@ func Example() {
 
 	lease, err := locks.Lock(ctx, "invoice-42") // ctx bounds the wait only
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	// Pass the token with every write; work under lease.Context(), which is
 	// cancelled if the lease is lost.
@@ -38,14 +43,20 @@ func Example() {
 	fmt.Println("write with token", lease.Token(), "->", err)
 
 	// The same context reenters: same token, one level deeper.
-	inner, _ := locks.Lock(lease.Context(), "invoice-42")
+	inner, err := locks.Lock(lease.Context(), "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("reentered: token", inner.Token(), "depth", inner.Depth())
 	_ = inner.Unlock(ctx)
 	_ = lease.Unlock(ctx)
 
 	// A later holder gets a higher token; the store now refuses the old one.
-	next, _ := locks.Lock(ctx, "invoice-42")
-	_ = store.Put(ctx, "invoice-42", []byte("refunded"), next.Token())
+	next, err := locks.Lock(ctx, "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = store.Put(next.Context(), "invoice-42", []byte("refunded"), next.Token())
 	err = store.Put(ctx, "invoice-42", []byte("late"), lease.Token())
 	fmt.Println("late write with token", lease.Token(), "stale:", errors.Is(err, fence.ErrStale))
 	_ = next.Unlock(ctx)
@@ -55,39 +66,312 @@ func Example() {
 	// late write with token 1 stale: true
 }
 
-func ExampleClient_Do() {
-	mr := miniredis.NewMiniRedis()
-	_ = mr.Start()
+func ExampleClient_Lock() {
+	mr, _ := miniredis.Run()
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	locks, _ := reentrant.New(rdb)
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locks.Close()
+	store := memory.New()
+	ctx := context.Background()
 
-	// Do locks, runs the function and always unlocks.
-	err := locks.Do(context.Background(), "nightly-report", func(ctx context.Context, t fence.Token) error {
-		fmt.Println("running under token", t)
-		return nil
-	})
-	fmt.Println("err:", err)
+	lease, err := locks.Lock(ctx, "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = store.Put(lease.Context(), "invoice-42", []byte("paid"), lease.Token())
+	fmt.Println("put with token", lease.Token(), "->", err)
+
+	// A plain context is another owner, which waits as long as its context
+	// allows. That context bounds the wait only, never the lease.
+	wait, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = locks.Lock(wait, "invoice-42")
+	fmt.Println("gave up:", errors.Is(err, reentrant.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+
+	if err := lease.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	next, err := locks.Lock(ctx, "invoice-42") // free again: a new ownership, a higher token
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Unlock(ctx)
+	fmt.Println("next owner's token:", next.Token())
 	// Output:
-	// running under token 1
-	// err: <nil>
+	// put with token 1 -> <nil>
+	// gave up: true true
+	// next owner's token: 2
 }
 
 func ExampleClient_TryLock() {
-	mr := miniredis.NewMiniRedis()
-	_ = mr.Start()
+	mr, _ := miniredis.Run()
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	locks, _ := reentrant.New(rdb)
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
-	held, _ := locks.Lock(ctx, "job")
-	_, err := locks.TryLock(ctx, "job") // a different owner: answers at once
-	fmt.Println(errors.Is(err, reentrant.ErrNotAcquired))
+	held, err := locks.Lock(ctx, "job")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// TryLock answers at once: another owner holds the lock.
+	_, err = locks.TryLock(ctx, "job")
+	if errors.Is(err, reentrant.ErrNotAcquired) {
+		fmt.Println("busy, skipping this run")
+	}
+
 	_ = held.Unlock(ctx)
-	// Output: true
+	lease, err := locks.TryLock(ctx, "job")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	fmt.Println("acquired with token", lease.Token())
+	// Output:
+	// busy, skipping this run
+	// acquired with token 2
+}
+
+func ExampleClient_Do() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	store := memory.New()
+	ctx := context.Background()
+
+	// Do locks, runs the function and always unlocks. The function gets the
+	// lease's context and the token to pass to every fenced write.
+	err = locks.Do(ctx, "nightly-report", func(ctx context.Context, token fence.Token) error {
+		return store.Put(ctx, "report/latest", []byte("42 invoices"), token)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rec, err := store.Get(ctx, "report/latest")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s, written with token %d\n", rec.Value, rec.Token)
+	// Output:
+	// 42 invoices, written with token 1
+}
+
+// A lock call made with a lease's context reenters the lock: the same owner,
+// the same token, one level deeper. A helper that takes the lock can so be
+// called both on its own and from code that already holds it.
+func ExampleClient_Lock_reentry() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	// charge takes the account's lock, whoever calls it.
+	charge := func(ctx context.Context, cents int) error {
+		lease, err := locks.Lock(ctx, "account-7")
+		if err != nil {
+			return err
+		}
+		defer lease.Unlock(ctx)
+		fmt.Println("charge", cents, "under token", lease.Token(), "at depth", lease.Depth())
+		return nil
+	}
+
+	lease, err := locks.Lock(ctx, "account-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("checkout under token", lease.Token(), "at depth", lease.Depth())
+	if err := charge(lease.Context(), 1250); err != nil { // reenters
+		log.Fatal(err)
+	}
+
+	// A plain context is another owner: it cannot get in.
+	_, err = locks.TryLock(ctx, "account-7")
+	fmt.Println("another owner refused:", errors.Is(err, reentrant.ErrNotAcquired))
+
+	_ = lease.Unlock(ctx) // the last level: the lock is free
+	st, err := locks.Inspect(ctx, "account-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held:", st.Held)
+	// Output:
+	// checkout under token 1 at depth 1
+	// charge 1250 under token 1 at depth 2
+	// another owner refused: true
+	// held: false
+}
+
+// Without renewal, the holder keeps its lease alive itself, between steps
+// of its work, and stops when Extend says the lock is no longer its own.
+func ExampleLease_Extend() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb, reentrant.WithoutRenewal(), reentrant.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	lease, err := locks.Lock(ctx, "import")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for batch := 1; batch <= 3; batch++ {
+		// ... import one batch, writing with lease.Token() ...
+		if err := lease.Extend(ctx, 10*time.Second); err != nil {
+			log.Fatal(err) // errors.Is(err, reentrant.ErrNotHeld): the lock is lost
+		}
+		fmt.Println("batch", batch, "imported")
+	}
+	left, err := lease.TTL(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("lease left:", left.Round(time.Second))
+
+	_ = lease.Unlock(ctx)
+	err = lease.Extend(ctx, 10*time.Second)
+	fmt.Println("after unlock:", errors.Is(err, reentrant.ErrNotHeld))
+	// Output:
+	// batch 1 imported
+	// batch 2 imported
+	// batch 3 imported
+	// lease left: 10s
+	// after unlock: true
+}
+
+// Work under a lease stops when the lease ends. Done is closed, and Err says
+// why, when the lock is found gone or cannot be renewed in time: the lock may
+// be someone else's now, so the holder must stop writing.
+func ExampleLease_Done() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	// A short TTL: renewed every 100 ms, lost within 300 ms.
+	lease, err := locks.Lock(ctx, "reindex", reentrant.WithTTL(300*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+
+	// Simulate a loss: Redis's clock jumps past the lease, as if this process
+	// had been paused for a minute. The next renewal finds the lock gone.
+	mr.SetTime(time.Now().Add(time.Minute))
+
+	step := time.NewTicker(10 * time.Millisecond)
+	defer step.Stop()
+	for {
+		select {
+		case <-lease.Done():
+			fmt.Println("stopped; lease lost:", errors.Is(lease.Err(), reentrant.ErrLost))
+			return
+		case <-step.C:
+			// ... one step of work, its writes fenced with lease.Token() ...
+		}
+	}
+	// Output:
+	// stopped; lease lost: true
+}
+
+// Options given to one call override the client's for that call: how it
+// waits, its lease, its metadata.
+func ExampleWithRetry() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	held, err := locks.Lock(ctx, "export", reentrant.WithTTL(5*time.Second), reentrant.WithMetadata("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+
+	// Poll every 10 ms, three times at most, then give up.
+	few := reentrant.LimitRetry(reentrant.LinearBackoff(10*time.Millisecond), 3)
+	_, err = locks.Lock(ctx, "export", reentrant.WithRetry(few))
+	fmt.Println("limited:", errors.Is(err, reentrant.ErrNotAcquired))
+
+	// NoRetry gives up at once, like TryLock.
+	_, err = locks.Lock(ctx, "export", reentrant.WithRetry(reentrant.NoRetry()))
+	fmt.Println("no retry:", errors.Is(err, reentrant.ErrNotAcquired))
+	// Output:
+	// limited: true
+	// no retry: true
+}
+
+// Inspect reads a lock's state without taking it: who holds it, with which
+// token, and the metadata the holder left with WithMetadata.
+func ExampleClient_Inspect() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	lease, err := locks.Lock(ctx, "invoice-42", reentrant.WithMetadata("worker-3 job 1842"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := locks.Inspect(ctx, "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("held: %v, token %d, depth %d, by %q, ours: %v\n",
+		st.Held, st.Token, st.Depth, st.Meta, st.Owner == string(lease.Owner()))
+
+	_ = lease.Unlock(ctx)
+	st, err = locks.Inspect(ctx, "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("held: %v, last token %d\n", st.Held, st.LastToken)
+	// Output:
+	// held: true, token 1, depth 1, by "worker-3 job 1842", ours: true
+	// held: false, last token 1
 }
