@@ -5,10 +5,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/redfence/redfence/internal/testenv"
 )
 
 // Every test of the package must leave no goroutine behind: Close is
 // synchronous, and a client's renewer, waiters and undos end with it.
+//
+// A test that skips for want of a real server is counted, and the package
+// ends by saying how many skipped and which variables run them (testenv.Wrap).
 //
 // A test binary re-executed as a helper process (TestDeadWaiterDelaysNextByAtMostTheBound)
 // runs the helper instead of the tests.
@@ -16,5 +21,5 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperWaiterVar); spec != "" {
 		helperWaiter(spec)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testenv.Wrap(m))
 }

@@ -4,12 +4,17 @@
 // Without the variables a test that needs a real server skips and says which
 // variable to set, so `go test ./...` passes on a bare machine. Under CI
 // (CI=true) a missing variable fails the test instead: in CI nothing may skip.
+//
+// Each such skip is counted, and a package whose TestMain runs its tests
+// through [Run] or [Wrap] ends with one line saying how many of its tests
+// skipped and which variables enable them (see [Run] for where it goes).
 package testenv
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -33,11 +38,19 @@ func need(t testing.TB, name, what string) string {
 	if v != "" {
 		return v
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not set: CI must run every %s test", name, what)
-	}
-	t.Skipf("skipping %s test: set %s to run it", what, name)
+	Missing(t, name,
+		fmt.Sprintf("%s is not set: CI must run every %s test", name, what),
+		fmt.Sprintf("skipping %s test: set %s to run it", what, name))
 	return ""
+}
+
+// Missing ends t for want of what the variable name would provide (a
+// server's address, a binary's path): under CI (CI=true) it fails t with
+// fail, otherwise it skips t with skip and counts the skip against name for
+// the package's summary line (see [Run]).
+func Missing(t testing.TB, name, fail, skip string) {
+	t.Helper()
+	skips.missing(t, name, fail, skip)
 }
 
 // RedisAddr returns the real Redis's address, or skips.
