@@ -1,12 +1,10 @@
 package reentrant_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -176,79 +174,6 @@ func TestMaxDepth(t *testing.T) {
 	})
 }
 
-// Retry strategies: NoRetry never queues, LimitRetry gives up after its
-// polls and leaves the queue, and a handoff still wakes a waiter at once.
-func TestRetryStrategies(t *testing.T) {
-	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		ctx, name := t.Context(), testenv.Unique(t)
-		c := newClient(t, b.Client)
-		l, err := c.Lock(ctx, name)
-		require.NoError(t, err)
-
-		_, err = c.Lock(ctx, name, reentrant.WithRetry(reentrant.NoRetry()))
-		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
-		require.NotErrorIs(t, err, context.DeadlineExceeded)
-
-		var mu sync.Mutex
-		var polls []int
-		counting := reentrant.RetryFunc(func(n int) time.Duration {
-			mu.Lock()
-			polls = append(polls, n)
-			mu.Unlock()
-			return reentrant.LinearBackoff(20 * time.Millisecond).Backoff(n)
-		})
-		start := time.Now()
-		_, err = c.Lock(ctx, name, reentrant.WithRetry(reentrant.LimitRetry(counting, 3)))
-		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
-		require.ErrorContains(t, err, "gave up after 3 polls")
-		require.GreaterOrEqual(t, time.Since(start), 60*time.Millisecond)
-		require.Equal(t, []int{1, 2, 3}, polls, "one backoff per poll, the fourth refused by the limit")
-		st, err := c.Inspect(ctx, name)
-		require.NoError(t, err)
-		require.Zero(t, st.Waiters, "a waiter that gives up leaves the queue")
-
-		got := make(chan error, 1)
-		go func() {
-			w, err := c.Lock(ctx, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
-			if err == nil {
-				err = w.Unlock(ctx)
-			}
-			got <- err
-		}()
-		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
-		require.NoError(t, l.Unlock(ctx))
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("a handoff must wake a waiter whatever its backoff")
-		}
-	})
-}
-
-func TestRetryStrategyBackoffs(t *testing.T) {
-	e := reentrant.ExponentialBackoff(10*time.Millisecond, 70*time.Millisecond)
-	var got []time.Duration
-	for n := 1; n <= 5; n++ {
-		got = append(got, e.Backoff(n))
-	}
-	require.Equal(t, []time.Duration{10, 20, 40, 70, 70}, scale(got, time.Millisecond))
-	require.Equal(t, 5*time.Millisecond, reentrant.LinearBackoff(5*time.Millisecond).Backoff(1000))
-	require.Zero(t, reentrant.NoRetry().Backoff(1))
-	lim := reentrant.LimitRetry(reentrant.LinearBackoff(time.Second), 2)
-	require.Equal(t, []time.Duration{time.Second, time.Second, 0}, []time.Duration{lim.Backoff(1), lim.Backoff(2), lim.Backoff(3)})
-	require.Zero(t, reentrant.LimitRetry(reentrant.LinearBackoff(time.Second), 0).Backoff(1))
-	require.Equal(t, time.Duration(1<<62), reentrant.ExponentialBackoff(time.Second, 1<<62).Backoff(1<<30), "no overflow")
-}
-
-func scale(ds []time.Duration, unit time.Duration) []time.Duration {
-	out := make([]time.Duration, len(ds))
-	for i, d := range ds {
-		out[i] = d / unit
-	}
-	return out
-}
-
 // Every error is one line that starts with the operation and the lock, and
 // still matches its sentinels and the Redis error it wraps.
 func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
@@ -294,77 +219,4 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		require.True(t, strings.HasPrefix(err.Error(), `fn failed; reentrant: unlock "`+other+`": not held`), err.Error())
 		require.NotContains(t, err.Error(), "\n")
 	})
-}
-
-// The logger hears about lost leases and failed renewals; the observer
-// sees every event with its lock and token.
-func TestLoggerAndObserver(t *testing.T) {
-	m, rdb := testenv.Mini(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	var events []reentrant.Event
-	c := newClient(t, rdb, reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(100*time.Millisecond),
-		reentrant.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))),
-		reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
-	ctx, name := t.Context(), testenv.Unique(t)
-	l, err := c.Lock(ctx, name)
-	require.NoError(t, err)
-	in, err := c.Lock(l.Context(), name)
-	require.NoError(t, err)
-	_, err = c.TryLock(ctx, name)
-	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 5*time.Second, 10*time.Millisecond)
-	require.NoError(t, in.Unlock(ctx))
-	require.NoError(t, l.Unlock(ctx))
-
-	l, err = c.Lock(ctx, name)
-	require.NoError(t, err)
-	m.Del(lua.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
-	<-l.Done()
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, time.Second, 5*time.Millisecond)
-
-	mu.Lock()
-	defer mu.Unlock()
-	kinds := map[reentrant.EventKind]int{}
-	for _, e := range events {
-		require.Equal(t, name, e.Name)
-		kinds[e.Kind]++
-		switch e.Kind {
-		case reentrant.Acquired, reentrant.Reentered:
-			require.NotZero(t, e.Token)
-		case reentrant.NotAcquired:
-			require.ErrorIs(t, e.Err, reentrant.ErrNotAcquired)
-		case reentrant.Lost:
-			require.ErrorIs(t, e.Err, reentrant.ErrLost)
-		}
-	}
-	require.Equal(t, 2, kinds[reentrant.Acquired])
-	require.Equal(t, 1, kinds[reentrant.Reentered])
-	require.Equal(t, 1, kinds[reentrant.NotAcquired])
-	require.Equal(t, 1, kinds[reentrant.Released], "one release: the reentry's Unlock released no lock")
-	require.Contains(t, logs.String(), "level=WARN msg=\"reentrant: lease lost\" name="+name)
-	require.Equal(t, "renew_failed", reentrant.RenewFailed.String())
-}
-
-func count(mu *sync.Mutex, events *[]reentrant.Event, k reentrant.EventKind) int {
-	mu.Lock()
-	defer mu.Unlock()
-	n := 0
-	for _, e := range *events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-type syncWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

@@ -73,52 +73,6 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// Unlock gives up this lease's level of the hold, and releases the lock,
-// handing it to the oldest waiter, when it was the last level. It checks
-// the owner, the token and the level, so a stale lease never touches a later
-// ownership and a retried Unlock is applied at most once.
-//
-// Unlock returns ErrNotHeld when the lease was already unlocked, expired or
-// superseded; ErrInvalid for a nil ctx; the context's error when ctx ended
-// before Redis answered (call Unlock again to learn the outcome); Redis
-// errors, wrapped. It works after the Client is closed.
-func (l *Lease) Unlock(ctx context.Context) error {
-	if l == nil {
-		return opErr("unlock", "", fmt.Errorf("%w: nil lease", ErrNotHeld))
-	}
-	return opErr("unlock", l.name, l.unlock(ctx))
-}
-
-func (l *Lease) unlock(ctx context.Context) error {
-	if ctx == nil {
-		return invalid("nil context")
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.unlocked {
-		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
-	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
-		return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
-	}, nil)
-	n, err := out.v, out.err
-	if err != nil {
-		return err
-	}
-	l.unlocked = true
-	if n < 0 {
-		err := l.gone()
-		l.cancel(l.own.lostErr("Unlock found it expired or taken by another ownership", nil))
-		return err
-	}
-	l.cancel(ErrReleased)
-	if n == 0 {
-		l.own.end(ErrReleased)
-		l.c.emit(Event{Kind: Released, Name: l.name, Token: l.token})
-	}
-	return nil
-}
-
 // Extend keeps the lock held for at least ttl from now, if this lease's
 // ownership still holds it, and moves the lease's local deadline with it.
 // It never shortens the lock. It is mainly for clients built
