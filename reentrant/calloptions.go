@@ -71,17 +71,9 @@ func (c *Client) callConfig(opts []Option) (*leaseConfig, error) {
 	}
 	cfg := c.cfg
 	cfg.call = true
-	// finish derives the renew interval and the margin from a call's own
+	// apply derives the renew interval and the margin from a call's own
 	// TTL, unless the client or the call set them explicitly.
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.finish(); err != nil {
+	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
 	return &cfg.lease, nil

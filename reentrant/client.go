@@ -74,15 +74,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, invalid("nil %T", rdb)
 	}
 	cfg := defaults()
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.finish(); err != nil {
+	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
 	if err := checkAckClient(rdb, cfg); err != nil {

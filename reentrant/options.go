@@ -302,6 +302,19 @@ func checkTTL(d time.Duration) error {
 	return nil
 }
 
+// apply applies opts in order, then checks them together (finish).
+func (c *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return invalid("nil option")
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	return c.finish()
+}
+
 // finish checks the options together and derives the defaults that
 // depend on the TTL, for a client or (c.call) for one call.
 func (c *config) finish() error {
