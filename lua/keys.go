@@ -13,17 +13,25 @@ type Keys struct {
 	Queue string // P:{N}:q, the Lock calls waiting, oldest first
 }
 
-// escaper makes a name safe inside a hash tag. Redis takes the tag from the
-// first '{' to the next '}', so a '}' in a name would cut the tag short and
-// an empty tag would not count as one; '%' is escaped too so that the
+// escaper makes a string safe inside a hash tag. Redis takes the tag from
+// the first '{' to the next '}', so a '}' in a name would cut the tag short
+// and an empty tag would not count as one; '%' is escaped too so that the
 // mapping stays one-to-one and two names never share keys.
 var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// HashTag returns s as a Redis Cluster hash tag: "{" + s + "}" with '%',
+// '{' and '}' in s escaped as %25, %7B and %7D. Whatever s holds, the tag
+// is well-formed, so every key that holds it (after a prefix free of
+// braces) lands in the slot of s's escaped form; and two strings never
+// share a tag. The keys of locks and of redisstore's records are built on
+// it.
+func HashTag(s string) string { return "{" + escaper.Replace(s) + "}" }
 
 // KeysFor returns the keys of the lock name under prefix. It does not
 // validate; callers check the name with [CheckName] and the prefix with
 // [CheckPrefix] once, up front.
 func KeysFor(prefix, name string) Keys {
-	base := prefix + ":{" + escaper.Replace(name) + "}"
+	base := prefix + ":" + HashTag(name)
 	return Keys{Name: name, Lock: base, Queue: base + ":q"}
 }
 

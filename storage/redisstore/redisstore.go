@@ -8,9 +8,10 @@
 // so a paused writer's late Put is still refused.
 //
 // The key sits inside a Redis Cluster hash tag with '%', '{' and '}'
-// escaped (as %25, %7B, %7D), so any key, braces included, maps to one
-// well-formed tag and every script touches a single slot. The escaping is
-// injective: two different keys never share a record.
+// escaped (as %25, %7B, %7D; [lua.HashTag], the tag of lock names too), so
+// any key, braces included, maps to one well-formed tag and every script
+// touches a single slot. The escaping is injective: two different keys never
+// share a record.
 //
 // The ":rec" suffix keeps records apart from the keys of redfence's locks
 // whatever prefixes and names are chosen, even a store prefix equal to the
@@ -45,6 +46,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -106,10 +108,6 @@ func New(c redis.Scripter, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// escaper makes a key safe inside a hash tag. Escaping '%' as well keeps
-// the mapping injective: "{" becomes "%7B" and a literal "%7B" "%257B".
-var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
 // recordSuffix follows the hash tag of every record. A lock's keys end
 // their tag with "" or ":q" (package lua);
 // without a suffix of its own a record would be the very key of the lock
@@ -124,5 +122,5 @@ func (s *Store) Key(key string) (string, error) {
 	if err := storage.CheckKey(key); err != nil {
 		return "", fmt.Errorf("redisstore: %w", err)
 	}
-	return s.prefix + ":{" + escaper.Replace(key) + "}" + recordSuffix, nil
+	return s.prefix + ":" + lua.HashTag(key) + recordSuffix, nil
 }
