@@ -126,7 +126,7 @@ func TestBadInput(t *testing.T) {
 
 	c := newClient(t, rdb)
 	ctx := t.Context()
-	for _, name := range []string{"", strings.Repeat("n", lua.MaxNameLen+1)} {
+	for _, name := range []string{"", strings.Repeat("n", reentrant.MaxNameLen+1)} {
 		_, err = c.Lock(ctx, name)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 		_, err = c.TryLock(ctx, name)
@@ -134,7 +134,7 @@ func TestBadInput(t *testing.T) {
 		_, err = c.Inspect(ctx, name)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 	}
-	_, err = c.TryLock(ctx, strings.Repeat("n", lua.MaxNameLen))
+	_, err = c.TryLock(ctx, strings.Repeat("n", reentrant.MaxNameLen))
 	require.NoError(t, err, "a name of exactly the maximum length is valid")
 
 	_, err = c.Lock(reentrant.WithOwner(ctx, ""), "x")
