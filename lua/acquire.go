@@ -71,7 +71,7 @@ func acquireArgs(k Keys, r *Request) ([]string, []any) {
 // See the script's header for its semantics.
 func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
 	keys, args := acquireArgs(k, r)
-	v, err := AcquireScript.Run(ctx, rdb, keys, args...).Result()
+	v, err := acquireScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
 		return Acquired{}, scriptErr(err)
 	}
@@ -91,9 +91,9 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 		_, err := pipe.Exec(ctx)
 		return acq, ack, err
 	}
-	acq, ack, err := run(func(p redis.Pipeliner) *redis.Cmd { return AcquireScript.EvalSha(ctx, p, keys, args...) })
+	acq, ack, err := run(func(p redis.Pipeliner) *redis.Cmd { return acquireScript.EvalSha(ctx, p, keys, args...) })
 	if acq != nil && redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
-		acq, ack, err = run(func(p redis.Pipeliner) *redis.Cmd { return AcquireScript.Eval(ctx, p, keys, args...) })
+		acq, ack, err = run(func(p redis.Pipeliner) *redis.Cmd { return acquireScript.Eval(ctx, p, keys, args...) })
 	}
 	if err := acq.Err(); err != nil {
 		return Acquired{}, 0, scriptErr(err)
@@ -141,7 +141,7 @@ func ParseAcquire(v any) (Acquired, error) {
 // it removed a level. A lock it hands to the next waiter gets a token
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
-	v, err := AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
+	v, err := abandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}

@@ -13,7 +13,7 @@ import (
 // Extend runs extend.lua and reports whether the ownership still held the
 // lock and now has ttl left. m sets the hash's own expiry (time tokens).
 func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (bool, error) {
-	v, err := ExtendScript.Run(ctx, rdb, []string{k.Lock}, owner, token.String(), ttl.Milliseconds(), m.arg()).Result()
+	v, err := extendScript.Run(ctx, rdb, []string{k.Lock}, owner, token.String(), ttl.Milliseconds(), m.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -73,8 +73,8 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tok
 		}
 		return noscript
 	}
-	if again := run(idx, ExtendScript.EvalSha); len(again) > 0 {
-		run(again, ExtendScript.Eval)
+	if again := run(idx, extendScript.EvalSha); len(again) > 0 {
+		run(again, extendScript.Eval)
 	}
 	return out
 }

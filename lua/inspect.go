@@ -40,7 +40,7 @@ type Ended struct {
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := InspectScript.Run(ctx, rdb, []string{k.Lock, k.Queue}).Result()
+	v, err := inspectScript.Run(ctx, rdb, []string{k.Lock, k.Queue}).Result()
 	if err != nil {
 		return State{}, scriptErr(err)
 	}

@@ -9,6 +9,7 @@
 package lua
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/scripthook"
 )
 
 var (
@@ -36,27 +39,50 @@ var (
 // The scripts, loaded once per process. Each is lib.lua followed by the
 // script's own file, so the helpers that recognise a lock exist once.
 var (
-	AcquireScript = redis.NewScript(libSrc + acquireSrc)
-	ReleaseScript = redis.NewScript(libSrc + releaseSrc)
-	ExtendScript  = redis.NewScript(libSrc + extendSrc)
-	InspectScript = redis.NewScript(libSrc + inspectSrc)
-	AbandonScript = redis.NewScript(libSrc + abandonSrc)
+	acquireScript = redis.NewScript(libSrc + acquireSrc)
+	releaseScript = redis.NewScript(libSrc + releaseSrc)
+	extendScript  = redis.NewScript(libSrc + extendSrc)
+	inspectScript = redis.NewScript(libSrc + inspectSrc)
+	abandonScript = redis.NewScript(libSrc + abandonSrc)
 )
 
-// Scripts lists every script, for tests that load them all into a server.
-var Scripts = map[string]*redis.Script{
-	"acquire": AcquireScript,
-	"release": ReleaseScript,
-	"extend":  ExtendScript,
-	"inspect": InspectScript,
-	"abandon": AbandonScript,
+// scripts names every script with its source, for Load and for the
+// module's own tests, which reach them through internal/scripthook.
+var scripts = []struct {
+	name, src string
+	s         **redis.Script
+}{
+	{"acquire", acquireSrc, &acquireScript},
+	{"release", releaseSrc, &releaseScript},
+	{"extend", extendSrc, &extendScript},
+	{"inspect", inspectSrc, &inspectScript},
+	{"abandon", abandonSrc, &abandonScript},
 }
 
-// Source returns lib.lua followed by the named script's source, as the
-// server runs it; for tests that run a modified copy.
-func Source(name string) string {
-	return libSrc + map[string]string{"acquire": acquireSrc, "release": releaseSrc,
-		"extend": extendSrc, "inspect": inspectSrc, "abandon": abandonSrc}[name]
+func init() {
+	for _, s := range scripts {
+		scripthook.Register(s.name, libSrc+s.src, s.s)
+	}
+}
+
+// Load puts every script into the script cache of rdb with SCRIPT LOAD
+// (through a ClusterClient, of every node), so that the first call of each
+// is an EVALSHA that needs no EVAL fallback. It is optional: every wrapper
+// falls back to EVAL by itself when the server answers NOSCRIPT. It fails
+// with ErrReply if the server names a script by another SHA1 than the
+// wrappers do.
+func Load(ctx context.Context, rdb redis.Scripter) error {
+	for _, s := range scripts {
+		want := (*s.s).Hash()
+		sha, err := (*s.s).Load(ctx, rdb).Result()
+		if err != nil {
+			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
+		}
+		if sha != want {
+			return fmt.Errorf("%w: SCRIPT LOAD of %s.lua returned %q, want %s", ErrReply, s.name, sha, want)
+		}
+	}
+	return nil
 }
 
 var (

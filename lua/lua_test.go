@@ -11,17 +11,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripthook"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
 
-func TestScriptsLoadIntoRealRedis(t *testing.T) {
-	rdb := testenv.Redis(t)
-	for name, s := range lua.Scripts {
-		sha, err := s.Load(t.Context(), rdb).Result()
-		require.NoError(t, err, name)
-		require.Equal(t, s.Hash(), sha, name)
-	}
+// Load puts every script into the server's cache, under the SHA1 the
+// wrappers send.
+func TestLoad(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		require.NoError(t, rdb.ScriptFlush(ctx).Err())
+		require.NoError(t, lua.Load(ctx, rdb))
+		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon"} {
+			ok, err := rdb.ScriptExists(ctx, scripthook.Script(name).Hash()).Result()
+			require.NoError(t, err)
+			require.Equal(t, []bool{true}, ok, name)
+		}
+	})
 }
 
 func keys(t *testing.T) lua.Keys { return lua.KeysFor("rftest", testenv.Unique(t)) }
