@@ -75,7 +75,7 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 	if err != nil {
 		return Acquired{}, scriptErr(err)
 	}
-	return ParseAcquire(v)
+	return parseAcquire(v)
 }
 
 // AcquireAcked runs acquire.lua and then WAIT replicas timeout in one
@@ -101,7 +101,7 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 	if err != nil {
 		return Acquired{}, 0, err
 	}
-	a, err := ParseAcquire(acq.Val())
+	a, err := parseAcquire(acq.Val())
 	if err != nil {
 		return Acquired{}, 0, err
 	}
@@ -112,8 +112,8 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 	return a, n, nil
 }
 
-// ParseAcquire decodes an acquire reply.
-func ParseAcquire(v any) (Acquired, error) {
+// parseAcquire decodes an acquire reply.
+func parseAcquire(v any) (Acquired, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 3 {
 		return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
@@ -145,5 +145,5 @@ func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool,
 	if err != nil {
 		return false, scriptErr(err)
 	}
-	return ParseExtend(v)
+	return parseExtend(v)
 }

@@ -17,7 +17,7 @@ func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token
 	if err != nil {
 		return false, scriptErr(err)
 	}
-	return ParseExtend(v)
+	return parseExtend(v)
 }
 
 // ExtendReq names one ownership for [ExtendBatch].
@@ -68,7 +68,7 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tok
 			}
 			out[i] = ExtendResult{Err: scriptErr(err), Sent: sent}
 			if err == nil {
-				out[i].Held, out[i].Err = ParseExtend(v)
+				out[i].Held, out[i].Err = parseExtend(v)
 			}
 		}
 		return noscript
@@ -79,8 +79,8 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tok
 	return out
 }
 
-// ParseExtend decodes an extend reply.
-func ParseExtend(v any) (bool, error) {
+// parseExtend decodes an extend reply.
+func parseExtend(v any) (bool, error) {
 	n, ok := v.(int64)
 	if !ok || (n != 0 && n != 1) {
 		return false, fmt.Errorf("%w: extend returned %#v", ErrReply, v)

@@ -44,13 +44,13 @@ func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 	if err != nil {
 		return State{}, scriptErr(err)
 	}
-	s, err := ParseInspect(v)
+	s, err := parseInspect(v)
 	s.Name = k.Name
 	return s, err
 }
 
-// ParseInspect decodes an inspect reply.
-func ParseInspect(v any) (State, error) {
+// parseInspect decodes an inspect reply.
+func parseInspect(v any) (State, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 9 {
 		return State{}, fmt.Errorf("%w: inspect returned %#v", ErrReply, v)

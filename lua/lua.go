@@ -1,11 +1,14 @@
-// Package lua holds the Redis scripts behind redfence's locks and typed Go
-// wrappers for them. Each script lives in its own .lua file, embedded and
-// wrapped once as a *redis.Script; Run sends EVALSHA and falls back to EVAL
-// when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart).
+// Package lua runs the Redis scripts behind redfence's locks, through
+// typed wrappers: [Acquire] (and [AcquireAcked], which waits for replicas),
+// [Release], [Extend] (and [ExtendBatch], many in one pipeline), [Abandon]
+// and [Inspect], on the keys [KeysFor] lays out. Each wrapper sends EVALSHA
+// and falls back to EVAL when the server answers NOSCRIPT (after SCRIPT
+// FLUSH or a restart); [Load] puts every script into a server's cache
+// ahead of use.
 //
-// The scripts are the whole of the lock's server-side logic; see each file's
-// header for its KEYS, ARGV and every reply. The reply parsers are exported
-// separately so they can be tested and fuzzed without a server.
+// The scripts are the whole of the lock's server-side logic; each .lua
+// file's header gives its KEYS, ARGV and every reply. A script refuses a
+// key it did not write with [ErrForeign], and changes nothing.
 package lua
 
 import (

@@ -18,11 +18,11 @@ func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, toke
 	if err != nil {
 		return 0, scriptErr(err)
 	}
-	return ParseRelease(v)
+	return parseRelease(v)
 }
 
-// ParseRelease decodes a release reply.
-func ParseRelease(v any) (int64, error) {
+// parseRelease decodes a release reply.
+func parseRelease(v any) (int64, error) {
 	n, ok := v.(int64)
 	if !ok || n < -1 {
 		return 0, fmt.Errorf("%w: release returned %#v", ErrReply, v)
