@@ -89,9 +89,10 @@ func Load(ctx context.Context, rdb redis.Scripter) error {
 }
 
 var (
-	// ErrForeign reports a lock hash or wait queue holding a value
-	// this library did not write. Nothing was changed. The error names the
-	// key and wraps the server's reply, so errors.As finds a redis.Error.
+	// ErrForeign reports a key holding a value this module did not write
+	// where it keeps its own: a lock's hash or wait queue, or a record of
+	// storage/redisstore. Nothing was changed. The error names the key and
+	// wraps the server's reply, so errors.As finds a redis.Error.
 	ErrForeign = errors.New("lua: key holds a foreign value")
 
 	// ErrOverflow reports a next token at 2^53 or beyond, which the

@@ -11,18 +11,18 @@
 --                  else "")
 --   {0, h}         the resource has no value; h is "" if no write was ever
 --                  accepted (the key does not exist)
---   {-1, what}     foreign: KEYS[1] holds something this store did not
---                  write; what describes it
---   error          ARGV malformed (a bug in the caller, never data)
+--   error          "FOREIGN <key> holds <what>": KEYS[1] holds something
+--                  this store did not write (record.lua); or ARGV
+--                  malformed (a bug in the caller, never data)
 
 local mode = ARGV[1]
 if mode ~= 'value' and mode ~= 'highest' then
   return redis.error_reply('ERR redfence get.lua: bad arguments')
 end
 
-local r, what = recordOf(KEYS[1])
+local r, err = recordOf(KEYS[1])
 if not r then
-  return {-1, what}
+  return err
 end
 if not r.h then
   return {0, ''}

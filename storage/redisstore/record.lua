@@ -21,23 +21,30 @@ local function less(a, b)
   return a < b
 end
 
+-- foreign is the refusal of a key holding what, something this store did
+-- not write: the error reply "FOREIGN <key> holds <what>", as the lock
+-- scripts refuse their keys.
+local function foreign(key, what)
+  return nil, redis.error_reply('FOREIGN ' .. key .. ' holds ' .. what)
+end
+
 -- recordOf reads the record at key: a table with its fields h, t and v
 -- (false or nil when absent; all absent when the key does not exist), or
--- nil and what the key holds instead when it holds something this store
--- did not write (another type, or a hash whose fields are not a record).
+-- nil and the FOREIGN error reply when key holds something this store did
+-- not write (another type, or a hash whose fields are not a record).
 local function recordOf(key)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'none' then
     return {}
   end
   if kind ~= 'hash' then
-    return nil, 'a ' .. kind
+    return foreign(key, 'a ' .. kind)
   end
   local f = redis.call('HMGET', key, 'h', 't', 'v')
   local r = {h = f[1], t = f[2], v = f[3]}
   if not canonical(r.h) or (r.t and not canonical(r.t)) or ((r.t == false) ~= (r.v == false))
       or (r.t and less(r.h, r.t)) or redis.call('HLEN', key) ~= (r.t and 3 or 1) then
-    return nil, 'a hash that is not a redfence record'
+    return foreign(key, 'a hash that is not a redfence record')
   end
   return r
 end

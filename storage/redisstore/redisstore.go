@@ -40,7 +40,6 @@
 package redisstore
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -63,12 +62,6 @@ const (
 	// Deprecated: use storage.MaxKeyLen.
 	MaxKeyLen = storage.MaxKeyLen
 )
-
-// ErrForeign reports that the Redis key where a record belongs holds
-// something this package did not write: another type, or a hash whose
-// fields are not a record. The foreign value is left untouched; the error
-// names the key.
-var ErrForeign = errors.New("redisstore: foreign value at key")
 
 // Store is a [storage.Store] in Redis. It is safe for concurrent use by
 // multiple goroutines and, sharing one Redis, by multiple processes. A Store

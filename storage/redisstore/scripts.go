@@ -25,7 +25,7 @@ var (
 	getScript   = redis.NewScript(recordLua + getLua)
 )
 
-// reply is a decoded script reply: its status (1, 0 or -1) and its fields.
+// reply is a decoded script reply: its status (1 or 0) and its fields.
 type reply struct {
 	status int64
 	fields []string

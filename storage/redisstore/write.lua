@@ -15,10 +15,10 @@
 --   {1, ARGV[1]}   accepted: h = t = ARGV[1], v = ARGV[3] ("put"), or
 --                  h = ARGV[1] and t, v removed ("del")
 --   {0, h}         refused, stale: ARGV[1] < h; nothing changed
---   {-1, what}     foreign: KEYS[1] holds something this store did not
---                  write (another type, or a hash whose fields are not a
---                  record); what describes it; nothing changed
---   error          ARGV malformed (a bug in the caller, never data)
+--   error          "FOREIGN <key> holds <what>": KEYS[1] holds something
+--                  this store did not write (another type, or a hash whose
+--                  fields are not a record); nothing changed. Or ARGV
+--                  malformed (a bug in the caller, never data)
 --
 -- Re-running the same request is harmless: the token is equal to h, so it
 -- is accepted again and writes the same fields.
@@ -28,9 +28,9 @@ if not canonical(tok) or (op ~= 'put' and op ~= 'del') then
   return redis.error_reply('ERR redfence write.lua: bad arguments')
 end
 
-local r, what = recordOf(KEYS[1])
+local r, err = recordOf(KEYS[1])
 if not r then
-  return {-1, what}
+  return err
 end
 if r.h and less(tok, r.h) then
   return {0, r.h}
