@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
 
@@ -23,7 +24,7 @@ func TestKeysShareOneSlotOnRealCluster(t *testing.T) {
 		k := lua.KeysFor("redfence", name)
 		want, err := rdb.ClusterKeySlot(t.Context(), k.Lock).Result()
 		require.NoError(t, err)
-		require.EqualValues(t, slot(k.Lock), want, "CRC16 disagrees with Redis for %q", k.Lock)
+		require.EqualValues(t, testenv.Slot(k.Lock), want, "CRC16 disagrees with Redis for %q", k.Lock)
 		for _, key := range []string{k.Queue} {
 			got, err := rdb.ClusterKeySlot(t.Context(), key).Result()
 			require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripthook"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
@@ -237,13 +238,13 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l"})
 		require.NoError(t, err)
 		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
-			err := lua.AcquireScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()
+			err := scripthook.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "acquire %q", bad)
-			err = lua.ReleaseScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", a.Token.String(), "l", bad).Err()
+			err = scripthook.Script("release").Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", a.Token.String(), "l", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "release %q", bad)
-			err = lua.AbandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", "l", "", bad).Err()
+			err = scripthook.Script("abandon").Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", "l", "", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
-			err = lua.ExtendScript.Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
+			err = scripthook.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
 			st, err := lua.Inspect(ctx, rdb, k)
 			require.NoError(t, err)

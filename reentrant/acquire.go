@@ -64,7 +64,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []Option) (*call
 	if ctx == nil {
 		return nil, invalid("nil context")
 	}
-	if err := lua.CheckName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return nil, invalid("%v", err)
 	}
 	cfg, err := c.callConfig(opts)

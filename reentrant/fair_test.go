@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/internal/scripthook"
 	"github.com/redfence/redfence/internal/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -189,7 +189,7 @@ func (acquireCounter) DialHook(next redis.DialHook) redis.DialHook { return next
 
 func (h acquireCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && (a[1] == lua.AcquireScript.Hash() || a[1] == lua.Source("acquire")) {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == scripthook.Script("acquire").Hash() || a[1] == scripthook.Source("acquire")) {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)

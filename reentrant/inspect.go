@@ -28,7 +28,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	if ctx == nil {
 		return State{}, invalid("nil context")
 	}
-	if err := lua.CheckName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return State{}, invalid("%v", err)
 	}
 	if c.isClosed() {

@@ -110,7 +110,7 @@ func WithPrefix(p string) Option {
 		if err := c.clientOnly("WithPrefix"); err != nil {
 			return err
 		}
-		if err := lua.CheckPrefix(p); err != nil {
+		if err := CheckPrefix(p); err != nil {
 			return invalid("%v", err)
 		}
 		c.prefix = p

@@ -4,7 +4,6 @@ package reentrant_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,75 +185,6 @@ func TestRenewalSurvivesScriptFlush(t *testing.T) {
 	t.Logf("%d pipelines, %d EVAL re-sends", h.pipes.Load(), h.evals.Load())
 }
 
-// A renewal pipeline sent to a frozen server (SIGSTOP; go-redis defaults,
-// which ignore context deadlines on reads) never returns in time; every
-// lease of the batch still ends by its local timer, the margin before
-// Redis could expire it.
-func TestFrozenServerEndsBatchedLeasesBeforeTTL(t *testing.T) {
-	const n, ttl = 200, time.Second
-	srv := redisproc.Start(t)
-	c := newClient(t, srv.Client(), reentrant.WithTTL(ttl))
-	leases := lockMany(t, c, n)
-	time.Sleep(ttl / 2) // renewals confirmed
-	srv.Pause()
-	paused := time.Now()
-	defer srv.Resume() // before Close, which waits for the pipeline in flight
-	for _, l := range leases {
-		select {
-		case <-l.Done():
-		case <-time.After(3 * ttl):
-			t.Fatal("a lease outlived its TTL by far while Redis was frozen")
-		}
-		require.ErrorIs(t, l.Err(), reentrant.ErrLost)
-	}
-	require.Less(t, time.Since(paused), ttl-ttl/10+100*time.Millisecond,
-		"every lease must end by TTL - margin after its last confirmed renewal, which was sent before the pause")
-}
-
-// A pipeline that hangs does not hold the renewer back: ownerships taken
-// meanwhile are renewed in later ticks, while the hung batch's ownerships
-// are not sent again and end by their local timer.
-func TestRenewerNotHeldBackByHungPipeline(t *testing.T) {
-	const ttl = 600 * time.Millisecond
-	rdb := testenv.Redis(t)
-	h := &traffic{}
-	rdb.AddHook(h)
-	c := newClient(t, rdb, reentrant.WithTTL(ttl))
-	stuck, err := c.Lock(t.Context(), testenv.Unique(t))
-	require.NoError(t, err)
-	held, release := h.holdNext()
-	t.Cleanup(release) // runs before the client's Close, which waits for it
-	var hung []string
-	select {
-	case hung = <-held:
-	case <-time.After(ttl):
-		t.Fatal("no renewal pipeline was sent")
-	}
-	require.Equal(t, []string{lua.KeysFor(prefix, stuck.Name()).Lock}, hung)
-
-	h.mu.Lock()
-	h.record = true
-	h.mu.Unlock()
-	fresh, err := c.Lock(t.Context(), testenv.Unique(t))
-	require.NoError(t, err)
-	select {
-	case <-stuck.Done():
-	case <-time.After(2 * ttl):
-		t.Fatal("the hung batch's lease was not ended by its timer")
-	}
-	require.ErrorIs(t, stuck.Err(), reentrant.ErrLost)
-	time.Sleep(3 * ttl)
-	require.NoError(t, fresh.Err(), "a lease taken during the hang must be renewed by later ticks")
-
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	require.NotEmpty(t, h.batches)
-	for _, b := range h.batches {
-		require.NotContains(t, b, hung[0], "a renewal in flight must not be sent again")
-	}
-	release()
-}
-
 // One batch that finds some ownerships gone (key deleted), one refused
 // (a foreign value at the key) and the rest held: the gone ones end with
 // ErrLost at once, the refused one with ErrLost wrapping ErrForeign, and the
@@ -309,80 +239,6 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 		}
 		require.True(t, mixed, "a lost and a held ownership must have shared one pipeline")
 	})
-}
-
-// The renewer works on a Cluster client: go-redis splits each tick's
-// pipeline by node, and leases on every node stay alive.
-func TestRenewerOnCluster(t *testing.T) {
-	const n, ttl = 300, 600 * time.Millisecond
-	cc := startCluster(t, 3)
-	var perNode sync.Map // addr -> *atomic.Int64
-	cc.OnNewNode(func(node *redis.Client) {
-		ctr, _ := perNode.LoadOrStore(node.Options().Addr, &atomic.Int64{})
-		node.AddHook(&pipeCounter{ctr.(*atomic.Int64)})
-	})
-	c := newClient(t, cc, reentrant.WithTTL(ttl))
-	leases := lockMany(t, c, n)
-	time.Sleep(3 * ttl)
-	for _, l := range leases {
-		require.NoError(t, l.Err())
-	}
-	nodes := 0
-	perNode.Range(func(addr, ctr any) bool {
-		if ctr.(*atomic.Int64).Load() > 0 {
-			nodes++
-		}
-		t.Logf("%s: %d pipelines", addr, ctr.(*atomic.Int64).Load())
-		return true
-	})
-	require.Equal(t, 3, nodes, "every node must have received renewal pipelines")
-}
-
-type pipeCounter struct{ n *atomic.Int64 }
-
-func (p *pipeCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (p *pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// startCluster starts a Redis Cluster of n primaries on loopback and
-// returns a client of it, closed when the test ends.
-func startCluster(t *testing.T, n int) *redis.ClusterClient {
-	t.Helper()
-	var srvs []*redisproc.Server
-	var buses []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0") // the bus port: port+10000 may be out of range
-		require.NoError(t, err)
-		bus := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		require.NoError(t, l.Close())
-		buses = append(buses, bus)
-		srvs = append(srvs, redisproc.Start(t, redisproc.WithArgs("--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-port", bus)))
-	}
-	ctx := t.Context()
-	for i, s := range srvs {
-		lo, hi := i*16384/n, (i+1)*16384/n-1
-		require.NoError(t, s.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err())
-		host, port, _ := net.SplitHostPort(s.Addr())
-		require.NoError(t, srvs[0].Client().Do(ctx, "CLUSTER", "MEET", host, port, buses[i]).Err())
-	}
-	require.Eventually(t, func() bool {
-		for _, s := range srvs {
-			info, err := s.Client().ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, 50*time.Millisecond, "the cluster did not come up")
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srvs[0].Addr()}})
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
 }
 
 // Close stops the renewer and leaves no goroutine behind, also while

@@ -10,7 +10,7 @@ import "fmt"
 // PostgreSQL refuses B-tree index entries over about 2.7 KB (a third of a
 // page), and sqlstore's key is its table's primary key. In Redis, escaping
 // can triple a key, which stays far below Redis's own limit. It is also the
-// longest lock name (lua.MaxNameLen), so a lock's name can always serve as
+// longest lock name (reentrant.MaxNameLen), so a lock's name can always serve as
 // the key of the resource it guards.
 const MaxKeyLen = 1024
 

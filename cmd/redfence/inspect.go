@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -75,7 +74,7 @@ func inspect(ctx context.Context, c *command, args []string, stdout io.Writer) e
 		return usagef(c.name, "missing --redis host:port")
 	}
 	name := pos[0]
-	if err := lua.CheckName(name); err != nil {
+	if err := reentrant.CheckName(name); err != nil {
 		return usagef(c.name, "invalid lock NAME: %v", err)
 	}
 	if err := checkAddr(c.name, cfg.redisAddr); err != nil {

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripthook"
+	_ "github.com/redfence/redfence/lua" // registers the scripts with scripthook
 )
 
 // ReplayedReleaseTakesALevel brings back the bug of the count-based release
@@ -52,14 +51,10 @@ func swapRelease(t testing.TB, from, to string) {
 // swap replaces from with to in the named script for the rest of the test.
 func swap(t testing.TB, name, from, to string) {
 	t.Helper()
-	src := lua.Source(name)
+	src := scripthook.Source(name)
 	broken := strings.Replace(src, from, to, 1)
 	if broken == src {
 		t.Fatalf("mutant: %q is not in %s.lua any more", from, name)
 	}
-	vars := map[string]**redis.Script{"acquire": &lua.AcquireScript, "release": &lua.ReleaseScript, "abandon": &lua.AbandonScript}
-	v := vars[name]
-	old := *v
-	*v = redis.NewScript(broken)
-	t.Cleanup(func() { *v = old })
+	t.Cleanup(scripthook.Swap(name, broken))
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
-	"github.com/redfence/redfence/storage/redisstore"
+	"github.com/redfence/redfence/lua"
 )
 
 // backends runs fn against miniredis and, when configured, a real Redis.
@@ -24,7 +24,8 @@ func backends(t *testing.T, fn func(t *testing.T, c *redis.Client)) {
 }
 
 // TestForeignValue: a key holding something this package did not write is
-// reported by name for every method and left exactly as it was.
+// reported by name for every method, as lua.ErrForeign wrapping the
+// server's reply, and left exactly as it was.
 func TestForeignValue(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := t.Context()
@@ -52,8 +53,11 @@ func TestForeignValue(t *testing.T) {
 			_, errs["Get"] = s.Get(ctx, key)
 			_, errs["Highest"] = s.Highest(ctx, key)
 			for op, err := range errs {
-				if !errors.Is(err, redisstore.ErrForeign) || !strings.Contains(err.Error(), rk) {
+				if !errors.Is(err, lua.ErrForeign) || !strings.Contains(err.Error(), rk) {
 					t.Errorf("%s: %s = %v; want ErrForeign naming %q", name, op, err, rk)
+				}
+				if rerr := redis.Error(nil); !errors.As(err, &rerr) {
+					t.Errorf("%s: %s = %v; the server's reply must keep its type", name, op, err)
 				}
 			}
 			if after := snapshot(t, c, rk); after != before {

@@ -14,6 +14,7 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 )
@@ -71,7 +72,7 @@ func storeKey(t *testing.T, prefix, key string) (string, bool) {
 // refuses are skipped: no lock keys exist for them.
 func checkApart(t *testing.T, lockPrefix, name, storePrefix, key string) {
 	t.Helper()
-	if lua.CheckPrefix(lockPrefix) != nil || lua.CheckName(name) != nil {
+	if reentrant.CheckPrefix(lockPrefix) != nil || reentrant.CheckName(name) != nil {
 		return
 	}
 	rk, ok := storeKey(t, storePrefix, key)

@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage"
 )
 
 // Get returns key's value and the token that wrote it. It returns an error
 // wrapping storage.ErrNotFound if key has no value, storage.ErrInvalid for a
-// bad key, [ErrForeign] if the Redis key holds something else, or the Redis
-// or context error, wrapped.
+// bad key, [lua.ErrForeign] if the Redis key holds something else, or the
+// Redis or context error, wrapped.
 func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	r, err := s.read(ctx, key, "value")
 	if err != nil {
@@ -37,7 +40,7 @@ func (s *Store) Highest(ctx context.Context, key string) (fence.Token, error) {
 	return token(r.fields[0])
 }
 
-// read runs get.lua and turns a foreign reply into an error.
+// read runs get.lua and checks its reply's shape.
 func (s *Store) read(ctx context.Context, key, mode string) (reply, error) {
 	rk, err := s.Key(key)
 	if err != nil {
@@ -45,17 +48,13 @@ func (s *Store) read(ctx context.Context, key, mode string) (reply, error) {
 	}
 	v, err := getScript.Run(ctx, s.c, []string{rk}, mode).Result()
 	if err != nil {
-		return reply{}, fmt.Errorf("redisstore: get %q: %w", key, err)
+		return reply{}, opErr("get", key, err)
 	}
 	r, err := decode(v)
 	if err != nil {
 		return reply{}, err
 	}
-	want := map[int64]int{1: 3, 0: 1, -1: 1}[r.status]
-	switch {
-	case r.status == -1 && len(r.fields) == 1:
-		return reply{}, fmt.Errorf("%w: %q (for key %q) holds %s; left untouched", ErrForeign, rk, key, r.fields[0])
-	case want == 0 || len(r.fields) != want:
+	if want := map[int64]int{1: 3, 0: 1}[r.status]; want == 0 || len(r.fields) != want {
 		return reply{}, fmt.Errorf("redisstore: unexpected get reply %d %q", r.status, r.fields)
 	}
 	return r, nil
@@ -66,8 +65,8 @@ func (s *Store) read(ctx context.Context, key, mode string) (reply, error) {
 // A nil value is stored as an empty one. Put returns nil when the write was
 // applied; an error wrapping fence.ErrStale (a *fence.StaleError with the
 // current highest) or fence.ErrNoToken when the rule refused it and nothing
-// changed; storage.ErrInvalid for a bad key; [ErrForeign] if the Redis key
-// holds something else; or the Redis or context error, wrapped. After a
+// changed; storage.ErrInvalid for a bad key; [lua.ErrForeign] if the Redis
+// key holds something else; or the Redis or context error, wrapped. After a
 // Redis or context error the write may or may not have been applied, never
 // half: re-running it with the same token is safe.
 func (s *Store) Put(ctx context.Context, key string, value []byte, token fence.Token) error {
@@ -96,7 +95,7 @@ func (s *Store) write(ctx context.Context, op, key string, t fence.Token, value 
 	}
 	v, err := writeScript.Run(ctx, s.c, []string{rk}, args...).Result()
 	if err != nil {
-		return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
+		return opErr(op, key, err)
 	}
 	r, err := decode(v)
 	if err != nil {
@@ -114,8 +113,17 @@ func (s *Store) write(ctx context.Context, op, key string, t fence.Token, value 
 			return err
 		}
 		return fmt.Errorf("redisstore: %s %q: %w", op, key, &fence.StaleError{Token: t, Highest: h})
-	case -1:
-		return fmt.Errorf("%w: %q (for key %q) holds %s; left untouched", ErrForeign, rk, key, r.fields[0])
 	}
 	return fmt.Errorf("redisstore: unexpected write reply %d %q", r.status, r.fields)
+}
+
+// opErr wraps err, the error of op on key. A script's refusal of a foreign
+// value, the error reply "FOREIGN <key> holds <what>", is [lua.ErrForeign],
+// as a lock script's is, and keeps the server's reply: errors.As finds the
+// redis.Error.
+func opErr(op, key string, err error) error {
+	if redis.HasErrorPrefix(err, "FOREIGN") {
+		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, lua.ErrForeign, err)
+	}
+	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }

@@ -8,9 +8,10 @@
 // so a paused writer's late Put is still refused.
 //
 // The key sits inside a Redis Cluster hash tag with '%', '{' and '}'
-// escaped (as %25, %7B, %7D), so any key, braces included, maps to one
-// well-formed tag and every script touches a single slot. The escaping is
-// injective: two different keys never share a record.
+// escaped (as %25, %7B, %7D; [lua.HashTag], the tag of lock names too), so
+// any key, braces included, maps to one well-formed tag and every script
+// touches a single slot. The escaping is injective: two different keys never
+// share a record.
 //
 // The ":rec" suffix keeps records apart from the keys of redfence's locks
 // whatever prefixes and names are chosen, even a store prefix equal to the
@@ -39,12 +40,12 @@
 package redisstore
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -61,12 +62,6 @@ const (
 	// Deprecated: use storage.MaxKeyLen.
 	MaxKeyLen = storage.MaxKeyLen
 )
-
-// ErrForeign reports that the Redis key where a record belongs holds
-// something this package did not write: another type, or a hash whose
-// fields are not a record. The foreign value is left untouched; the error
-// names the key.
-var ErrForeign = errors.New("redisstore: foreign value at key")
 
 // Store is a [storage.Store] in Redis. It is safe for concurrent use by
 // multiple goroutines and, sharing one Redis, by multiple processes. A Store
@@ -106,10 +101,6 @@ func New(c redis.Scripter, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// escaper makes a key safe inside a hash tag. Escaping '%' as well keeps
-// the mapping injective: "{" becomes "%7B" and a literal "%7B" "%257B".
-var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
 // recordSuffix follows the hash tag of every record. A lock's keys end
 // their tag with "" or ":q" (package lua);
 // without a suffix of its own a record would be the very key of the lock
@@ -124,5 +115,5 @@ func (s *Store) Key(key string) (string, error) {
 	if err := storage.CheckKey(key); err != nil {
 		return "", fmt.Errorf("redisstore: %w", err)
 	}
-	return s.prefix + ":{" + escaper.Replace(key) + "}" + recordSuffix, nil
+	return s.prefix + ":" + lua.HashTag(key) + recordSuffix, nil
 }

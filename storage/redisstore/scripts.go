@@ -10,6 +10,8 @@ import (
 )
 
 var (
+	//go:embed record.lua
+	recordLua string
 	//go:embed write.lua
 	writeLua string
 	//go:embed get.lua
@@ -17,11 +19,13 @@ var (
 
 	// writeScript and getScript are created once: a *redis.Script caches
 	// the SHA1 so each call is an EVALSHA, falling back to EVAL on NOSCRIPT.
-	writeScript = redis.NewScript(writeLua)
-	getScript   = redis.NewScript(getLua)
+	// Each is record.lua followed by the script's own file, so the helpers
+	// that read and check a record exist once.
+	writeScript = redis.NewScript(recordLua + writeLua)
+	getScript   = redis.NewScript(recordLua + getLua)
 )
 
-// reply is a decoded script reply: its status (1, 0 or -1) and its fields.
+// reply is a decoded script reply: its status (1 or 0) and its fields.
 type reply struct {
 	status int64
 	fields []string

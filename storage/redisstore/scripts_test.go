@@ -8,14 +8,14 @@ import (
 )
 
 // TestScriptsLoad loads every script into a real Redis, which compiles it,
-// and checks each opens with its header comment.
+// and checks each file opens with its header comment.
 func TestScriptsLoad(t *testing.T) {
 	c := testenv.Redis(t)
 	for name, src := range map[string]string{"write.lua": writeLua, "get.lua": getLua} {
 		if !strings.HasPrefix(src, "-- "+name+":") || !strings.Contains(src, "KEYS[1]") || !strings.Contains(src, "Returns") {
 			t.Errorf("%s lacks its header comment (name, KEYS, ARGV, returns)", name)
 		}
-		sha, err := c.ScriptLoad(t.Context(), src).Result()
+		sha, err := c.ScriptLoad(t.Context(), recordLua+src).Result()
 		if err != nil {
 			t.Fatalf("SCRIPT LOAD %s: %v", name, err)
 		}

@@ -1,0 +1,149 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// Acquired is the reply of the acquire script.
+type Acquired struct {
+	OK        bool          // the caller holds the lock now
+	TooDeep   bool          // a reentry refused: the hold is at Request.MaxDepth already
+	Token     fence.Token   // the ownership's token, when OK or TooDeep
+	Depth     int64         // the reentry depth, when OK or TooDeep
+	HolderTTL time.Duration // what is left of the holder's lease when neither
+}
+
+// Request is one Lock call's acquisition, as the acquire and abandon
+// scripts see it.
+type Request struct {
+	Owner    string
+	Level    string        // the level ID: the request ID of one Lock call
+	TTL      time.Duration // the lease; whole milliseconds
+	Meta     string        // metadata of a fresh ownership, "" for none; no newline
+	MaxDepth int64         // the deepest hold a reentry may make; 0: no limit
+	Waiter   *Waiter       // non-nil: the call waits in the queue
+	Tokens   Tokens        // how a fresh token is issued
+}
+
+// Waiter describes a Lock call that waits in the lock's queue: the lock,
+// when it is freed and this waiter is the oldest, is handed to it, and a
+// message "<level ID> <token>" is published on Channel. The waiter then
+// has Claim to claim it (by calling acquire again with its level ID)
+// before the lock expires and passes on.
+type Waiter struct {
+	Channel string        // where the waiter's client listens
+	Claim   time.Duration // how long a handed lock waits to be claimed
+	Queue   time.Duration // how long the queue outlives its last poll
+}
+
+// member is r's queue entry (layout in lib.lua), "" when r does not wait.
+func (r *Request) member() string {
+	w := r.Waiter
+	if w == nil {
+		return ""
+	}
+	return r.Level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + r.Owner + "\n" + r.Meta + "\n" + w.Channel
+}
+
+func acquireArgs(k Keys, r *Request) ([]string, []any) {
+	var queue int64
+	if r.Waiter != nil {
+		queue = max(r.Waiter.Queue.Milliseconds(), 1)
+	}
+	depth := r.MaxDepth
+	if depth <= 0 {
+		depth = math.MaxInt32
+	}
+	return []string{k.Lock, k.Queue}, []any{r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
+}
+
+// Acquire runs acquire.lua for r without waiting: a free lock others queue
+// for is handed to the oldest of them and not taken. With r.Waiter, the
+// caller joins the queue (or stays in it) when it does not get the lock.
+// See the script's header for its semantics.
+func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
+	keys, args := acquireArgs(k, r)
+	v, err := acquireScript.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return Acquired{}, scriptErr(err)
+	}
+	return parseAcquire(v)
+}
+
+// AcquireAcked runs acquire.lua and then WAIT replicas timeout in one
+// pipeline on node, the primary that owns k's slot: WAIT counts the writes
+// of its own connection, so it must follow the script on the same one. It
+// returns the acquire reply and how many replicas acknowledged it.
+func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
+	keys, args := acquireArgs(k, r)
+	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
+		pipe := node.Pipeline()
+		acq := eval(pipe)
+		ack := pipe.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
+		_, err := pipe.Exec(ctx)
+		return acq, ack, err
+	}
+	acq, ack, err := run(func(p redis.Pipeliner) *redis.Cmd { return acquireScript.EvalSha(ctx, p, keys, args...) })
+	if acq != nil && redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+		acq, ack, err = run(func(p redis.Pipeliner) *redis.Cmd { return acquireScript.Eval(ctx, p, keys, args...) })
+	}
+	if err := acq.Err(); err != nil {
+		return Acquired{}, 0, scriptErr(err)
+	}
+	if err != nil {
+		return Acquired{}, 0, err
+	}
+	a, err := parseAcquire(acq.Val())
+	if err != nil {
+		return Acquired{}, 0, err
+	}
+	n, err := ack.Int64()
+	if err != nil {
+		return Acquired{}, 0, fmt.Errorf("%w: WAIT returned %v", ErrReply, err)
+	}
+	return a, n, nil
+}
+
+// parseAcquire decodes an acquire reply.
+func parseAcquire(v any) (Acquired, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 3 {
+		return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
+	}
+	var n [3]int64
+	for i := range a {
+		if n[i], ok = a[i].(int64); !ok {
+			return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
+		}
+	}
+	switch {
+	case n[0] == 1 && n[1] > 0 && n[2] > 0:
+		return Acquired{OK: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
+	case n[0] == 2 && n[1] > 0 && n[2] > 0:
+		return Acquired{TooDeep: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
+	case n[0] == 0 && n[1] >= 0 && n[2] == 0:
+		return Acquired{HolderTTL: millis(n[1])}, nil
+	}
+	return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
+}
+
+// Abandon runs abandon.lua for the acquisition r: it takes r's waiter (if
+// r waits) out of the queue, and removes the level r took, if it was applied
+// or the lock handed to it and the level is still there. It reports whether
+// it removed a level. A lock it hands to the next waiter gets a token
+// issued as r.Tokens says.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
+	v, err := abandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
+	if err != nil {
+		return false, scriptErr(err)
+	}
+	return parseExtend(v)
+}

@@ -1,0 +1,10 @@
+package lua
+
+// The reply parsers, for the package's tests, which check and fuzz them
+// without a server.
+var (
+	ParseAcquire = parseAcquire
+	ParseRelease = parseRelease
+	ParseExtend  = parseExtend
+	ParseInspect = parseInspect
+)

@@ -1,0 +1,128 @@
+package lua_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/lua"
+)
+
+// decodeReply builds a RESP-like value (nil, int64, string or array) from
+// fuzz bytes, so the parsers meet every shape a broken or hostile server
+// could send.
+func decodeReply(b []byte, depth int) (any, []byte) {
+	if len(b) == 0 {
+		return nil, b
+	}
+	tag, b := b[0], b[1:]
+	switch tag % 4 {
+	case 0:
+		return nil, b
+	case 1:
+		var buf [8]byte
+		n := copy(buf[:], b)
+		return int64(binary.LittleEndian.Uint64(buf[:])) >> (tag / 4 % 64), b[n:]
+	case 2:
+		n := 0
+		if len(b) > 0 {
+			n, b = int(b[0]%24), b[1:]
+		}
+		n = min(n, len(b))
+		return string(b[:n]), b[n:]
+	default:
+		if depth > 2 {
+			return nil, b
+		}
+		n := int(tag/4) % 7
+		a := make([]any, 0, n)
+		for range n {
+			var v any
+			v, b = decodeReply(b, depth+1)
+			a = append(a, v)
+		}
+		return a, b
+	}
+}
+
+func FuzzParseReplies(f *testing.F) {
+	f.Add([]byte{3 + 4*3, 1, 1, 1, 2, 1, 1})
+	f.Add([]byte{3 + 4*5, 2, 1, 'o', 2, 1, '1', 2, 1, '7', 1, 100, 2, 2, '1', '2'})
+	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, _ := decodeReply(b, 0)
+		if a, err := lua.ParseAcquire(v); err == nil {
+			if a.OK && (a.Token == 0 || a.Depth < 1) {
+				t.Fatalf("acquire %#v parsed to %+v", v, a)
+			}
+			if !a.OK && (a.Token != 0 || a.Depth != 0 || a.HolderTTL < -1) {
+				t.Fatalf("acquire %#v parsed to %+v", v, a)
+			}
+		}
+		if n, err := lua.ParseRelease(v); err == nil && n < -1 {
+			t.Fatalf("release %#v parsed to %d", v, n)
+		}
+		_, _ = lua.ParseExtend(v)
+		if s, err := lua.ParseInspect(v); err == nil {
+			if (s.Owner == "") != (s.Token == 0) || (s.Owner == "") != (s.Depth == 0) || s.Depth < 0 {
+				t.Fatalf("inspect %#v parsed to inconsistent %+v", v, s)
+			}
+		}
+	})
+}
+
+func TestParseRejectsMalformed(t *testing.T) {
+	for _, v := range []any{nil, "x", int64(1), []any{int64(1)}, []any{int64(1), int64(0), int64(1)},
+		[]any{int64(1), int64(3), int64(0)}, []any{int64(2), int64(0), int64(1)}, []any{int64(0), int64(-3), int64(0)},
+		[]any{"1", int64(1), int64(1)}} {
+		_, err := lua.ParseAcquire(v)
+		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
+	}
+	for _, v := range []any{nil, "0", int64(-2)} {
+		_, err := lua.ParseRelease(v)
+		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
+	}
+	for _, v := range []any{nil, int64(2), int64(-1)} {
+		_, err := lua.ParseExtend(v)
+		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
+	}
+	valid := func(edit func([]any)) []any {
+		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired"}, "job 7"}
+		edit(v)
+		return v
+	}
+	_, err := lua.ParseInspect(valid(func([]any) {}))
+	require.NoError(t, err, "the base of the malformed replies below must parse")
+	for _, v := range []any{nil, []any{}, valid(func(v []any) { v[1] = nil }),
+		valid(func(v []any) { v[0], v[1], v[2] = nil, nil, int64(-9) }), valid(func(v []any) { v[4] = []any{} }),
+		valid(func(v []any) { v[3] = "1" }), valid(func(v []any) { v[3] = int64(-1) }),
+		valid(func(v []any) { v[1] = "0" }), valid(func(v []any) { v[4] = []any{int64(1)} }),
+		valid(func(v []any) { v[0], v[1] = nil, nil }), valid(func(v []any) { v[2] = int64(-1) }),
+		valid(func(v []any) { v[5] = int64(-1) }), valid(func(v []any) { v[5] = "1" }),
+		valid(func(v []any) { v[7] = []any{"1", "o"} }), valid(func(v []any) { v[7] = []any{"1", "o", "lost"} }),
+		valid(func(v []any) { v[7] = []any{"x", "o", "released"} }), valid(func(v []any) { v[7] = "1" }),
+		valid(func(v []any) { v[8] = int64(1) }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}}} {
+		_, err := lua.ParseInspect(v)
+		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
+	}
+}
+
+// Found by fuzzing: a PTTL beyond what a Duration holds must not wrap.
+func TestHugePTTLSaturates(t *testing.T) {
+	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
+	require.NoError(t, err)
+	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
+	a, err = lua.ParseAcquire([]any{int64(2), int64(7), int64(3)})
+	require.NoError(t, err)
+	require.Equal(t, lua.Acquired{TooDeep: true, Token: 7, Depth: 3}, a)
+	a, err = lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
+	require.NoError(t, err)
+	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
+	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil})
+	require.NoError(t, err)
+	require.Greater(t, s.TTL, 100*365*24*time.Hour)
+}

@@ -1,0 +1,31 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// Release runs release.lua for the level taken by the Lock call whose
+// request ID is level, and returns the depth left, or -1 when the caller's
+// ownership does not hold the lock. A lock handed to a waiter gets a token
+// issued as m says.
+func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (int64, error) {
+	v, err := releaseScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, owner, token.String(), level, m.arg()).Result()
+	if err != nil {
+		return 0, scriptErr(err)
+	}
+	return parseRelease(v)
+}
+
+// parseRelease decodes a release reply.
+func parseRelease(v any) (int64, error) {
+	n, ok := v.(int64)
+	if !ok || n < -1 {
+		return 0, fmt.Errorf("%w: release returned %#v", ErrReply, v)
+	}
+	return n, nil
+}

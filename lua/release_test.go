@@ -1,0 +1,204 @@
+package lua_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+)
+
+func TestRepeatedRequestsApplyOnce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		run := func(level string) lua.Acquired {
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
+			require.NoError(t, err)
+			assertLeaseShape(t, rdb, k)
+			return a
+		}
+		first := run("r1")
+		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 1}, first)
+		require.Equal(t, first, run("r1"), "a repeated fresh acquire must not take a new token")
+		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"))
+		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"), "a repeated reentry must not count twice")
+
+		rel := func(level string) int64 {
+			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, lua.Tokens{})
+			require.NoError(t, err)
+			return n
+		}
+		require.EqualValues(t, 1, rel("r2"))
+		require.EqualValues(t, 1, rel("r2"), "a repeated partial release must not count twice")
+		require.EqualValues(t, 0, rel("r1"))
+		require.EqualValues(t, 0, rel("r1"), "a repeated full release must still report success")
+		require.EqualValues(t, 0, rel("r5"), "the release of an ownership that ended by release is taken for a repeat")
+		n, err := lua.Release(ctx, rdb, k, "o1", first.Token+1, "r5", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n, "a token never issued is not held")
+
+		// Someone else takes the lock; the old full release, repeated, must
+		// still answer as before and must not touch the new holder.
+		other, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r6"})
+		require.NoError(t, err)
+		require.Equal(t, fence.Token(2), other.Token)
+		require.EqualValues(t, 0, rel("r1"))
+		// ...even after that other owner fully released in turn: an
+		// ownership that ended by release answers its releases as done.
+		n, err = lua.Release(ctx, rdb, k, "o2", other.Token, "r6", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
+		other, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r6b"})
+		require.NoError(t, err)
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, "o2", st.Owner)
+		require.EqualValues(t, 1, st.Depth)
+		require.Equal(t, []string{"r6b"}, st.Levels)
+	})
+}
+
+// An ownership whose lease ran out is recorded as expired by the next
+// script that writes, so a late or retried release of it is told "not
+// held", on every path: the expired owner's own release, and another
+// owner's acquire.
+func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		expire := func() { b.Expire(60 * time.Millisecond) }
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
+		require.NoError(t, err)
+		expire()
+		n, err := lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n, "the lease ran out before the release")
+		b2, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
+		require.NoError(t, err)
+		require.True(t, b2.OK)
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n, "a retry, after another ownership began")
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, []lua.Ended{{Token: a.Token, Owner: "o1", Expired: true}}, st.Ended)
+
+		// Expired without a release: another owner's acquire records it.
+		k = keys(t)
+		a, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
+		require.NoError(t, err)
+		expire()
+		b2, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
+		require.NoError(t, err)
+		require.Equal(t, a.Token+1, b2.Token)
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n)
+		n, err = lua.Release(ctx, rdb, k, "o2", b2.Token, "r2", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		st, err = lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, []lua.Ended{{Token: a.Token, Owner: "o1", Expired: true}, {Token: b2.Token, Owner: "o2"}}, st.Ended)
+	})
+}
+
+// At most 16 expired ownerships are recorded, the most recent ones; a
+// release of an older one is still told "not held".
+func TestExpiredRecordsBounded(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		for i := range 20 {
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: fmt.Sprint("r", i)})
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			require.NoError(t, rdb.HSet(ctx, k.Lock, "x", "1").Err()) // its lease ran out long ago
+		}
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Len(t, st.Ended, 17, "16 recorded and the last, not yet")
+		require.EqualValues(t, 4, st.Ended[0].Token)
+		require.Len(t, rdb.HKeys(ctx, k.Lock).Val(), 16+5, "16 records, w, t, o, x and one level")
+		for tok := range fence.Token(20) {
+			n, err := lua.Release(ctx, rdb, k, "o", tok+1, fmt.Sprint("r", tok), lua.Tokens{})
+			require.NoError(t, err)
+			require.EqualValues(t, -1, n, "token %d expired", tok+1)
+		}
+	})
+}
+
+// The bug this layout fixes: an inner release (depth 2 to 1) whose reply
+// is lost is retried by go-redis after the same owner reentered (depth 2
+// again). The old script remembered only the last request, so the retry
+// applied twice and freed a lock one level still relied on. Each level is
+// now removed by its own ID, exactly once.
+func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		outer, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer"})
+		require.NoError(t, err)
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner"})
+		require.NoError(t, err)
+		rel := func(level string) int64 {
+			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, lua.Tokens{})
+			require.NoError(t, err)
+			return n
+		}
+		require.EqualValues(t, 1, rel("inner"))
+		again, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, again.Depth)
+		require.EqualValues(t, 2, rel("inner"), "the retry of a release already applied changes nothing")
+		replayed, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
+		require.NoError(t, err)
+		require.Equal(t, again, replayed, "a repeated reentry answers the depth it was granted, not today's")
+		busy, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "other", TTL: time.Minute, Level: "x"})
+		require.NoError(t, err)
+		require.False(t, busy.OK, "the lock is still held at depth 2")
+		require.EqualValues(t, 1, rel("inner2"))
+		require.EqualValues(t, 0, rel("outer"))
+	})
+}
+
+func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a1"})
+		require.NoError(t, err)
+		undone, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a1"})
+		require.NoError(t, err)
+		require.True(t, undone)
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Empty(t, st.Owner, "an abandoned fresh acquisition frees the lock")
+
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a2"})
+		require.NoError(t, err)
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a3"})
+		require.NoError(t, err)
+		for _, c := range []struct{ owner, req string }{{"x", "a3"}, {"o", "nope"}} {
+			undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: c.owner, Level: c.req})
+			require.NoError(t, err)
+			require.False(t, undone, "%v: not a level of this owner", c)
+		}
+		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a3"})
+		require.NoError(t, err)
+		require.True(t, undone)
+		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a3"})
+		require.NoError(t, err)
+		require.False(t, undone, "a repeated abandon must not undo twice")
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a4"})
+		require.NoError(t, err)
+		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a2"})
+		require.NoError(t, err)
+		require.True(t, undone, "a level is undone by its ID even after later reentries")
+		st, err = lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Depth)
+		require.EqualValues(t, 2, st.LastToken, "the counter is never rolled back")
+	})
+}

@@ -1,0 +1,94 @@
+//go:build unix
+
+package reentrant_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// The renewer works on a Cluster client: go-redis splits each tick's
+// pipeline by node, and leases on every node stay alive.
+func TestRenewerOnCluster(t *testing.T) {
+	const n, ttl = 300, 600 * time.Millisecond
+	cc := startCluster(t, 3)
+	var perNode sync.Map // addr -> *atomic.Int64
+	cc.OnNewNode(func(node *redis.Client) {
+		ctr, _ := perNode.LoadOrStore(node.Options().Addr, &atomic.Int64{})
+		node.AddHook(&pipeCounter{ctr.(*atomic.Int64)})
+	})
+	c := newClient(t, cc, reentrant.WithTTL(ttl))
+	leases := lockMany(t, c, n)
+	time.Sleep(3 * ttl)
+	for _, l := range leases {
+		require.NoError(t, l.Err())
+	}
+	nodes := 0
+	perNode.Range(func(addr, ctr any) bool {
+		if ctr.(*atomic.Int64).Load() > 0 {
+			nodes++
+		}
+		t.Logf("%s: %d pipelines", addr, ctr.(*atomic.Int64).Load())
+		return true
+	})
+	require.Equal(t, 3, nodes, "every node must have received renewal pipelines")
+}
+
+type pipeCounter struct{ n *atomic.Int64 }
+
+func (p *pipeCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// startCluster starts a Redis Cluster of n primaries on loopback and
+// returns a client of it, closed when the test ends.
+func startCluster(t *testing.T, n int) *redis.ClusterClient {
+	t.Helper()
+	var srvs []*redisproc.Server
+	var buses []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0") // the bus port: port+10000 may be out of range
+		require.NoError(t, err)
+		bus := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		require.NoError(t, l.Close())
+		buses = append(buses, bus)
+		srvs = append(srvs, redisproc.Start(t, redisproc.WithArgs("--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-port", bus)))
+	}
+	ctx := t.Context()
+	for i, s := range srvs {
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		require.NoError(t, s.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err())
+		host, port, _ := net.SplitHostPort(s.Addr())
+		require.NoError(t, srvs[0].Client().Do(ctx, "CLUSTER", "MEET", host, port, buses[i]).Err())
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range srvs {
+			info, err := s.Client().ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, "the cluster did not come up")
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srvs[0].Addr()}})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
