@@ -28,10 +28,10 @@ const minTick = time.Millisecond
 // first and exits at the first tick that finds none, or when the Client
 // closes.
 type renewer struct {
-	c    *Client
-	tick time.Duration
+	c *Client
 
 	mu      sync.Mutex
+	tick    time.Duration // shrinks to a quarter of the shortest renew interval added
 	owns    map[*ownership]struct{}
 	running bool
 }
@@ -141,7 +141,7 @@ func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 // meanwhile. A batch still in flight then settles in the background, and
 // its ownerships are not sent again until it has.
 func (r *renewer) send(batch []*ownership) {
-	wait, cancel := context.WithTimeout(r.c.bg, r.tick/2)
+	wait, cancel := context.WithTimeout(r.c.bg, r.tickNow()/2)
 	defer cancel()
 	bounded(r.c, wait, 0, func(context.Context) (struct{}, error) {
 		r.renew(batch)
