@@ -37,7 +37,7 @@ func (s *Store) Guard(ctx context.Context, tx *sql.Tx, resource string, token fe
 	// the transaction had ended, and in SQLite every later statement in tx
 	// would then run and commit on its own, outside any transaction.
 	if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-		return errors.Join(err, fmt.Errorf("sqlstore: guard %q: rollback: %w", resource, rerr))
+		return fmt.Errorf("%w; and its rollback failed: %w", err, rerr)
 	}
 	return err
 }
