@@ -37,8 +37,9 @@ type Sentinels struct {
 	servers   []*Server // every data server, the first primary first
 	sentinels []*sentinelProc
 
-	mu      sync.Mutex
-	primary *Server
+	mu        sync.Mutex
+	primary   *Server
+	unplanned int
 }
 
 // StartSentinels starts a primary, replicas replicas of it and sentinels
@@ -146,6 +147,15 @@ func (g *Sentinels) AwaitPrimary() *Server {
 	return g.await(nil)
 }
 
+// Unplanned returns how many failovers Sentinel made on its own, as far as
+// seen: each time AwaitPrimary (also called by Rejoin and WaitReplicas)
+// found a primary that no KillPrimary or AwaitFailover had returned.
+func (g *Sentinels) Unplanned() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.unplanned
+}
+
 // await waits until the sentinels agree on a primary other than old (which
 // may be nil) and records it.
 func (g *Sentinels) await(old *Server) *Server {
@@ -156,6 +166,9 @@ func (g *Sentinels) await(old *Server) *Server {
 		var next *Server
 		if next, why = g.agreed(old); next != nil {
 			g.mu.Lock()
+			if old == nil && next != g.primary {
+				g.unplanned++
+			}
 			g.primary = next
 			for _, s := range g.servers {
 				s.mu.Lock()
@@ -181,6 +194,7 @@ func (g *Sentinels) await(old *Server) *Server {
 // current primary and waits until it is in sync.
 func (g *Sentinels) Rejoin(s *Server) {
 	g.t.Helper()
+	g.AwaitPrimary()
 	s.Restart()
 	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
 	defer cancel()
@@ -202,11 +216,19 @@ func (g *Sentinels) Replicas() []*Server {
 	return rs
 }
 
-// WaitReplicas waits until every live replica follows the current primary
-// and is in sync with it.
+// WaitReplicas makes every live replica follow the current primary and
+// waits until each is in sync with it. Sentinel points the replicas at a
+// promoted primary itself, but a server it demoted alive, or one restarted
+// behind a second failover, it reconfigures only after up to 10 seconds;
+// WaitReplicas sends REPLICAOF to those at once.
 func (g *Sentinels) WaitReplicas(ctx context.Context) {
 	g.t.Helper()
+	primary := g.AwaitPrimary()
 	for _, s := range g.Replicas() {
+		info, err := s.info(ctx)
+		if err != nil || info["role"] != "slave" || info["master_port"] != strconv.Itoa(primary.port) {
+			s.ReplicaOf(primary)
+		}
 		s.WaitSync(ctx)
 	}
 }
