@@ -26,7 +26,8 @@ import (
 // that acquires a free name writes the acquire script and WAIT together and
 // reads both replies (one go-redis pipeline, seen by a hook), and the
 // primary receives both from one connection, in a row (seen by MONITOR).
-// The same checks fail when WAIT is sent after the script's reply.
+// The controls send WAIT apart: after the script's reply, which the hook
+// sees as two round trips, and on another connection, which MONITOR shows.
 func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 	g := redisproc.StartSentinels(t, 1, 1)
 	rdb := g.Client()
@@ -54,8 +55,6 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 		})
 	}
 
-	// The controls: each way of sending WAIT apart from the script fails
-	// one of the checks.
 	acquire := func(t *testing.T, rdb redis.Scripter) {
 		keys := lua.KeysFor("redfence", testenv.Unique(t))
 		_, err := lua.Acquire(ctx, rdb, keys, &lua.Request{Owner: "o", Level: "l", TTL: time.Second, MaxDepth: 1})
