@@ -3,6 +3,10 @@
 package redisproc_test
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,5 +56,31 @@ func TestSentinelFailover(t *testing.T) {
 	require.Len(t, pids, 7, "3 servers, one restarted, and 3 sentinels")
 	for _, pid := range pids {
 		assert.False(t, alive(pid), "pid %d left running", pid)
+	}
+}
+
+// A redis-server that will not run as a sentinel is a missing binary:
+// StartSentinels skips, or fails under CI=true. The stand-in runs a plain
+// server where a sentinel was asked for.
+func TestSentinelModeMissing(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("no redis-server on PATH")
+	}
+	fake := filepath.Join(t.TempDir(), "redis-server")
+	script := fmt.Sprintf(`#!/bin/sh
+if [ "$2" = "--sentinel" ]; then
+	exec %[1]s --port "$(awk '$1 == "port" { print $2 }' "$1")" --bind 127.0.0.1 --save "" --dir "$(dirname "$1")"
+fi
+exec %[1]s "$@"
+`, bin)
+	require.NoError(t, os.WriteFile(fake, []byte(script), 0o755))
+	t.Setenv(redisproc.BinaryVar, fake)
+	for ci, want := range map[string]string{"": "skip", "true": "fatal"} {
+		t.Setenv("CI", ci)
+		tb := &recordTB{TB: t}
+		tb.run(func() { redisproc.StartSentinels(tb, 1, 1) })
+		assert.Equal(t, want, tb.ended, "CI=%q", ci)
+		assert.Contains(t, tb.msg, "no Sentinel mode")
 	}
 }
