@@ -275,14 +275,33 @@ end
 -- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
 -- lock, oldest first (the score is the server time they queued at, in
 -- microseconds). A member is
--- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<channel>": the level the
--- waiter will hold, how long it has to claim a lock handed to it, its owner,
--- the metadata its ownership gets (possibly empty), and the channel its
--- client listens on. parseWaiter returns id, claim, owner, channel and
--- metadata, or nil.
+-- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<kind><channel>": the
+-- level the waiter will hold, how long it has to claim a lock handed to it,
+-- its owner, the metadata its ownership gets (possibly empty), and the
+-- channel its client listens on, after one byte saying how: "p" a classic
+-- channel (PUBLISH), "s" a shard channel in the lock's slot (SPUBLISH,
+-- Redis 7 Cluster). parseWaiter returns id, claim, owner, channel (kind
+-- included) and metadata, or nil.
 local function parseWaiter(m)
-  local id, claim, owner, meta, channel = string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n([^\n]*)\n(.+)$')
+  local id, claim, owner, meta, channel = string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n([^\n]*)\n([ps].+)$')
   return id, claim, owner, channel, meta
+end
+
+-- notify sends msg on a waiter's channel (kind included, see parseWaiter).
+-- A shard channel shares the lock's slot, so the script may SPUBLISH to it
+-- on a Cluster; SPUBLISH reaches the subscribers on the slot's own shard
+-- only, where PUBLISH goes to every node. A failed SPUBLISH (a node before
+-- Redis 7 in a cluster being upgraded) is ignored rather than failing a
+-- script whose writes are made; like a message sent while the waiter's
+-- subscription is on another node (a slot moving), it is lost, and the
+-- waiter's next poll claims the lock.
+local function notify(channel, msg)
+  local kind, name = string.sub(channel, 1, 1), string.sub(channel, 2)
+  if kind == 's' then
+    redis.pcall('SPUBLISH', name, msg)
+  else
+    redis.call('PUBLISH', name, msg)
+  end
 end
 
 -- nextWaiter reads the oldest waiter of queue and the token it would get
@@ -325,7 +344,7 @@ end
 local function handTo(lock, queue, h, w, mode, now)
   redis.call('ZREM', queue, w.member)
   local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now, w.meta)
-  redis.call('PUBLISH', w.channel, w.id .. ' ' .. ts)
+  notify(w.channel, w.id .. ' ' .. ts)
 end
 
 -- passOn frees the lock h whose last level is going (with expired, its

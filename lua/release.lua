@@ -12,8 +12,8 @@
 -- Returns the depth left (>= 0) when the caller's ownership held the level:
 --   other levels left:  the level is removed, their count returned;
 --   last level:         the lease and level are removed, and the lock
---                       handed to the oldest waiter if any (one PUBLISH, to
---                       that waiter's channel only); 0;
+--                       handed to the oldest waiter if any (one PUBLISH or
+--                       SPUBLISH, to that waiter's channel only); 0;
 --   repeated call:      the level is already gone, so nothing changes and
 --                       the depth left is returned, 0 when the ownership
 --                       has ended by release, whatever the owner did in
