@@ -36,7 +36,6 @@ type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
 	note    *notifier
-	channel string // where handoffs to this client's waiters are published
 	ren     *renewer
 	retries bool // the go-redis client may re-send a command on its own
 	checked atomic.Bool
@@ -83,13 +82,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	channel := cfg.prefix + ":c:" + id
 	bg, stop := context.WithCancel(context.Background())
 	c := &Client{
 		rdb:       rdb,
 		cfg:       cfg,
-		note:      newNotifier(rdb, channel),
-		channel:   channel,
+		note:      newNotifier(rdb, cfg.prefix, id),
 		retries:   retries(rdb),
 		reqPrefix: id + ":",
 		bg:        bg,
