@@ -153,14 +153,16 @@ func (c *Client) reqID() string {
 }
 
 // retries reports whether rdb may re-send a command on its own: go-redis
-// does unless MaxRetries is negative. A client type it cannot inspect is
-// assumed to.
+// does unless MaxRetries is negative, and a ClusterClient also while
+// MaxRedirects is above 0 (its default, 3): it re-sends after a timeout as
+// after a redirect. A client type it cannot inspect is assumed to.
 func retries(rdb redis.UniversalClient) bool {
 	switch rdb := rdb.(type) {
 	case *redis.Client:
 		return rdb.Options().MaxRetries >= 0
 	case *redis.ClusterClient:
-		return rdb.Options().MaxRetries >= 0
+		o := rdb.Options()
+		return o.MaxRetries >= 0 || o.MaxRedirects > 0
 	case *redis.Ring:
 		return rdb.Options().MaxRetries >= 0
 	}

@@ -1,0 +1,81 @@
+package reentrant
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Redis Cluster refuses, without running it, a command that comes while
+// a slot moves or a primary is being replaced:
+//
+//   - TRYAGAIN: the command names several keys of a moving slot and they
+//     are split between the two nodes, or some are missing on the node
+//     asked. Every lock script but extend names the lock's hash and its
+//     queue, and a lock nobody waits for has no queue, so its acquire and
+//     release get TRYAGAIN from the first SETSLOT to the last MIGRATE of
+//     its slot.
+//   - ASK and MOVED: the slot is (being) served elsewhere. go-redis follows
+//     them, up to MaxRedirects (3 by default), and returns the last one.
+//   - CLUSTERDOWN: a primary has failed and no replica has taken over yet;
+//     with cluster-require-full-coverage (the default) every node refuses
+//     every command until one has.
+//
+// go-redis itself retries TRYAGAIN and CLUSTERDOWN within MaxRedirects, a
+// few tens of ms in all, which a slot move of a few hundred keys or an
+// election outlasts. Each of these replies proves its attempt did nothing,
+// so the client sends the call again (with the same level ID, so no earlier
+// attempt that may have run is applied twice) while the caller's context
+// allows and for at most one TTL, backing off from busyMin to busyMax.
+const busyMin, busyMax = 5 * time.Millisecond, 250 * time.Millisecond
+
+// busy reports an error reply by which a Cluster refused to run a command
+// for now: TRYAGAIN, ASK, MOVED or CLUSTERDOWN.
+func busy(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// retryBusy runs f, and again while it fails with a busy error, ctx is
+// live and less than limit has passed, sleeping between attempts with
+// backoff and jitter. It returns f's last result.
+func retryBusy[T any](c *Client, ctx context.Context, limit time.Duration, f func(context.Context) (T, error)) (T, error) {
+	give := time.Now().Add(limit)
+	for delay := busyMin; ; delay = min(2*delay, busyMax) {
+		v, err := f(ctx)
+		if !busy(err) {
+			return v, err
+		}
+		c.reload(ctx)
+		d := delay/2 + rand.N(delay/2+1)
+		if time.Now().Add(d).After(give) {
+			return v, err
+		}
+		c.debug("reentrant: the cluster asks to try again", "err", err, "delay", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+	}
+}
+
+// reload has a Cluster client learn the slots' owners anew, as go-redis
+// does by itself after MOVED, but not after CLUSTERDOWN or on the
+// connections of WithReplicaAck, which go to one node.
+func (c *Client) reload(ctx context.Context) {
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
+}
