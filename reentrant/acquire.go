@@ -149,7 +149,7 @@ func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 		return rep.a.OK || r.req.Waiter != nil
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		return retryBusy(c, ctx, r.cfg.ttl, func(ctx context.Context) (reply, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (reply, error) {
 			sent := time.Now()
 			a, acked, err := r.runAcquire(ctx, poll)
 			return reply{a, acked, sent}, err

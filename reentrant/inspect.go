@@ -35,7 +35,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 		return State{}, ErrClosed
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
-		return retryBusy(c, ctx, c.cfg.lease.ttl, func(ctx context.Context) (lua.State, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (lua.State, error) {
 			return lua.Inspect(ctx, c.rdb, c.keys(name))
 		})
 	}, nil)

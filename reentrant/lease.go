@@ -102,7 +102,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		sent time.Time
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		return retryBusy(l.c, ctx, l.own.cfg.ttl, func(ctx context.Context) (reply, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (reply, error) {
 			sent := time.Now()
 			held, err := lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
 			return reply{held, sent}, err
@@ -135,7 +135,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
-		return retryBusy(l.c, ctx, l.own.cfg.ttl, func(ctx context.Context) (lua.State, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (lua.State, error) {
 			return lua.Inspect(ctx, l.c.rdb, l.keys)
 		})
 	}, nil)

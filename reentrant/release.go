@@ -38,7 +38,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
-		return retryBusy(l.c, ctx, l.own.cfg.ttl, func(ctx context.Context) (int64, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (int64, error) {
 			return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
 		})
 	}, nil)
@@ -69,7 +69,7 @@ func (r *call) undo() error {
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
-		return retryBusy(c, ctx, r.cfg.ttl, func(ctx context.Context) (bool, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
 			return lua.Abandon(context.WithoutCancel(ctx), c.rdb, r.keys, &r.req)
 		})
 	}, func(_ bool, err error) {
@@ -122,7 +122,7 @@ func (r *call) undoInBackground() {
 func (r *call) leave() error {
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
 	defer cancel()
-	_, err := retryBusy(r.c, ctx, r.cfg.ttl, func(ctx context.Context) (bool, error) {
+	_, err := retryBusy(r.c, ctx, func(ctx context.Context) (bool, error) {
 		return lua.Abandon(ctx, r.c.rdb, r.keys, &r.req)
 	})
 	if err != nil {

@@ -173,13 +173,13 @@ func (r *renewer) renew(batch []*ownership) {
 }
 
 // again sends anew, with backoff, the renewals a Cluster refused for now
-// (see busy), until each gets another answer or ctx ends, and puts the
+// (see retryBusy), until each gets another answer or ctx ends, and puts the
 // new outcomes in res.
 func (r *renewer) again(ctx context.Context, reqs []lua.ExtendReq, res []lua.ExtendResult) {
 	for delay := busyMin; ; delay = min(2*delay, busyMax) {
 		var idx []int
 		for i := range res {
-			if busy(res[i].Err) {
+			if r.c.transient(res[i].Err) {
 				idx = append(idx, i)
 			}
 		}
