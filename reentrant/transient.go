@@ -70,7 +70,8 @@ func (c *Client) transient(err error) bool {
 
 // retryBusy runs f, and again while it fails with a transient error, ctx
 // is live and less than busyLimit has passed, sleeping between attempts
-// with backoff and jitter. It returns f's last result.
+// with backoff and jitter. It returns f's last result, its error joined
+// with ctx's when ctx ended the retries.
 func retryBusy[T any](c *Client, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	give := time.Now().Add(busyLimit)
 	for delay := busyMin; ; delay = min(2*delay, busyMax) {
@@ -88,7 +89,7 @@ func retryBusy[T any](c *Client, ctx context.Context, f func(context.Context) (T
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return v, err
+			return v, join(ctx.Err(), err)
 		case <-t.C:
 		}
 	}
