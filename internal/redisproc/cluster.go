@@ -289,10 +289,29 @@ func (c *Cluster) wait(what string, cond func() string) {
 
 // Settle waits until every live node reports cluster_state:ok, all agree
 // on the live primary serving every slot, and every live replica's link to
-// its primary is up. It fails the test after 15 seconds.
+// its primary is up. It fails the test after 15 seconds. It then records
+// each replica's primary, so that [Server.WaitSync] and [Server.Isolate]
+// work on cluster replicas too.
 func (c *Cluster) Settle() {
 	c.t.Helper()
 	c.wait("the cluster to settle", c.unsettled)
+	for _, s := range c.live() {
+		v, err := s.clusterView()
+		if err != nil {
+			c.t.Fatalf("redisproc: %v", err)
+		}
+		var primary *Server
+		if me := v.myself(); me != nil && !me.has("master") {
+			for _, n := range v {
+				if n.id == me.master {
+					primary = c.byAddr(n.addr)
+				}
+			}
+		}
+		s.mu.Lock()
+		s.primary = primary
+		s.mu.Unlock()
+	}
 }
 
 func (c *Cluster) unsettled() string {

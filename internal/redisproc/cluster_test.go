@@ -29,6 +29,7 @@ func TestClusterMigrateAndFailover(t *testing.T) {
 		require.Len(t, masters, 3)
 		for _, m := range masters {
 			require.Len(t, c.ReplicasOf(m), 1, "replicas of %s", m.Addr())
+			c.ReplicasOf(m)[0].WaitSync(ctx) // a cluster replica knows its primary
 		}
 		cc := c.Client()
 
