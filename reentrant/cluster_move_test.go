@@ -121,3 +121,73 @@ func (h tryAgainCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h tryAgainCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// A release that runs on a slot's new primary before the slot is handed
+// over (the keys have moved, SETSLOT NODE has not come) publishes there,
+// while the waiter's subscription is still on the old primary: the message
+// reaches nobody. The waiter's poll gets the lock all the same.
+func TestClusterHandoffDuringMoveIsPolled(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	ctx := t.Context()
+	holder := newClient(t, c.Client())
+	waiter := newClient(t, c.Client())
+	name := fmt.Sprintf("polled{%d}", time.Now().UnixNano())
+	slot := lua.Slot(lua.KeysFor(prefix, name).Lock)
+	from := c.MasterOf(slot)
+	to := c.Masters()[0]
+	if to == from {
+		to = c.Masters()[1]
+	}
+	held, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+	type got struct {
+		l   *reentrant.Lease
+		err error
+		at  time.Time
+	}
+	waited := make(chan got, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, name)
+		waited <- got{l, err, time.Now()}
+	}()
+	shardChannels := func(s *redisproc.Server) []string {
+		v, err := s.Client().Do(ctx, "PUBSUB", "SHARDCHANNELS", prefix+":c:*").StringSlice()
+		require.NoError(t, err)
+		return v
+	}
+	require.Eventually(t, func() bool { return len(shardChannels(from)) == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the waiter subscribes on the slot's primary")
+
+	type released struct {
+		at            time.Time
+		subsFrom, sub int
+		err           error
+	}
+	rel := make(chan released, 1)
+	go func() {
+		// Once every key is on the new primary, release: it runs there.
+		for from.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		r := released{subsFrom: len(shardChannels(from)), sub: len(shardChannels(to)), at: time.Now()}
+		r.err = held.Unlock(ctx)
+		rel <- r
+	}()
+	c.MigrateSlot(slot, to, 100, 600*time.Millisecond)
+	r := <-rel
+	require.NoError(t, r.err)
+	require.Equal(t, 1, r.subsFrom, "the waiter's subscription was still on the old primary")
+	require.Zero(t, r.sub, "nobody listened on the new primary")
+	g := <-waited
+	require.NoError(t, g.err)
+	// The release handed the lock over with the next token, but the claim
+	// may come too late: with the queue emptied, the claim names a missing
+	// key and gets TRYAGAIN until SETSLOT NODE. The handed lock then
+	// expires after the claim time and the waiter's poll takes it afresh.
+	require.Greater(t, g.l.Token(), held.Token())
+	took := g.at.Sub(r.at)
+	require.Less(t, took, 1500*time.Millisecond, "a poll (every 250 ms by default) takes the lock")
+	require.NoError(t, g.l.Unlock(ctx))
+	t.Logf("SUMMARY cluster-move-lost-message handoff_ms=%.1f tokens_skipped=%d poll_interval_ms=250 claim_ms=500 setslot_pause_ms=600",
+		float64(took)/1e6, g.l.Token()-held.Token()-1)
+}
