@@ -49,7 +49,7 @@ type Waiter struct {
 	Sharded bool
 }
 
-// member is r's queue entry (layout in lib.lua), "" when r does not wait.
+// member is r's queue entry (layout in queue.lua), "" when r does not wait.
 func (r *Request) member() string {
 	w := r.Waiter
 	if w == nil {

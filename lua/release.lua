@@ -2,7 +2,7 @@
 -- oldest waiter, or free it when nobody waits.
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  wait queue  P:{N}:q   (layout in lib.lua)
+-- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  token of the ownership being released (decimal)
 -- ARGV[3]  level ID: the request ID of the Lock call that took the level
