@@ -30,8 +30,15 @@ import (
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
 // Cluster, through go-redis's UniversalClient). It is safe for concurrent
-// use. Close it to stop renewals and its pub/sub connection; closing it does
-// not close the go-redis client.
+// use. Close it to stop renewals and its pub/sub connections; closing it
+// does not close the go-redis client.
+//
+// Its waiters listen on one pub/sub connection; on a Redis 7 Cluster, on one
+// per slot in which it has waiters, each kept 5 s past the slot's last
+// waiter. On a Cluster, every call retries, within its context, the replies
+// by which a moving slot or an election refuses a command (TRYAGAIN, ASK,
+// MOVED, CLUSTERDOWN) and failed dials. docs/design.md, "Redis Cluster",
+// has the details.
 type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
@@ -103,14 +110,15 @@ func (c *Client) TTL() time.Duration { return c.cfg.lease.ttl }
 
 // Close ends every lease of this client with cause ErrClosed, stops its
 // renewals, gives up undoing acquisitions whose callers left, and closes its
-// pub/sub connection. It is synchronous: when it returns, no goroutine of
+// pub/sub connections. It is synchronous: when it returns, no goroutine of
 // the client runs and none will send another command. A Redis call in
 // flight when Close is called is waited for, so Close can take as long as
 // the go-redis client's own timeouts.
 //
 // The locks themselves stay held until unlocked or expired: [Lease.Unlock]
 // still works after Close. Every other method returns ErrClosed. Close is
-// idempotent and returns the pub/sub connection's close error, if any.
+// idempotent and returns the classic pub/sub connection's close error, if
+// any.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
