@@ -141,7 +141,7 @@ func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 // meanwhile. A batch still in flight then settles in the background, and
 // its ownerships are not sent again until it has.
 func (r *renewer) send(batch []*ownership) {
-	wait, cancel := context.WithTimeout(r.c.bg, r.tick/2)
+	wait, cancel := context.WithTimeout(r.c.bg, r.tickNow()/2)
 	defer cancel()
 	bounded(r.c, wait, 0, func(context.Context) (struct{}, error) {
 		r.renew(batch)
