@@ -71,8 +71,12 @@ func runClusterFailover(t *testing.T, kind string) {
 		waited <- got{l, err, faultNow()}
 	}()
 
+	before, after := 800*time.Millisecond, 1500*time.Millisecond
+	if faultLong() {
+		before, after = 3*time.Second, 6*time.Second
+	}
 	w := clusterStartWorkers(t, c, names, cfg.workers, cfg, store)
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(before)
 	replica := c.ReplicasOf(m)[0]
 	at := faultNow()
 	var took time.Duration
@@ -83,18 +87,18 @@ func runClusterFailover(t *testing.T, kind string) {
 		promoted, took = c.KillMaster(m)
 	}
 	settled := faultNow()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(after)
 	all := w.stop(t)
 
 	var tally clusterTally
-	after := 0
+	acquired := 0
 	for i, name := range names {
 		label := [...]string{"a", "b", "other"}[i]
 		r := faultRecord(t, faultCheck("cluster-failover/"+kind+"/"+label, all[name], map[string]*storage.Record{}))
 		tally.add(r, all[name])
 		for _, op := range all[name] {
 			if op.Kind == faultLock && op.Outcome == faultOK && op.Start > settled {
-				after++
+				acquired++
 			}
 		}
 	}
@@ -119,9 +123,9 @@ func runClusterFailover(t *testing.T, kind string) {
 		waiter = "still waiting 10s after the release"
 	}
 	t.Logf("SUMMARY cluster-failover kind=%s took_ms=%d promoted=%s names=%d holders=%d %s %s acquisitions_after=%d",
-		kind, took.Milliseconds(), promoted.Addr(), len(names), len(names)*cfg.workers, &tally, &w.replies, after)
+		kind, took.Milliseconds(), promoted.Addr(), len(names), len(names)*cfg.workers, &tally, &w.replies, acquired)
 	t.Logf("cluster-failover/%s: the lock held across it: %v; its waiter: %s", kind, leaseState(heldErr), waiter)
-	if after == 0 {
+	if acquired == 0 {
 		t.Errorf("no acquisition after the cluster settled")
 	}
 	if n := tally.busyErrors(); n != 0 {
