@@ -155,6 +155,9 @@ func (s *Server) clusterView() (clusterNodes, error) {
 			return nil, fmt.Errorf("%s: CLUSTER NODES line %q", s.Addr(), line)
 		}
 		addr, _, _ := strings.Cut(f[1], "@")
+		if strings.HasPrefix(addr, ":") {
+			addr = "127.0.0.1" + addr // a node that never met another does not know its IP
+		}
 		n := clusterNode{id: f[0], addr: addr, flags: strings.Split(f[2], ","), master: f[3]}
 		for _, r := range f[8:] {
 			if strings.HasPrefix(r, "[") {
