@@ -218,3 +218,41 @@ func commandCalls(t *testing.T, s *redisproc.Server, cmd string) int {
 	}
 	return 0
 }
+
+// A client that waits again on a slot within the linger reuses its shard
+// subscription; past the linger, the subscription ends.
+func TestClusterShardSubscriptionLingers(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: 1})
+	ctx := t.Context()
+	holder := newClient(t, c.Client())
+	waiter := newClient(t, c.Client())
+	reentrant.SetShardLinger(waiter, 500*time.Millisecond)
+	m := c.Masters()[0]
+	require.NoError(t, m.Client().ConfigResetStat(ctx).Err())
+	name := fmt.Sprintf("linger{%d}", time.Now().UnixNano())
+	channels := func() int {
+		v, err := m.Client().Do(ctx, "PUBSUB", "SHARDCHANNELS", prefix+":c:*").StringSlice()
+		require.NoError(t, err)
+		return len(v)
+	}
+	handoff := func() {
+		l, err := holder.Lock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			w, err := waiter.Lock(ctx, name)
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return channels() == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Unlock(ctx))
+		require.NoError(t, <-got)
+	}
+	handoff()
+	handoff()
+	require.Equal(t, 1, commandCalls(t, m, "ssubscribe"), "the second wait reuses the subscription")
+	require.Eventually(t, func() bool { return channels() == 0 }, 5*time.Second, 20*time.Millisecond,
+		"the subscription ends past the linger")
+}

@@ -44,6 +44,7 @@ type shards struct {
 	cc         *redis.ClusterClient
 	prefix, id string
 	mode       atomic.Int32 // shardUnknown until asked, then shardOn or shardOff
+	linger     time.Duration
 	subs       map[int]*shard
 	wg         sync.WaitGroup
 }
@@ -66,7 +67,7 @@ type shard struct {
 }
 
 func newShards(n *notifier, cc *redis.ClusterClient, prefix, id string) *shards {
-	return &shards{n: n, cc: cc, prefix: prefix, id: id, subs: make(map[int]*shard)}
+	return &shards{n: n, cc: cc, prefix: prefix, id: id, linger: shardLinger, subs: make(map[int]*shard)}
 }
 
 // on reports whether the cluster has sharded pub/sub (SPUBLISH, Redis 7),
@@ -146,7 +147,7 @@ func (sh *shards) run(s *shard) {
 		confirmed, idle := sh.receive(s, ps)
 		_ = ps.Close()
 		sh.n.poke(s.slot)
-		if idle || !sh.attach(s, nil) {
+		if idle || !sh.attach(s, nil) || sh.expire(s) {
 			return
 		}
 		if confirmed {
@@ -221,7 +222,7 @@ func (sh *shards) receive(s *shard, ps *redis.PubSub) (confirmed, idle bool) {
 func (sh *shards) expire(s *shard) bool {
 	sh.n.mu.Lock()
 	defer sh.n.mu.Unlock()
-	if s.waiters > 0 || time.Since(s.idle) < shardLinger || sh.subs[s.slot] != s {
+	if s.waiters > 0 || time.Since(s.idle) < sh.linger || sh.subs[s.slot] != s {
 		return false
 	}
 	delete(sh.subs, s.slot)
