@@ -25,9 +25,9 @@ import (
 // A subscription outlives its last waiter by shardLinger, so that a client
 // contending for one lock again and again subscribes once. When the slot
 // moves, or its master fails over, the server ends the subscription (it
-// sends "sunsubscribe"); the client subscribes again at the slot's new
-// master and wakes the slot's waiters to poll, which claims a lock whose
-// message was lost meanwhile.
+// sends "sunsubscribe") or the connection fails; the client subscribes
+// again at the slot's new master and wakes the slot's waiters to poll,
+// which claims a lock whose message was lost meanwhile.
 const (
 	shardLinger = 5 * time.Second
 	// shardTick is how long a subscription waits for a message before it
@@ -37,8 +37,8 @@ const (
 	shardBackoffMin, shardBackoffMax = 10 * time.Millisecond, time.Second
 )
 
-// shards are the shard subscriptions of one Cluster client. Their fields
-// but mode are guarded by n.mu.
+// shards are the shard subscriptions of one Cluster client. linger and
+// subs are guarded by n.mu.
 type shards struct {
 	n          *notifier
 	cc         *redis.ClusterClient
