@@ -3,7 +3,7 @@
 -- waiter that gives up out of the queue.
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  wait queue  P:{N}:q   (layout in lib.lua)
+-- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
 -- ARGV[3]  the caller's queue member, or "" when it never queued

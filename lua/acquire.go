@@ -39,18 +39,27 @@ type Request struct {
 // has Claim to claim it (by calling acquire again with its level ID)
 // before the lock expires and passes on.
 type Waiter struct {
-	Channel string        // where the waiter's client listens
+	Channel string        // where the waiter's client listens; not empty
 	Claim   time.Duration // how long a handed lock waits to be claimed
 	Queue   time.Duration // how long the queue outlives its last poll
+	// Sharded publishes with SPUBLISH (Redis 7) instead of PUBLISH: on a
+	// Cluster the message then goes to the lock's shard alone. Channel
+	// must then be in the lock's slot (see SlotTag); a script may not
+	// SPUBLISH elsewhere.
+	Sharded bool
 }
 
-// member is r's queue entry (layout in lib.lua), "" when r does not wait.
+// member is r's queue entry (layout in queue.lua), "" when r does not wait.
 func (r *Request) member() string {
 	w := r.Waiter
 	if w == nil {
 		return ""
 	}
-	return r.Level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + r.Owner + "\n" + r.Meta + "\n" + w.Channel
+	kind := "p"
+	if w.Sharded {
+		kind = "s"
+	}
+	return r.Level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + r.Owner + "\n" + r.Meta + "\n" + kind + w.Channel
 }
 
 func acquireArgs(k Keys, r *Request) ([]string, []any) {

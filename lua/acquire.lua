@@ -2,14 +2,14 @@
 -- if the caller owns it, or (waiting) join the queue.
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  wait queue  P:{N}:q   (layout in lib.lua)
+-- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
 -- ARGV[3]  level ID: the request ID of this call, unique per Lock call. A
 --          re-run of the same call (go-redis retries after a read timeout,
 --          or a waiter polling) finds its level and is answered without
 --          applying twice.
--- ARGV[4]  the caller's queue member (lib.lua) when it waits, "" when not
+-- ARGV[4]  the caller's queue member (queue.lua) when it waits, "" when not
 -- ARGV[5]  when waiting: the queue's expiry in ms, renewed by every waiter
 --          that polls, so a queue whose waiters all died goes away
 -- ARGV[6]  token mode (lib.lua): "0" the strict counter, a fresh token is

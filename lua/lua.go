@@ -27,6 +27,8 @@ import (
 var (
 	//go:embed lib.lua
 	libSrc string
+	//go:embed queue.lua
+	queueSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -39,14 +41,19 @@ var (
 	abandonSrc string
 )
 
-// The scripts, loaded once per process. Each is lib.lua followed by the
-// script's own file, so the helpers that recognise a lock exist once.
+// helpers is what every script starts with: lib.lua (the lock hash, the
+// tokens) and queue.lua (the wait queue), so the helpers that recognise a
+// lock exist once.
+var helpers = libSrc + queueSrc
+
+// The scripts, loaded once per process: the helpers, then the script's own
+// file.
 var (
-	acquireScript = redis.NewScript(libSrc + acquireSrc)
-	releaseScript = redis.NewScript(libSrc + releaseSrc)
-	extendScript  = redis.NewScript(libSrc + extendSrc)
-	inspectScript = redis.NewScript(libSrc + inspectSrc)
-	abandonScript = redis.NewScript(libSrc + abandonSrc)
+	acquireScript = redis.NewScript(helpers + acquireSrc)
+	releaseScript = redis.NewScript(helpers + releaseSrc)
+	extendScript  = redis.NewScript(helpers + extendSrc)
+	inspectScript = redis.NewScript(helpers + inspectSrc)
+	abandonScript = redis.NewScript(helpers + abandonSrc)
 )
 
 // scripts names every script with its source, for Load and for the
@@ -64,7 +71,7 @@ var scripts = []struct {
 
 func init() {
 	for _, s := range scripts {
-		scripthook.Register(s.name, libSrc+s.src, s.s)
+		scripthook.Register(s.name, helpers+s.src, s.s)
 	}
 }
 

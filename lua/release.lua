@@ -2,7 +2,7 @@
 -- oldest waiter, or free it when nobody waits.
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  wait queue  P:{N}:q   (layout in lib.lua)
+-- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  token of the ownership being released (decimal)
 -- ARGV[3]  level ID: the request ID of the Lock call that took the level
@@ -12,8 +12,8 @@
 -- Returns the depth left (>= 0) when the caller's ownership held the level:
 --   other levels left:  the level is removed, their count returned;
 --   last level:         the lease and level are removed, and the lock
---                       handed to the oldest waiter if any (one PUBLISH, to
---                       that waiter's channel only); 0;
+--                       handed to the oldest waiter if any (one PUBLISH or
+--                       SPUBLISH, to that waiter's channel only); 0;
 --   repeated call:      the level is already gone, so nothing changes and
 --                       the depth left is returned, 0 when the ownership
 --                       has ended by release, whatever the owner did in

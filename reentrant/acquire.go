@@ -122,8 +122,10 @@ type acquired struct {
 	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
 }
 
-// acquire runs one attempt. The lease's clock starts at sent, before the
-// server could have started the TTL, so local expiry errs on the early side.
+// acquire runs one attempt, sent again while a Cluster answers that it is
+// busy (see retryBusy). The lease's clock starts when the attempt that ran
+// was sent, before the server could have started the TTL, so local expiry
+// errs on the early side.
 //
 // When the attempt fails in a way that leaves its outcome unknown (no
 // reply, the read timed out, the caller's context ended first), the script
@@ -133,10 +135,10 @@ type acquired struct {
 // caller is still there, in the background otherwise.
 func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 	c := r.c
-	sent := time.Now()
 	type reply struct {
 		a     lua.Acquired
 		acked int
+		sent  time.Time // when the last attempt left
 	}
 	// left says whether an attempt whose caller has gone left something to
 	// undo: a level, or (a waiter's) a place in the queue.
@@ -147,8 +149,11 @@ func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 		return rep.a.OK || r.req.Waiter != nil
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		a, acked, err := r.runAcquire(ctx, poll)
-		return reply{a, acked}, err
+		return retryBusy(c, ctx, func(ctx context.Context) (reply, error) {
+			sent := time.Now()
+			a, acked, err := r.runAcquire(ctx, poll)
+			return reply{a, acked, sent}, err
+		})
 	}, func(rep reply, err error) {
 		if left(rep, err) {
 			r.undoInBackground()
@@ -171,7 +176,7 @@ func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
 			r.undo())
 	case err == nil:
-		return acquired{Acquired: rep.a, sent: sent}, nil
+		return acquired{Acquired: rep.a, sent: rep.sent}, nil
 	case mayHaveRun(err, c.retries):
 		if uerr := r.undo(); uerr != nil {
 			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, r.cfg.ttl, uerr)

@@ -30,13 +30,19 @@ import (
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
 // Cluster, through go-redis's UniversalClient). It is safe for concurrent
-// use. Close it to stop renewals and its pub/sub connection; closing it does
-// not close the go-redis client.
+// use. Close it to stop renewals and its pub/sub connections; closing it
+// does not close the go-redis client.
+//
+// Its waiters listen on one pub/sub connection; on a Redis 7 Cluster, on one
+// per slot in which it has waiters, each kept 5 s past the slot's last
+// waiter. On a Cluster, every call retries, within its context, the replies
+// by which a moving slot or an election refuses a command (TRYAGAIN, ASK,
+// MOVED, CLUSTERDOWN) and failed dials. docs/design.md, "Redis Cluster",
+// has the details.
 type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
 	note    *notifier
-	channel string // where handoffs to this client's waiters are published
 	ren     *renewer
 	retries bool // the go-redis client may re-send a command on its own
 	checked atomic.Bool
@@ -83,13 +89,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	channel := cfg.prefix + ":c:" + id
 	bg, stop := context.WithCancel(context.Background())
 	c := &Client{
 		rdb:       rdb,
 		cfg:       cfg,
-		note:      newNotifier(rdb, channel),
-		channel:   channel,
+		note:      newNotifier(rdb, cfg.prefix, id),
 		retries:   retries(rdb),
 		reqPrefix: id + ":",
 		bg:        bg,
@@ -106,14 +110,15 @@ func (c *Client) TTL() time.Duration { return c.cfg.lease.ttl }
 
 // Close ends every lease of this client with cause ErrClosed, stops its
 // renewals, gives up undoing acquisitions whose callers left, and closes its
-// pub/sub connection. It is synchronous: when it returns, no goroutine of
+// pub/sub connections. It is synchronous: when it returns, no goroutine of
 // the client runs and none will send another command. A Redis call in
 // flight when Close is called is waited for, so Close can take as long as
 // the go-redis client's own timeouts.
 //
 // The locks themselves stay held until unlocked or expired: [Lease.Unlock]
 // still works after Close. Every other method returns ErrClosed. Close is
-// idempotent and returns the pub/sub connection's close error, if any.
+// idempotent and returns the classic pub/sub connection's close error, if
+// any.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -156,14 +161,16 @@ func (c *Client) reqID() string {
 }
 
 // retries reports whether rdb may re-send a command on its own: go-redis
-// does unless MaxRetries is negative. A client type it cannot inspect is
-// assumed to.
+// does unless MaxRetries is negative, and a ClusterClient also while
+// MaxRedirects is above 0 (its default, 3): it re-sends after a timeout as
+// after a redirect. A client type it cannot inspect is assumed to.
 func retries(rdb redis.UniversalClient) bool {
 	switch rdb := rdb.(type) {
 	case *redis.Client:
 		return rdb.Options().MaxRetries >= 0
 	case *redis.ClusterClient:
-		return rdb.Options().MaxRetries >= 0
+		o := rdb.Options()
+		return o.MaxRetries >= 0 || o.MaxRedirects > 0
 	case *redis.Ring:
 		return rdb.Options().MaxRetries >= 0
 	}

@@ -1,5 +1,7 @@
 package reentrant
 
+import "time"
+
 // RenewAllNow sends one renewal of every live ownership of c that has none
 // in flight, in one batch, waits for the replies and applies them; it
 // returns the batch's size. For benchmarks: the background renewer sends
@@ -17,4 +19,12 @@ func RenewAllNow(c *Client) int {
 	r.mu.Unlock()
 	r.renew(batch)
 	return len(batch)
+}
+
+// SetShardLinger sets how long c's shard subscriptions outlive their last
+// waiter (5 s otherwise). c must be a Cluster client that has not waited yet.
+func SetShardLinger(c *Client, d time.Duration) {
+	c.note.mu.Lock()
+	defer c.note.mu.Unlock()
+	c.note.shards.linger = d
 }

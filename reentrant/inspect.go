@@ -35,7 +35,9 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 		return State{}, ErrClosed
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
-		return lua.Inspect(ctx, c.rdb, c.keys(name))
+		return retryBusy(c, ctx, func(ctx context.Context) (lua.State, error) {
+			return lua.Inspect(ctx, c.rdb, c.keys(name))
+		})
 	}, nil)
 	return out.v, out.err
 }

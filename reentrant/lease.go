@@ -96,18 +96,25 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.live(); err != nil {
 		return err
 	}
-	sent := time.Now()
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
-		return lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
-	}, nil)
-	ok, err := out.v, out.err
-	if err != nil {
-		return err
+	// sent is when the attempt that ran left: Redis started the TTL after.
+	type reply struct {
+		held bool
+		sent time.Time
 	}
-	if !ok {
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (reply, error) {
+			sent := time.Now()
+			held, err := lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
+			return reply{held, sent}, err
+		})
+	}, nil)
+	if out.err != nil {
+		return out.err
+	}
+	if !out.v.held {
 		return l.gone()
 	}
-	l.own.confirm(sent, ttl)
+	l.own.confirm(out.v.sent, ttl)
 	return nil
 }
 
@@ -128,7 +135,9 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
-		return lua.Inspect(ctx, l.c.rdb, l.keys)
+		return retryBusy(l.c, ctx, func(ctx context.Context) (lua.State, error) {
+			return lua.Inspect(ctx, l.c.rdb, l.keys)
+		})
 	}, nil)
 	st, err := out.v, out.err
 	if err != nil {

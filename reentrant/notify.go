@@ -9,62 +9,93 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
 )
 
 // notifier delivers handoff messages to the waiting Lock calls of one
-// Client. The client listens on one channel of its own, whatever the number
-// of locks and waiters: a release that hands a lock to one of its waiters
-// publishes "<level ID> <token>" there, and only that waiter wakes.
+// Client. A release that hands a lock to one of its waiters publishes
+// "<level ID> <token>" on a channel the client listens on, and only that
+// waiter wakes.
 //
-// The subscription is made by the first Lock that has to wait and kept
-// until Close. A message published while no subscription is active is lost;
-// waiters poll (see Client.pollDelay), and every confirmation of the
-// subscription (the first, and each after go-redis reconnects) wakes every
-// waiter to poll at once, so a lost message delays a handoff, never loses it.
+// On a standalone server (and on a Cluster without sharded pub/sub) the
+// client listens on one classic channel of its own, P:c:<client ID>,
+// subscribed by the first Lock that has to wait and kept until Close. On
+// a Cluster of Redis 7 it listens on one shard channel per slot it has
+// waiters in (see shards), so that a release publishes to the lock's shard
+// alone.
+//
+// A message published while no subscription is active is lost; waiters
+// poll (see Client.pollDelay), and every confirmation of a subscription
+// (the first, and each after a reconnect or a move) wakes the waiters it
+// serves to poll at once, so a lost message delays a handoff, never loses
+// it.
 type notifier struct {
 	rdb     redis.UniversalClient
-	channel string
+	channel string  // the classic channel
+	shards  *shards // nil unless rdb is a *redis.ClusterClient
 
 	mu      sync.Mutex
 	ps      *redis.PubSub
 	waiters map[string]*waiter // by level ID
-	done    chan struct{}      // closed when the dispatcher exits
+	done    chan struct{}      // closed when the classic dispatcher exits
 	closed  bool
 }
 
 // waiter is one Lock call that may wait.
 type waiter struct {
-	n      *notifier
-	level  string
-	wake   chan struct{} // receives on a handoff message or a (re)subscription
-	handed atomic.Uint64 // the token a handoff message gave this waiter; 0 if none
+	n       *notifier
+	level   string
+	channel string        // where its handoff is published
+	slot    int           // the slot of its shard channel; -1: the classic channel
+	wake    chan struct{} // receives on a handoff message or a (re)subscription
+	handed  atomic.Uint64 // the token a handoff message gave this waiter; 0 if none
 }
 
-func newNotifier(rdb redis.UniversalClient, channel string) *notifier {
-	return &notifier{rdb: rdb, channel: channel, waiters: make(map[string]*waiter)}
+func newNotifier(rdb redis.UniversalClient, prefix, id string) *notifier {
+	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter)}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		n.shards = newShards(n, cc, prefix, id)
+	}
+	return n
 }
 
-// register makes a waiter for level; it sends nothing. Register before the
-// request that may queue, so that a message sent right after it finds the
-// waiter.
-func (n *notifier) register(level string) (*waiter, error) {
+// register makes a waiter for level, which waits for the lock whose hash is
+// lockKey, and picks its channel: on a Cluster with sharded pub/sub, the
+// shard channel of lockKey's slot. The first call on a Cluster asks the
+// server once whether it has SPUBLISH. Register before the request that
+// may queue, so that a message sent right after it finds the waiter.
+func (n *notifier) register(ctx context.Context, lockKey, level string) (*waiter, error) {
+	slot := -1
+	if n.shards != nil && n.shards.on(ctx) {
+		slot = lua.Slot(lockKey)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return nil, ErrClosed
 	}
-	w := &waiter{n: n, level: level, wake: make(chan struct{}, 1)}
+	w := &waiter{n: n, level: level, channel: n.channel, slot: slot, wake: make(chan struct{}, 1)}
+	if slot >= 0 {
+		w.channel = n.shards.ref(slot)
+	}
 	n.waiters[level] = w
 	return w, nil
 }
 
-// listen makes sure the client's channel is subscribed: the first call
-// starts the subscription in the background (go-redis re-subscribes after
-// a reconnect on its own). Each confirmation wakes every waiter.
-func (n *notifier) listen() {
+// listen makes sure w's channel is subscribed: the first call starts the
+// subscription in the background. Each confirmation wakes the waiters it
+// serves.
+func (n *notifier) listen(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed || n.done != nil {
+	if n.closed {
+		return
+	}
+	if w.slot >= 0 {
+		n.shards.listen(w.slot)
+		return
+	}
+	if n.done != nil {
 		return
 	}
 	n.done = make(chan struct{})
@@ -84,38 +115,55 @@ func (n *notifier) run() {
 	}
 	n.ps = ps
 	n.mu.Unlock()
-	n.dispatch(ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
+	for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(256)) {
+		switch m := m.(type) {
+		case *redis.Message:
+			n.deliver(m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				n.poke(-1)
+			}
+		}
+	}
 }
 
 // stop unregisters w.
 func (w *waiter) stop() {
-	w.n.mu.Lock()
-	defer w.n.mu.Unlock()
-	if w.n.waiters[w.level] == w {
-		delete(w.n.waiters, w.level)
+	n := w.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.waiters[w.level] != w {
+		return
+	}
+	delete(n.waiters, w.level)
+	if w.slot >= 0 {
+		n.shards.unref(w.slot)
 	}
 }
 
-func (n *notifier) dispatch(msgs <-chan any) {
-	for m := range msgs {
-		n.mu.Lock()
-		switch m := m.(type) {
-		case *redis.Message:
-			level, tok, _ := strings.Cut(m.Payload, " ")
-			if w := n.waiters[level]; w != nil {
-				if t, err := fence.Parse(tok); err == nil && t != fence.None {
-					w.handed.Store(uint64(t))
-				}
-				w.poke()
-			}
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				for _, w := range n.waiters {
-					w.poke()
-				}
-			}
+// deliver hands a message "<level ID> <token>" to its waiter, if it is
+// still there.
+func (n *notifier) deliver(payload string) {
+	level, tok, _ := strings.Cut(payload, " ")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.waiters[level]; w != nil {
+		if t, err := fence.Parse(tok); err == nil && t != fence.None {
+			w.handed.Store(uint64(t))
 		}
-		n.mu.Unlock()
+		w.poke()
+	}
+}
+
+// poke wakes every waiter on the classic channel (slot -1) or on the
+// shard channel of slot, to poll.
+func (n *notifier) poke(slot int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, w := range n.waiters {
+		if w.slot == slot {
+			w.poke()
+		}
 	}
 }
 
@@ -141,6 +189,9 @@ func (n *notifier) close() error {
 	}
 	if done != nil {
 		<-done
+	}
+	if n.shards != nil {
+		n.shards.close()
 	}
 	return err
 }

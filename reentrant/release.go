@@ -38,7 +38,9 @@ func (l *Lease) unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
-		return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
+		return retryBusy(l.c, ctx, func(ctx context.Context) (int64, error) {
+			return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
+		})
 	}, nil)
 	n, err := out.v, out.err
 	if err != nil {
@@ -67,7 +69,9 @@ func (r *call) undo() error {
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
-		return lua.Abandon(context.WithoutCancel(ctx), c.rdb, r.keys, &r.req)
+		return retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
+			return lua.Abandon(context.WithoutCancel(ctx), c.rdb, r.keys, &r.req)
+		})
 	}, func(_ bool, err error) {
 		if err != nil {
 			r.undoInBackground()
@@ -118,7 +122,10 @@ func (r *call) undoInBackground() {
 func (r *call) leave() error {
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
 	defer cancel()
-	if _, err := lua.Abandon(ctx, r.c.rdb, r.keys, &r.req); err != nil {
+	_, err := retryBusy(r.c, ctx, func(ctx context.Context) (bool, error) {
+		return lua.Abandon(ctx, r.c.rdb, r.keys, &r.req)
+	})
+	if err != nil {
 		return fmt.Errorf("leaving the queue: %w", err)
 	}
 	return nil

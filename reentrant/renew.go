@@ -161,6 +161,7 @@ func (r *renewer) renew(batch []*ownership) {
 	ctx, cancel := context.WithTimeout(r.c.bg, longest)
 	defer cancel()
 	res := lua.ExtendBatch(ctx, r.c.rdb, reqs, r.c.cfg.tokens)
+	r.again(ctx, reqs, res)
 	for i, o := range batch {
 		o.renewed(res[i])
 	}
@@ -168,6 +169,38 @@ func (r *renewer) renew(batch []*ownership) {
 	defer r.mu.Unlock()
 	for _, o := range batch {
 		o.inflight = false
+	}
+}
+
+// again sends anew, with backoff, the renewals a Cluster refused for now
+// (see retryBusy), until each gets another answer or ctx ends, and puts the
+// new outcomes in res.
+func (r *renewer) again(ctx context.Context, reqs []lua.ExtendReq, res []lua.ExtendResult) {
+	for delay := busyMin; ; delay = min(2*delay, busyMax) {
+		var idx []int
+		for i := range res {
+			if r.c.transient(res[i].Err) {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			return
+		}
+		r.c.reload(ctx)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		retry := make([]lua.ExtendReq, len(idx))
+		for j, i := range idx {
+			retry[j] = reqs[i]
+		}
+		for j, x := range lua.ExtendBatch(ctx, r.c.rdb, retry, r.c.cfg.tokens) {
+			res[idx[j]] = x
+		}
 	}
 }
 

@@ -4,9 +4,6 @@ package reentrant_test
 
 import (
 	"context"
-	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,34 +58,5 @@ func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // returns a client of it, closed when the test ends.
 func startCluster(t *testing.T, n int) *redis.ClusterClient {
 	t.Helper()
-	var srvs []*redisproc.Server
-	var buses []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0") // the bus port: port+10000 may be out of range
-		require.NoError(t, err)
-		bus := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		require.NoError(t, l.Close())
-		buses = append(buses, bus)
-		srvs = append(srvs, redisproc.Start(t, redisproc.WithArgs("--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-port", bus)))
-	}
-	ctx := t.Context()
-	for i, s := range srvs {
-		lo, hi := i*16384/n, (i+1)*16384/n-1
-		require.NoError(t, s.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err())
-		host, port, _ := net.SplitHostPort(s.Addr())
-		require.NoError(t, srvs[0].Client().Do(ctx, "CLUSTER", "MEET", host, port, buses[i]).Err())
-	}
-	require.Eventually(t, func() bool {
-		for _, s := range srvs {
-			info, err := s.Client().ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, 50*time.Millisecond, "the cluster did not come up")
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srvs[0].Addr()}})
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
+	return redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: n}).Client()
 }

@@ -52,14 +52,15 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	}
 	// Registered before the first request, so that a handoff published
 	// right after it finds this waiter.
-	w, err := c.note.register(r.req.Level)
+	w, err := c.note.register(ctx, r.keys.Lock, r.req.Level)
 	if err != nil {
 		return nil, err
 	}
 	defer w.stop()
 	// A handed lock waits at most half the handoff timeout to be claimed,
 	// and never longer than a lease would have lasted.
-	r.req.Waiter = &lua.Waiter{Channel: c.channel, Claim: min(c.cfg.handoff/2, r.cfg.ttl), Queue: 2*r.cfg.ttl + c.cfg.handoff}
+	r.req.Waiter = &lua.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
+		Claim: min(c.cfg.handoff/2, r.cfg.ttl), Queue: 2*r.cfg.ttl + c.cfg.handoff}
 	// A Lock is work of the client's: Close ends its wait and waits for it,
 	// so that nothing of a closed client sends another command.
 	if !c.track() {
@@ -71,7 +72,7 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if err != nil || l != nil {
 		return l, err
 	}
-	c.note.listen()
+	c.note.listen(w)
 	polls := 1
 	delay := first
 	if r.cfg.retry == nil {

@@ -19,8 +19,8 @@ var scripts = map[string]script{}
 // name. Package lua calls it from init, once per script.
 func Register(name, src string, cur **redis.Script) { scripts[name] = script{src, cur} }
 
-// Source returns the named script's source as lua built it, lib.lua
-// included.
+// Source returns the named script's source as lua built it, its helpers
+// (lib.lua, queue.lua) included.
 func Source(name string) string { return get(name).src }
 
 // Script returns the named script as lua runs it now.

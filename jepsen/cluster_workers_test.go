@@ -1,0 +1,261 @@
+//go:build unix
+
+package jepsen_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage"
+)
+
+// clusterHolderOptions are the go-redis options of the holders' cluster
+// clients: the short timeouts of faultRedisOptions, go-redis's own
+// redirects (MaxRedirects 3) and retry backoff.
+func clusterHolderOptions(o *redis.ClusterOptions) {
+	o.DialTimeout = 250 * time.Millisecond
+	o.ReadTimeout = 250 * time.Millisecond
+	o.WriteTimeout = 250 * time.Millisecond
+	o.PoolTimeout = 500 * time.Millisecond
+	o.ContextTimeoutEnabled = true
+}
+
+// clusterReplies counts the replies of a Cluster in transition (TRYAGAIN,
+// ASK, MOVED, CLUSTERDOWN) and failed dials, as each node's connection got
+// them (node; go-redis follows or retries most by itself) and as go-redis
+// returned them to redfence, which retries them (client).
+type clusterReplies struct {
+	mu           sync.Mutex
+	node, client map[string]int
+}
+
+func (r *clusterReplies) count(where map[string]int, err error) {
+	if err == nil {
+		return
+	}
+	k := clusterErrKind(err.Error())
+	switch k {
+	case "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "connection_refused":
+		r.mu.Lock()
+		where[k]++
+		r.mu.Unlock()
+	}
+}
+
+// watch counts the replies c's nodes and c itself give.
+func (r *clusterReplies) watch(c *redis.ClusterClient) {
+	r.mu.Lock()
+	if r.node == nil {
+		r.node, r.client = map[string]int{}, map[string]int{}
+	}
+	r.mu.Unlock()
+	c.AddHook(replyHook{r, r.client})
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(replyHook{r, r.node}) })
+}
+
+func (r *clusterReplies) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := func(m map[string]int) string {
+		var kinds []string
+		for k, n := range m {
+			kinds = append(kinds, fmt.Sprintf("%s:%d", k, n))
+		}
+		sort.Strings(kinds)
+		return strings.Join(kinds, ",")
+	}
+	return "replies_node=" + f(r.node) + " replies_to_redfence=" + f(r.client)
+}
+
+type replyHook struct {
+	r     *clusterReplies
+	where map[string]int
+}
+
+func (h replyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.r.count(h.where, err)
+		return err
+	}
+}
+
+func (h replyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.r.count(h.where, cmd.Err())
+		}
+		return err
+	}
+}
+
+// clusterSlotNames returns n lock names, unique to the test, whose keys
+// (under the default prefix) all share one slot, and that slot.
+func clusterSlotNames(t *testing.T, n int) ([]string, int) {
+	base := testenv.Unique(t)
+	slot := lua.Slot(lua.KeysFor("redfence", base).Lock)
+	names := []string{base}
+	for i := 0; len(names) < n; i++ {
+		name := fmt.Sprintf("%s-%d", base, i)
+		if lua.Slot(lua.KeysFor("redfence", name).Lock) == slot {
+			names = append(names, name)
+		}
+	}
+	return names, slot
+}
+
+// clusterNameOn returns a lock name, unique to the test, whose slot is
+// served by primary m.
+func clusterNameOn(t *testing.T, c *redisproc.Cluster, m *redisproc.Server) string {
+	base := testenv.Unique(t)
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s-%d", base, i)
+		if c.MasterOf(lua.Slot(lua.KeysFor("redfence", name).Lock)) == m {
+			return name
+		}
+	}
+}
+
+// clusterWorkers runs holders (faultHolder, as goroutines) on several
+// names of one cluster: perName holders per name, each with a cluster
+// client and a lock client of its own, writing the key named like the lock
+// to one shared store. Each name has its own history.
+type clusterWorkers struct {
+	names   []string
+	replies clusterReplies
+	hists   map[string]*faultHistory
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func clusterStartWorkers(t *testing.T, c *redisproc.Cluster, names []string, perName int, cfg faultWorkersConfig, store storage.Store) *clusterWorkers {
+	t.Helper()
+	w := &clusterWorkers{names: names, hists: map[string]*faultHistory{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	proc := 0
+	for _, name := range names {
+		h := &faultHistory{}
+		w.hists[name] = h
+		for range perName {
+			opts := append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
+			cc := c.Client(clusterHolderOptions)
+			w.replies.watch(cc)
+			lc, err := reentrant.New(cc, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lc.Close() })
+			fh := &faultHolder{proc: proc, lock: lc, store: store, name: name, keys: []string{name}, steps: cfg.steps,
+				gap: cfg.gap, lockWait: cfg.lockWait, opTimeout: cfg.opTimeout, emit: h.add}
+			proc++
+			w.wg.Go(func() {
+				for r := 0; fh.round(ctx, r); r++ {
+				}
+			})
+		}
+	}
+	t.Cleanup(func() { w.stop(t) })
+	return w
+}
+
+// stop ends the holders after their current section and returns each
+// name's history.
+func (w *clusterWorkers) stop(t *testing.T) map[string][]faultOp {
+	t.Helper()
+	w.cancel()
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("holders did not stop within 30s")
+	}
+	ops := map[string][]faultOp{}
+	for name, h := range w.hists {
+		ops[name] = h.snapshot()
+	}
+	return ops
+}
+
+// clusterTally counts, over every name, what the oracle reports and what
+// callers saw: lock calls that failed (not acquired within their wait),
+// leases lost (an unlock that found the lock gone, or a lease that
+// reported itself lost), and errors by kind.
+type clusterTally struct {
+	faultReport
+	lockFailed, leasesLost int
+	errs                   map[string]int
+}
+
+func (c *clusterTally) add(r faultReport, ops []faultOp) {
+	c.Ops += r.Ops
+	c.Acquisitions += r.Acquisitions
+	c.Accepted += r.Accepted
+	c.Refused += r.Refused
+	c.MutexViolations += r.MutexViolations
+	c.StaleAccepted += r.StaleAccepted
+	c.Unknown += r.Unknown
+	c.TokensRepeated += r.TokensRepeated
+	c.FencedOut += r.FencedOut
+	c.AfterLoss += r.AfterLoss
+	if c.errs == nil {
+		c.errs = map[string]int{}
+	}
+	for _, op := range ops {
+		switch {
+		case op.Kind == faultLock && op.Outcome == faultFailed:
+			c.lockFailed++
+		case op.Kind == faultUnlock && (op.Outcome == faultNotHeld || op.LostAt > 0):
+			c.leasesLost++
+		}
+		if op.Err != "" {
+			c.errs[clusterErrKind(op.Err)]++
+		}
+	}
+}
+
+// clusterErrKind names the kind of a caller's error.
+func clusterErrKind(e string) string {
+	for _, k := range []string{"TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK ", "connection refused", "i/o timeout",
+		"context deadline exceeded", "not held", "not acquired"} {
+		if strings.Contains(e, k) {
+			return strings.ReplaceAll(strings.TrimSpace(k), " ", "_")
+		}
+	}
+	return "other"
+}
+
+// busyErrors counts errors of the kinds retried inside the client, which
+// no caller should see.
+func (c *clusterTally) busyErrors() int {
+	return c.errs["TRYAGAIN"] + c.errs["MOVED"] + c.errs["ASK"]
+}
+
+func (c *clusterTally) String() string {
+	kinds := make([]string, 0, len(c.errs))
+	for k, n := range c.errs {
+		kinds = append(kinds, fmt.Sprintf("%s:%d", k, n))
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("acquisitions=%d lock_failed=%d accepted=%d refused=%d mutex_violations=%d stale_accepted=%d unknown=%d tokens_repeated=%d fenced_out=%d leases_lost=%d writes_after_loss=%d errors=%s",
+		c.Acquisitions, c.lockFailed, c.Accepted, c.Refused, c.MutexViolations, c.StaleAccepted, c.Unknown,
+		c.TokensRepeated, c.FencedOut, c.leasesLost, c.AfterLoss, strings.Join(kinds, ","))
+}

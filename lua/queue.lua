@@ -1,0 +1,95 @@
+-- queue: the wait queue's helpers, which every lock script has after
+-- lib.lua's (lua.go prepends both files).
+--
+-- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
+-- lock, oldest first (the score is the server time they queued at, in
+-- microseconds). A member is
+-- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<kind><channel>": the
+-- level the waiter will hold, how long it has to claim a lock handed to it,
+-- its owner, the metadata its ownership gets (possibly empty), and the
+-- channel its client listens on, after one byte saying how: "p" a classic
+-- channel (PUBLISH), "s" a shard channel in the lock's slot (SPUBLISH,
+-- Redis 7 Cluster). parseWaiter returns id, claim, owner, channel (kind
+-- included) and metadata, or nil.
+local function parseWaiter(m)
+  local id, claim, owner, meta, channel = string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n([^\n]*)\n([ps].+)$')
+  return id, claim, owner, channel, meta
+end
+
+-- notify sends msg on a waiter's channel (kind included, see parseWaiter).
+-- A shard channel shares the lock's slot, so the script may SPUBLISH to it
+-- on a Cluster; SPUBLISH reaches the subscribers on the slot's own shard
+-- only, where PUBLISH goes to every node. A failed SPUBLISH (a node before
+-- Redis 7 in a cluster being upgraded) is ignored rather than failing a
+-- script whose writes are made; like a message sent while the waiter's
+-- subscription is on another node (a slot moving), it is lost, and the
+-- waiter's next poll claims the lock.
+local function notify(channel, msg)
+  local kind, name = string.sub(channel, 1, 1), string.sub(channel, 2)
+  if kind == 's' then
+    redis.pcall('SPUBLISH', name, msg)
+  else
+    redis.call('PUBLISH', name, msg)
+  end
+end
+
+-- nextWaiter reads the oldest waiter of queue and the token it would get
+-- in mode, writing nothing: false when nobody waits, a table {member, id,
+-- claim, owner, channel, meta, token} otherwise, nil plus an error reply for a
+-- foreign queue or a token at 2^53. The queue is read only when h's flag q
+-- says it may hold someone; found empty, h.qEmpty asks the caller's next
+-- write to clear the flag (free does).
+local function nextWaiter(lock, queue, h, mode, us)
+  if not h.q then
+    return false
+  end
+  local head, err = callOn('ZRANGE', queue, 0, 0)
+  if not head then
+    return nil, err
+  end
+  if #head == 0 then
+    h.qEmpty = true
+    return false
+  end
+  local id, claim, owner, channel, meta = parseWaiter(head[1])
+  if not id then
+    return foreign(queue)
+  end
+  local t, terr = freshToken(lock, h, mode, us)
+  if not t then
+    return nil, terr
+  end
+  return {member = head[1], id = id, claim = tonumber(claim), owner = owner, channel = channel, meta = meta, token = t}
+end
+
+-- handTo gives the free lock h to waiter w, from nextWaiter with the same
+-- mode: the new token, depth 1 at the waiter's level, a lease of the
+-- waiter's claim time, and one message "<level ID> <token>" on the
+-- waiter's channel. The waiter claims it by calling acquire with its level
+-- ID, which raises the lease to its TTL. A waiter that never claims (it
+-- died, or its message was lost and it did not poll in time) loses the lock
+-- when the claim time runs out, and the next acquire or poll of another
+-- waiter hands it on.
+local function handTo(lock, queue, h, w, mode, now)
+  redis.call('ZREM', queue, w.member)
+  local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now, w.meta)
+  notify(w.channel, w.id .. ' ' .. ts)
+end
+
+-- passOn frees the lock h whose last level is going (with expired, its
+-- lease ran out) and hands it to the oldest waiter, if any. It checks the
+-- queue before writing anything: true when done, nil plus an error reply
+-- (nothing written) otherwise.
+local function passOn(lock, queue, h, mode, us, now, expired)
+  local w, err = nextWaiter(lock, queue, h, mode, us)
+  if w == nil then
+    return nil, err
+  end
+  free(lock, h, expired)
+  if w then
+    handTo(lock, queue, h, w, mode, now)
+  else
+    keep(lock, h, mode, now)
+  end
+  return true
+end

@@ -1,0 +1,58 @@
+package lua
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Slots is the number of Redis Cluster hash slots.
+const Slots = 16384
+
+// Slot returns the Redis Cluster slot of key: CRC16-XMODEM (polynomial
+// 0x1021, initial 0) of its hash tag, modulo 16384. The tag is the bytes
+// between the first '{' and the first '}' after it, when not empty;
+// otherwise the whole key is hashed. go-redis keeps its copy in an
+// internal package.
+func Slot(key string) int {
+	s := key
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			s = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % Slots
+}
+
+// slotTags maps each slot to the smallest n whose base-36 form hashes to
+// it. The search is deterministic, so every process agrees; it takes about
+// 90,000 CRCs (a few ms), once, and the longest tag is 4 characters.
+var slotTags = sync.OnceValue(func() *[Slots]uint32 {
+	var tags [Slots]uint32
+	var found [Slots]bool
+	for n, left := uint32(0), Slots; left > 0; n++ {
+		if s := Slot(strconv.FormatUint(uint64(n), 36)); !found[s] {
+			found[s], tags[s] = true, n
+			left--
+		}
+	}
+	return &tags
+})
+
+// SlotTag returns a hash tag, braces included, that puts every key holding
+// it after a brace-free prefix in slot. It panics for a slot outside
+// [0, Slots).
+func SlotTag(slot int) string {
+	return "{" + strconv.FormatUint(uint64(slotTags()[slot]), 36) + "}"
+}
