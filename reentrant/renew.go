@@ -30,14 +30,17 @@ const minTick = time.Millisecond
 type renewer struct {
 	c *Client
 
+	kick chan struct{} // wakes run to re-arm its timer for an earlier tick
+
 	mu      sync.Mutex
-	tick    time.Duration // shrinks to a quarter of the shortest renew interval added
+	tick    time.Duration // a quarter of the shortest renew interval registered
+	fireAt  time.Time     // when run's timer fires next
 	owns    map[*ownership]struct{}
 	running bool
 }
 
 func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, tick: tickFor(c.cfg.lease.renew), owns: make(map[*ownership]struct{})}
+	return &renewer{c: c, tick: tickFor(c.cfg.lease.renew), kick: make(chan struct{}, 1), owns: make(map[*ownership]struct{})}
 }
 
 // tickFor is the renewer's tick for a renew interval: a quarter of it, at
@@ -50,31 +53,41 @@ func tickFor(renew time.Duration) time.Duration {
 }
 
 // add registers o, due for renewal at next. An ownership whose call asked
-// for a shorter renew interval than the renewer's ticks allow makes the
-// ticks shorter from then on. Called with c.mu held and c not closed, so
-// the goroutine it may start is one Close waits for.
+// for a shorter renew interval than the ticks allow makes them shorter
+// while it lives, and one due before the pending tick re-arms the timer at
+// once. Called with c.mu held and c not closed, so the goroutine it may
+// start is one Close waits for.
 func (r *renewer) add(o *ownership, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o.next = next
+	old := r.tick
 	r.tick = min(r.tick, tickFor(o.cfg.renew))
 	r.owns[o] = struct{}{}
 	if !r.running {
 		r.running = true
 		r.c.wg.Go(r.run)
+		return
+	}
+	if r.tick < old || next.Before(r.fireAt) {
+		select {
+		case r.kick <- struct{}{}:
+		default: // a kick is pending already
+		}
 	}
 }
 
 func (r *renewer) run() {
-	t := time.NewTimer(r.tickNow())
+	t := time.NewTimer(r.arm())
 	defer t.Stop()
 	for {
 		select {
 		case <-r.c.bg.Done():
 			return
 		case <-t.C:
+		case <-r.kick:
 		}
-		t.Reset(r.tickNow())
+		t.Reset(r.arm()) // no stale tick survives a Reset since Go 1.23
 		batch, idle := r.due(time.Now())
 		if idle {
 			return
@@ -83,6 +96,14 @@ func (r *renewer) run() {
 			r.send(batch)
 		}
 	}
+}
+
+// arm returns the tick and records when the timer armed with it fires.
+func (r *renewer) arm() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fireAt = time.Now().Add(r.tick)
+	return r.tick
 }
 
 func (r *renewer) tickNow() time.Duration {
@@ -111,13 +132,17 @@ func (r *renewer) now(o *ownership) {
 
 // due takes the ownerships whose renewal falls before the next tick and
 // that have no renewal in flight, and marks them in flight. It forgets
-// ended ownerships, and reports idle, stopping the renewer, when none is
-// left.
+// ended ownerships, sets the tick from those left, and reports idle,
+// stopping the renewer, when none is left.
 func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := now.Add(r.tick)
+	tick := tickFor(r.c.cfg.lease.renew)
 	for o := range r.owns {
+		if o.ctx.Err() == nil {
+			tick = min(tick, tickFor(o.cfg.renew))
+		}
 		switch {
 		case o.ctx.Err() != nil:
 			delete(r.owns, o)
@@ -128,6 +153,7 @@ func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 			batch = append(batch, o)
 		}
 	}
+	r.tick = tick
 	if len(r.owns) == 0 {
 		r.running = false
 		return nil, true
