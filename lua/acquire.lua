@@ -31,7 +31,8 @@
 --                   the stored token and the depth that level was granted
 --                   at; the lease raised as for a reentry.
 -- Returns {2, token, depth} when the caller holds the lock at depth
--- ARGV[8] already and asks for a new level: nothing is written.
+-- ARGV[8] already and asks for a new level: nothing is written but the
+-- removal of the caller's queue member, if it had one.
 -- Returns {0, pttl, 0} when the caller does not hold it; pttl is what is
 -- left of the holder's lease in ms. A waiting caller is then in the queue
 -- (added at the back if it was not there). A free lock with others queued
@@ -57,6 +58,14 @@ if h.held and h.o == ARGV[1] then
   -- long enough, so that a WAIT after it (WithReplicaAck) also covers the
   -- release that handed the lock here.
   if not h.granted and h.depth >= tonumber(ARGV[8]) then
+    -- Refused; a waiting caller also leaves the queue, or the lock would
+    -- later be handed to a call that has already returned.
+    if member ~= '' then
+      local left, lerr = callOn('ZREM', KEYS[2], member)
+      if not left then
+        return lerr
+      end
+    end
     return {2, h.t, h.depth}
   end
   local depth = h.granted or h.depth + 1
@@ -103,7 +112,7 @@ if member ~= '' then
   if not added then
     return aerr
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  refreshQueue(KEYS[2], ARGV[5])
   if not h.q then
     redis.call('HSET', KEYS[1], 'q', '1')
   end

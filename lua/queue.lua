@@ -16,6 +16,19 @@ local function parseWaiter(m)
   return id, claim, owner, channel, meta
 end
 
+-- refreshQueue makes the queue key live at least ms more, never less: one
+-- waiter's shorter TTL must not cut another's place short. PEXPIRE GT
+-- (Redis 7) does that in one command; a key without an expiry yet (just
+-- created) and a server without GT get a plain PEXPIRE.
+local function refreshQueue(queue, ms)
+  local r = redis.pcall('PEXPIRE', queue, ms, 'GT')
+  if type(r) == 'table' and r.err then
+    redis.call('PEXPIRE', queue, ms)
+  elseif r == 0 and redis.call('PTTL', queue) == -1 then
+    redis.call('PEXPIRE', queue, ms)
+  end
+end
+
 -- notify sends msg on a waiter's channel (kind included, see parseWaiter).
 -- A shard channel shares the lock's slot, so the script may SPUBLISH to it
 -- on a Cluster; SPUBLISH reaches the subscribers on the slot's own shard

@@ -248,3 +248,30 @@ func TestNoMessageWithoutWaiters(t *testing.T) {
 		}
 	})
 }
+
+// A waiter's poll never shortens the queue's expiry that a waiter with a
+// longer TTL set: each keeps its place for its own time at least.
+func TestQueueExpiryNeverShortened(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		r.acquire("o1", "l1", nil)
+		long := r.waiter("o2", time.Second)
+		long.Queue = time.Hour
+		require.False(t, r.acquire("o2", "l2", long).OK)
+		short := r.waiter("o3", time.Second)
+		short.Queue = time.Second
+		require.False(t, r.acquire("o3", "l3", short).OK)
+		require.False(t, r.acquire("o3", "l3", short).OK, "a poll")
+		left, err := b.Client.PTTL(r.ctx, r.k.Queue).Result()
+		require.NoError(t, err)
+		require.Greater(t, left, 59*time.Minute, "the short waiter cut the queue's expiry to %v", left)
+
+		// A longer one does raise it.
+		longer := r.waiter("o4", time.Second)
+		longer.Queue = 2 * time.Hour
+		require.False(t, r.acquire("o4", "l4", longer).OK)
+		left, err = b.Client.PTTL(r.ctx, r.k.Queue).Result()
+		require.NoError(t, err)
+		require.Greater(t, left, 119*time.Minute)
+	})
+}

@@ -84,3 +84,74 @@ func scale(ds []time.Duration, unit time.Duration) []time.Duration {
 	}
 	return out
 }
+
+// A waiter whose strategy polls seldom still keeps its place: it polls at
+// least every half of the queue's expiry, so the queue outlives the wait.
+func TestSlowRetryKeepsItsPlace(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c := newClient(t, b.Client, reentrant.WithTTL(100*time.Millisecond), reentrant.WithHandoffTimeout(40*time.Millisecond))
+		l, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			w, err := c.Lock(ctx, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		time.Sleep(time.Second) // four times the queue's expiry of 240 ms
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Waiters, "the waiter's place must not expire while it waits")
+		_, err = newClient(t, b.Client).TryLock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.NoError(t, l.Unlock(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the handoff must reach the waiter")
+		}
+	})
+}
+
+// A waiting call refused as too deep leaves the queue: the lock is never
+// handed to a call that has returned.
+func TestTooDeepWaiterLeavesTheQueue(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c := newClient(t, b.Client)
+		holder, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		octx := reentrant.WithOwner(ctx, reentrant.NewOwner())
+		type res struct {
+			l   *reentrant.Lease
+			err error
+		}
+		out := make(chan res, 2)
+		for range 2 {
+			go func() {
+				l, err := c.Lock(octx, name, reentrant.WithMaxDepth(1))
+				out <- res{l, err}
+			}()
+		}
+		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 2 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, holder.Unlock(ctx))
+		first, second := <-out, <-out
+		if first.err != nil {
+			first, second = second, first
+		}
+		require.NoError(t, first.err)
+		require.ErrorIs(t, second.err, reentrant.ErrTooDeep, "the second call of the same owner would reenter past the bound")
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Zero(t, st.Waiters, "the refused call must leave the queue")
+		require.NoError(t, first.l.Unlock(ctx))
+		st, err = c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.False(t, st.Held, "nothing is handed to a call that has returned")
+	})
+}

@@ -78,10 +78,14 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if r.cfg.retry == nil {
 		delay = r.pollDelay(polls, a.HolderTTL)
 	}
-	timer := time.NewTimer(delay)
+	// Whatever the strategy, the waiter polls at least every half of the
+	// queue's expiry, which each poll renews, so that it keeps its place.
+	keep := r.req.Waiter.Queue / 2
+	pollAt := time.Now().Add(delay)
+	timer := time.NewTimer(min(delay, keep))
 	defer timer.Stop()
 	for {
-		poll := false
+		poll, keepAlive := false, false
 		select {
 		case <-w.wake:
 			if tok := fence.Token(w.handed.Swap(0)); tok != fence.None {
@@ -91,7 +95,9 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 			}
 		case <-timer.C:
 			poll = true
-			polls++
+			if keepAlive = time.Now().Before(pollAt); !keepAlive {
+				polls++
+			}
 		case <-ctx.Done():
 			// Leave the queue, and give the lock on if it was just handed
 			// here: the undo takes this waiter's level and queue entry.
@@ -103,12 +109,16 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 		if err != nil || l != nil {
 			return l, err // errors already classified, with any undo's outcome
 		}
-		if poll {
+		switch {
+		case keepAlive:
+			timer.Reset(min(time.Until(pollAt), keep))
+		case poll:
 			c.debug("reentrant: lock still held, polling again", "name", name, "polls", polls)
 			if delay = r.pollDelay(polls, a.HolderTTL); delay <= 0 {
 				return nil, join(fmt.Errorf("%w: gave up after %d polls (%v)", ErrNotAcquired, polls-1, r.cfg.retry), r.undo())
 			}
-			timer.Reset(delay) // no stale tick survives a Reset since Go 1.23
+			pollAt = time.Now().Add(delay)
+			timer.Reset(min(delay, keep)) // no stale tick survives a Reset since Go 1.23
 		}
 	}
 }
