@@ -221,8 +221,8 @@ func (r *call) runAcquire(ctx context.Context, poll bool) (a lua.Acquired, acked
 	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
 	if err != nil {
 		// The script granted the lock; whether the replicas have it is
-		// unknown, so the caller undoes it as an outcome it cannot know.
-		return lua.Acquired{}, 0, err
+		// unknown, so the caller must undo it, whatever the error says.
+		return lua.Acquired{}, 0, &grantedError{err}
 	}
 	return a, n, nil
 }
@@ -247,3 +247,11 @@ func checkAckClient(rdb redis.UniversalClient, cfg config) error {
 	}
 	return nil
 }
+
+// grantedError is the error of a step after the script granted the lock
+// (the WAIT of a poll): the level exists whatever the error, so the caller
+// undoes it.
+type grantedError struct{ err error }
+
+func (e *grantedError) Error() string { return "after the lock was granted: " + e.err.Error() }
+func (e *grantedError) Unwrap() error { return e.err }

@@ -80,8 +80,9 @@ func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(
 // is proof (the scripts recognise their own earlier attempts by request ID,
 // so the last attempt's refusal speaks for all of them).
 func mayHaveRun(err error, retries bool) bool {
+	var granted *grantedError
 	switch {
-	case err == nil:
+	case err == nil || errors.As(err, &granted):
 		return true
 	case lua.IsRefusal(err):
 		return false

@@ -190,9 +190,12 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 	}
 	o := c.owns[key]
 	if o == nil || o.token != a.Token || o.ctx.Err() != nil {
-		if o != nil {
+		if o != nil && o.ctx.Err() == nil {
 			// The same owner got a new token: its earlier ownership expired.
-			o.lose(o.lostErr(fmt.Sprintf("superseded by token %d", a.Token), nil))
+			// It ends now; it is reported once c.mu is released.
+			cause := o.lostErr(fmt.Sprintf("superseded by token %d", a.Token), nil)
+			o.end(cause)
+			defer o.reportLost(cause)
 		}
 		window := a.window
 		if window == 0 {

@@ -68,6 +68,12 @@ func (o *ownership) lose(cause error) {
 		return
 	}
 	o.end(cause)
+	o.reportLost(cause)
+}
+
+// reportLost logs a loss and tells the observer; never called with c.mu
+// held, so a slow logger or observer holds up no other call.
+func (o *ownership) reportLost(cause error) {
 	o.c.cfg.log.Warn("reentrant: lease lost", "name", o.key.name, "token", uint64(o.token), "cause", cause)
 	o.c.emit(Event{Kind: Lost, Name: o.key.name, Token: o.token, Err: cause})
 }
