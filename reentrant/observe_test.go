@@ -86,3 +86,35 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// A lock handed to a waiter is renewed at half its claim window, not at
+// once: taking it must not cost a renewal round trip of its own.
+func TestHandedLockNotRenewedAtOnce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		var mu sync.Mutex
+		var events []reentrant.Event
+		c := newClient(t, b.Client, reentrant.WithTTL(10*time.Second),
+			reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+		ctx, name := t.Context(), testenv.Unique(t)
+		other, err := c.Lock(ctx, name+"-other") // the renewer runs
+		require.NoError(t, err)
+		holder, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan *reentrant.Lease, 1)
+		go func() {
+			l, err := c.Lock(ctx, name)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, holder.Unlock(ctx))
+		handed := <-got
+		require.NotNil(t, handed)
+		time.Sleep(100 * time.Millisecond) // well before half the 500 ms claim window
+		require.Zero(t, count(&mu, &events, reentrant.Renewed), "nothing is due for renewal yet")
+		require.NoError(t, handed.Unlock(ctx))
+		require.NoError(t, other.Unlock(ctx))
+	})
+}

@@ -34,7 +34,6 @@ type renewer struct {
 
 	mu      sync.Mutex
 	tick    time.Duration // a quarter of the shortest renew interval registered
-	fireAt  time.Time     // when run's timer fires next
 	owns    map[*ownership]struct{}
 	running bool
 }
@@ -54,8 +53,8 @@ func tickFor(renew time.Duration) time.Duration {
 
 // add registers o, due for renewal at next. An ownership whose call asked
 // for a shorter renew interval than the ticks allow makes them shorter
-// while it lives, and one due before the pending tick re-arms the timer at
-// once. Called with c.mu held and c not closed, so the goroutine it may
+// while it lives, and re-arms the timer at once. (One due sooner than its
+// interval, a handed lock's, has a timer of its own: see newOwnership.) Called with c.mu held and c not closed, so the goroutine it may
 // start is one Close waits for.
 func (r *renewer) add(o *ownership, next time.Time) {
 	r.mu.Lock()
@@ -69,7 +68,7 @@ func (r *renewer) add(o *ownership, next time.Time) {
 		r.c.wg.Go(r.run)
 		return
 	}
-	if r.tick < old || next.Before(r.fireAt) {
+	if r.tick < old {
 		select {
 		case r.kick <- struct{}{}:
 		default: // a kick is pending already
@@ -78,7 +77,7 @@ func (r *renewer) add(o *ownership, next time.Time) {
 }
 
 func (r *renewer) run() {
-	t := time.NewTimer(r.arm())
+	t := time.NewTimer(r.tickNow())
 	defer t.Stop()
 	for {
 		select {
@@ -87,7 +86,7 @@ func (r *renewer) run() {
 		case <-t.C:
 		case <-r.kick:
 		}
-		t.Reset(r.arm()) // no stale tick survives a Reset since Go 1.23
+		t.Reset(r.tickNow()) // no stale tick survives a Reset since Go 1.23
 		batch, idle := r.due(time.Now())
 		if idle {
 			return
@@ -96,14 +95,6 @@ func (r *renewer) run() {
 			r.send(batch)
 		}
 	}
-}
-
-// arm returns the tick and records when the timer armed with it fires.
-func (r *renewer) arm() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.fireAt = time.Now().Add(r.tick)
-	return r.tick
 }
 
 func (r *renewer) tickNow() time.Duration {
