@@ -76,8 +76,12 @@ func (r *renewer) add(o *ownership, next time.Time) {
 	}
 }
 
+// run ticks at a steady period (a Ticker, not a Timer re-armed after each
+// batch, whose drift would make every renewal a whole tick early), and
+// takes a new period when the tick changes.
 func (r *renewer) run() {
-	t := time.NewTimer(r.tickNow())
+	tick := r.tickNow()
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
@@ -86,7 +90,10 @@ func (r *renewer) run() {
 		case <-t.C:
 		case <-r.kick:
 		}
-		t.Reset(r.tickNow()) // no stale tick survives a Reset since Go 1.23
+		if now := r.tickNow(); now != tick {
+			tick = now
+			t.Reset(tick)
+		}
 		batch, idle := r.due(time.Now())
 		if idle {
 			return
