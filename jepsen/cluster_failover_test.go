@@ -46,30 +46,7 @@ func runClusterFailover(t *testing.T, kind string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
-	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(600*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holdC.Close()
-	waitC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(600*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waitC.Close()
-	held, err := holdC.Lock(ctx, heldName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type got struct {
-		l   *reentrant.Lease
-		err error
-		at  int64
-	}
-	waited := make(chan got, 1)
-	go func() {
-		l, err := waitC.Lock(ctx, heldName)
-		waited <- got{l, err, faultNow()}
-	}()
+	held, waited := clusterHoldAndWait(t, ctx, c, heldName, reentrant.WithTTL(600*time.Millisecond))
 
 	before, after := 800*time.Millisecond, 1500*time.Millisecond
 	if faultLong() {

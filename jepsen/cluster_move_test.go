@@ -44,30 +44,7 @@ func TestClusterSlotMove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
-	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(600*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holdC.Close()
-	waitC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithHandoffTimeout(4*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waitC.Close()
-	held, err := holdC.Lock(ctx, heldName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type got struct {
-		l   *reentrant.Lease
-		err error
-		at  time.Time
-	}
-	waited := make(chan got, 1)
-	go func() {
-		l, err := waitC.Lock(ctx, heldName)
-		waited <- got{l, err, time.Now()}
-	}()
+	held, waited := clusterHoldAndWait(t, ctx, c, heldName, reentrant.WithHandoffTimeout(4*time.Second))
 
 	w := clusterStartWorkers(t, c, names, cfg.workers, cfg, store)
 	time.Sleep(500 * time.Millisecond)
@@ -100,14 +77,14 @@ func TestClusterSlotMove(t *testing.T) {
 
 	// The held lock: alive across every move, then handed to its waiter.
 	heldErr := held.Err()
-	start := time.Now()
+	start := faultNow()
 	if err := held.Unlock(ctx); err != nil {
 		t.Errorf("unlock of the lock held across the moves: %v", err)
 	}
 	var handoff time.Duration
 	select {
 	case g := <-waited:
-		handoff = g.at.Sub(start)
+		handoff = time.Duration(g.at - start)
 		switch {
 		case g.err != nil:
 			t.Errorf("the waiter queued across the moves: %v", g.err)

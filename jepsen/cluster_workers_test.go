@@ -259,3 +259,38 @@ func (c *clusterTally) String() string {
 		c.Acquisitions, c.lockFailed, c.Accepted, c.Refused, c.MutexViolations, c.StaleAccepted, c.Unknown,
 		c.TokensRepeated, c.FencedOut, c.leasesLost, c.AfterLoss, strings.Join(kinds, ","))
 }
+
+// clusterWaited is how the waiter of clusterHoldAndWait ended, stamped
+// with faultNow.
+type clusterWaited struct {
+	l   *reentrant.Lease
+	err error
+	at  int64
+}
+
+// clusterHoldAndWait takes name with one client (TTL 600 ms) and has a
+// second, built with waitOpts, wait for it: the scenarios follow a held lock
+// and its waiter across an event. The clients close when the test ends.
+func clusterHoldAndWait(t *testing.T, ctx context.Context, c *redisproc.Cluster, name string, waitOpts ...reentrant.Option) (*reentrant.Lease, <-chan clusterWaited) {
+	t.Helper()
+	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holdC.Close() })
+	waitC, err := reentrant.New(c.Client(clusterHolderOptions), waitOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waitC.Close() })
+	held, err := holdC.Lock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan clusterWaited, 1)
+	go func() {
+		l, err := waitC.Lock(ctx, name)
+		waited <- clusterWaited{l, err, faultNow()}
+	}()
+	return held, waited
+}

@@ -96,6 +96,24 @@ func (s *Server) args() []string {
 
 // launch starts redis-server on s.port and waits until it is ready. On
 // failure nothing is left running.
+// startProc starts bin with args in dir, its output to out, in a process
+// group of its own, and reaps it when it exits.
+func startProc(dir string, out *os.File, bin string, args ...string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
 func (s *Server) launch() error {
 	// Errors redis-server prints before it opens its log file (a bad
 	// argument, say) go to stdout or stderr.
@@ -105,18 +123,11 @@ func (s *Server) launch() error {
 	}
 	defer out.Close() // the child has its own copy
 	logStart, stdioStart := fileSize(s.logPath()), fileSize(out.Name())
-	cmd := exec.Command(s.bin, s.args()...)
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	p, err := startProc(s.dir, out, s.bin, s.args()...)
+	if err != nil {
 		return err
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	cmd := p.cmd
 	s.mu.Lock()
 	s.proc = p
 	s.pids = append(s.pids, cmd.Process.Pid)

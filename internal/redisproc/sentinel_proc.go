@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -73,21 +72,13 @@ func (s *sentinelProc) launch(bin, conf string) error {
 		return err
 	}
 	defer out.Close()
-	cmd := exec.Command(bin, path, "--sentinel")
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	p, err := startProc(s.dir, out, bin, path, "--sentinel")
+	if err != nil {
 		return err
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	s.proc = p
 	if err := s.waitReady(); err != nil {
-		_ = cmd.Process.Kill()
+		_ = p.cmd.Process.Kill()
 		p.waitExit()
 		return err
 	}
