@@ -112,7 +112,7 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 		require.NoError(t, holder.Unlock(ctx))
 		handed := <-got
 		require.NotNil(t, handed)
-		time.Sleep(100 * time.Millisecond) // well before half the 500 ms claim window
+		time.Sleep(20 * time.Millisecond) // a renewal made at once would be back; the first is due 225 ms after the waiter queued
 		require.Zero(t, count(&mu, &events, reentrant.Renewed), "nothing is due for renewal yet")
 		require.NoError(t, handed.Unlock(ctx))
 		require.NoError(t, other.Unlock(ctx))

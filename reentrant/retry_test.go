@@ -86,11 +86,12 @@ func scale(ds []time.Duration, unit time.Duration) []time.Duration {
 }
 
 // A waiter whose strategy polls seldom still keeps its place: it polls at
-// least every half of the queue's expiry, so the queue outlives the wait.
+// least every quarter of the queue's expiry, so the queue outlives the wait.
 func TestSlowRetryKeepsItsPlace(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, name := t.Context(), testenv.Unique(t)
-		c := newClient(t, b.Client, reentrant.WithTTL(100*time.Millisecond), reentrant.WithHandoffTimeout(40*time.Millisecond))
+		// The queue expires 2 TTLs + the handoff timeout after a poll: 2.1 s.
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Second), reentrant.WithHandoffTimeout(100*time.Millisecond))
 		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
 		got := make(chan error, 1)
@@ -102,7 +103,7 @@ func TestSlowRetryKeepsItsPlace(t *testing.T) {
 			got <- err
 		}()
 		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
-		time.Sleep(time.Second) // four times the queue's expiry of 240 ms
+		time.Sleep(4500 * time.Millisecond) // twice the queue's expiry
 		st, err := c.Inspect(ctx, name)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Waiters, "the waiter's place must not expire while it waits")

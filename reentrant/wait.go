@@ -78,9 +78,10 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if r.cfg.retry == nil {
 		delay = r.pollDelay(polls, a.HolderTTL)
 	}
-	// Whatever the strategy, the waiter polls at least every half of the
-	// queue's expiry, which each poll renews, so that it keeps its place.
-	keep := r.req.Waiter.Queue / 2
+	// Whatever the strategy, the waiter polls at least every quarter of the
+	// queue's expiry, which each poll renews, so that it keeps its place
+	// even when a poll is late.
+	keep := r.req.Waiter.Queue / 4
 	pollAt := time.Now().Add(delay)
 	timer := time.NewTimer(min(delay, keep))
 	defer timer.Stop()
