@@ -39,23 +39,27 @@ import (
 // made during the isolation are undone (ErrNotReplicated) and no token
 // repeats after the promotion.
 func TestFaultFailover(t *testing.T) {
+	newMemory := func(*testing.T) storage.Store { return memory.New() }
 	for _, mode := range faultTokenModes {
 		t.Run("memory/"+mode.name, func(t *testing.T) {
-			runFaultFailover(t, "failover/memory"+mode.suffix, memory.New(), mode, false)
+			runFaultFailover(t, "failover/memory"+mode.suffix, newMemory, mode, false)
 		})
 	}
 	t.Run("redisstore", func(t *testing.T) {
 		rdb := testenv.Redis(t)
-		prefix := "redfence:jepsen:" + testenv.Unique(t)
-		s, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
+		newStore := func(t *testing.T) storage.Store {
+			prefix := "redfence:jepsen:" + testenv.Unique(t)
+			s, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			faultCleanRedis(t, faultHolderConfig{RedisAddr: rdb.Options().Addr, Prefix: prefix, Name: "unused", Keys: []string{"a", "b"}})
+			return s
 		}
-		faultCleanRedis(t, faultHolderConfig{RedisAddr: rdb.Options().Addr, Prefix: prefix, Name: "unused", Keys: []string{"a", "b"}})
-		runFaultFailover(t, "failover/redisstore", s, faultTokenModes[0], false)
+		runFaultFailover(t, "failover/redisstore", newStore, faultTokenModes[0], false)
 	})
 	t.Run("ack/memory", func(t *testing.T) {
-		runFaultFailover(t, "failover-ack/memory", memory.New(), faultTokenModes[0], true)
+		runFaultFailover(t, "failover-ack/memory", newMemory, faultTokenModes[0], true)
 	})
 }
 
@@ -63,7 +67,29 @@ func TestFaultFailover(t *testing.T) {
 // WithReplicaAck.
 const faultAckTimeout = 2 * time.Second
 
-func runFaultFailover(t *testing.T, scenario string, store storage.Store, mode faultTokenMode, ack bool) faultReport {
+// runFaultFailover runs the scenario; without the acknowledgement and with
+// the strict counter, up to three times until a token repeats. Whether the
+// old primary handed out a token in its last instant (the one the promoted
+// replica then issues again) depends on scheduling, which a loaded machine
+// can starve; every run's other checks, and its zero stale writes, hold
+// each time.
+// Each run gets a fresh store from newStore: the keys are the same, and a
+// store that remembers an earlier run's tokens would refuse the next's.
+func runFaultFailover(t *testing.T, scenario string, newStore func(*testing.T) storage.Store, mode faultTokenMode, ack bool) faultReport {
+	const tries = 3
+	for i := 1; ; i++ {
+		r, repeated := runFaultFailoverOnce(t, scenario, newStore(t), mode, ack, i == tries)
+		if repeated || i == tries {
+			return r
+		}
+		t.Logf("%s: run %d of %d repeated no token; running the scenario again", scenario, i, tries)
+	}
+}
+
+// runFaultFailoverOnce runs the scenario once. repeated reports, for the
+// strict counter without the acknowledgement, whether a token repeated; a
+// run without one fails the test only when it is the last.
+func runFaultFailoverOnce(t *testing.T, scenario string, store storage.Store, mode faultTokenMode, ack, last bool) (_ faultReport, repeated bool) {
 	isolated, longer := 800*time.Millisecond, 3*time.Second
 	if ack {
 		// Long enough for the acquisitions made during the isolation to
@@ -167,10 +193,10 @@ func runFaultFailover(t *testing.T, scenario string, store storage.Store, mode f
 	// in the long run, whose holders wait longer).
 	after := faultGrantedAfter(ops, promotedAt)
 	if !ack && !mode.time() {
-		if r.TokensRepeated == 0 {
+		if r.TokensRepeated == 0 && last {
 			t.Errorf("no token repeated after promoting a replica behind by %s..%s", atIsolation, onPrimary)
 		}
-		return r
+		return r, r.TokensRepeated > 0
 	}
 	if !ack {
 		if r.TokensRepeated != 0 || r.FencedOut != 0 {
@@ -179,7 +205,7 @@ func runFaultFailover(t *testing.T, scenario string, store storage.Store, mode f
 		if !after {
 			t.Errorf("no acquisition succeeded after the failover: that no token repeated proves nothing")
 		}
-		return r
+		return r, true
 	}
 	// faultRecord has already failed the test on any stale write accepted.
 	if r.TokensRepeated != 0 {
@@ -191,7 +217,7 @@ func runFaultFailover(t *testing.T, scenario string, store storage.Store, mode f
 	if !after {
 		t.Errorf("no acquisition succeeded after the failover: that no token repeated proves nothing")
 	}
-	return r
+	return r, true
 }
 
 // faultAwaitAck returns once s counts a replica for WAIT: after its initial
