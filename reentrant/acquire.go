@@ -135,6 +135,9 @@ type acquired struct {
 // caller is still there, in the background otherwise.
 func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 	c := r.c
+	if c.rl != nil {
+		return r.acquireQuorum(ctx)
+	}
 	type reply struct {
 		a     lua.Acquired
 		acked int

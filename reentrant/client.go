@@ -41,6 +41,7 @@ import (
 // has the details.
 type Client struct {
 	rdb     redis.UniversalClient
+	rl      *quorum // Redlock's nodes (NewRedlock); nil on one deployment
 	cfg     config
 	note    *notifier
 	ren     *renewer
