@@ -171,20 +171,25 @@ func (r *call) undoQuorum() {
 // lockQuorum is Lock on a Redlock: attempts until one acquires or ctx ends,
 // each after a random delay (the retry strategy's, with WithRetry).
 func (r *call) lockQuorum(ctx context.Context) (*Lease, error) {
+	var last error // the last attempt's, when too few nodes answered
 	for polls := 1; ; polls++ {
 		l, a, err := r.try(ctx, polls > 1)
-		if err != nil || l != nil {
+		switch {
+		case l != nil:
 			return l, err
+		case err != nil && (!errors.Is(err, ErrNotAcquired) || ctx.Err() != nil):
+			return nil, err
 		}
+		last = err
 		d := r.quorumDelay(polls, a.HolderTTL)
 		if d <= 0 {
-			return nil, fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry)
+			return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
 		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, join(ErrNotAcquired, ctx.Err())
+			return nil, join(ErrNotAcquired, ctx.Err(), last)
 		case <-r.c.bg.Done():
 			t.Stop()
 			return nil, ErrClosed
