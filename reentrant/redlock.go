@@ -156,35 +156,20 @@ func count[T any](got []*nodeReply[T], ok func(nodeReply[T]) bool) int {
 	return n
 }
 
-// askPolicies checks every node's eviction policy: any node that may evict
-// fails the check; a majority must have answered.
+// askPolicies checks every node's eviction policy, waiting for the nodes at
+// most a quarter of the TTL: any node that may evict fails the check; one
+// that does not answer in time is not checked (this client checks once).
 func (c *Client) askPolicies(ctx context.Context) error {
-	q := c.rl
-	var errs []error
-	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (struct{}, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.lease.ttl/4)
+	defer cancel()
+	ch := fan(c, c.cfg.lease.ttl/4, func(ctx context.Context, _ int, rdb redis.UniversalClient) (struct{}, error) {
 		return struct{}{}, policyOf(ctx, rdb)
 	})
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[struct{}]) bool {
-		return count(got, func(r nodeReply[struct{}]) bool { return r.err == nil }) >= q.majority()
-	}, nil)
-	ok := 0
+	got, _ := gather(c, ctx, ch, func([]*nodeReply[struct{}]) bool { return false }, nil)
 	for _, r := range got {
-		switch {
-		case r == nil:
-		case r.err == nil:
-			ok++
-		default:
-			errs = append(errs, r.err)
+		if r != nil && errors.Is(r.err, ErrEvictionPolicy) {
+			return r.err
 		}
 	}
-	if ok >= q.majority() {
-		// A node that refused for its policy is not a node that is down.
-		for _, err := range errs {
-			if errors.Is(err, ErrEvictionPolicy) {
-				return err
-			}
-		}
-		return nil
-	}
-	return join(append(errs, ctxErr(ctx))...)
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -104,7 +105,8 @@ func TestDemoUnsafe(t *testing.T) {
 	t.Parallel()
 	_, rdb := testenv.Mini(t)
 	var out bytes.Buffer
-	err := playPause(t.Context(), &out, rdb, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
+	newLock := func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
+	err := playPause(t.Context(), &out, newLock, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
 	require.ErrorContains(t, err, "ACCEPTED A's late write")
 	require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))
 }
