@@ -19,7 +19,7 @@ type State struct {
 	Held      bool          // whether an ownership holds the lock
 	Owner     string        // the holder; empty when free
 	Depth     int64         // reentry depth; 0 when free
-	Token     fence.Token   // the holder's token; None when free
+	Token     fence.Token   // the holder's token; None when free, or held pending on a Redlock node
 	TTL       time.Duration // what is left of the lease; 0 when free (a held lock always has a lease)
 	Meta      string        // the holder's metadata (see reentrant.WithMetadata); empty when free or none
 	LastToken fence.Token   // the last token issued; None if never, or if a time-mode hash expired idle

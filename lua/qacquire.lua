@@ -1,5 +1,6 @@
 -- qacquire: phase 1 of a Redlock acquisition on one node: take the lock if
--- it is free, pending (no token yet), or reenter it if the caller owns it.
+-- it is free (or its lease ran out), marking the hold pending (no token
+-- yet), or reenter it if the caller owns it.
 -- Redlock waiters do not queue: they poll.
 --
 -- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
