@@ -57,6 +57,9 @@ type call struct {
 	cfg   *leaseConfig
 	req   lua.Request // Level is the call's own ID; Waiter is set when it waits
 	owner Owner
+	// attempted: a Redlock attempt was made, so the next takes a new
+	// level ID (acquireQuorum)
+	attempted bool
 }
 
 // newCall checks a lock call's arguments and the server's eviction policy.

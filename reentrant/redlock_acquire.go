@@ -29,6 +29,12 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	window := r.cfg.window()
 	ctx, cancel := context.WithDeadline(ctx, sent.Add(window))
 	defer cancel()
+	// Each attempt takes its levels under an ID of its own, so that the
+	// background undo of an earlier attempt cannot remove a later one's.
+	if r.attempted {
+		r.req.Level = c.reqID()
+	}
+	r.attempted = true
 	req := r.req
 	ch := fan(c, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
 		return lua.QAcquire(ctx, rdb, r.keys, &req)
@@ -38,7 +44,7 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		ok := count(got, granted)
 		no := count(got, func(x nodeReply[lua.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
-	}, func(x nodeReply[lua.QAcquired]) { r.undoNode(x.i) })
+	}, func(x nodeReply[lua.QAcquired]) { r.undoNode(x.i, req) })
 
 	var errs []error
 	holder := time.Duration(-1)
@@ -48,9 +54,9 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		case x == nil:
 		case x.err != nil:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
-			r.undoNode(i) // it may have run
+			r.undoNode(i, req) // it may have run
 		case x.v.TooDeep:
-			r.undoQuorum()
+			r.undoQuorum(req)
 			return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, x.v.Depth)
 		case x.v.OK:
 			ok = append(ok, i)
@@ -59,7 +65,7 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		}
 	}
 	fail := func(why string) (acquired, error) {
-		r.undoQuorum()
+		r.undoQuorum(req)
 		if cerr := ctxErr(ctx); cerr != nil || len(errs) > n-maj {
 			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, join(errs...))
 		}
@@ -117,11 +123,12 @@ func (r *call) raise(ctx context.Context, idx []int, tok fence.Token) int {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
+	level := r.req.Level
 	ch := fan(c, d, func(ctx context.Context, i int, rdb redis.UniversalClient) (bool, error) {
 		if !on[i] {
 			return false, errSkipped
 		}
-		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), r.req.Level, tok)
+		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	got, _ := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
@@ -138,18 +145,18 @@ var errSkipped = errors.New("reentrant: node not concerned")
 // tok, best effort: a node left pending only lets the level expire there.
 func (r *call) raiseInBackground(i int, tok fence.Token) {
 	c := r.c
-	rdb := c.rl.nodes[i]
+	rdb, level := c.rl.nodes[i], r.req.Level
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		_, _ = lua.QRaise(ctx, rdb, r.keys, string(r.owner), r.req.Level, tok)
+		_, _ = lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
 	})
 }
 
-// undoNode removes, in the background, the level this call may have taken
-// on node i; a node that does not answer keeps it until its lease ends.
-func (r *call) undoNode(i int) {
-	c, req := r.c, r.req
+// undoNode removes, in the background, the level req may have taken on
+// node i; a node that does not answer keeps it until its lease ends.
+func (r *call) undoNode(i int, req lua.Request) {
+	c := r.c
 	rdb := c.rl.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
@@ -160,11 +167,11 @@ func (r *call) undoNode(i int) {
 	})
 }
 
-// undoQuorum removes, in the background, the level this call may have
-// taken on every node.
-func (r *call) undoQuorum() {
+// undoQuorum removes, in the background, the level req may have taken on
+// every node.
+func (r *call) undoQuorum(req lua.Request) {
 	for i := range r.c.rl.nodes {
-		r.undoNode(i)
+		r.undoNode(i, req)
 	}
 }
 

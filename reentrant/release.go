@@ -70,7 +70,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 func (r *call) undo() error {
 	c := r.c
 	if c.rl != nil {
-		r.undoQuorum() // a node that does not answer keeps the level until its lease ends
+		r.undoQuorum(r.req) // a node that does not answer keeps the level until its lease ends
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
@@ -102,7 +102,7 @@ func (r *call) undo() error {
 func (r *call) undoInBackground() {
 	c, req := r.c, r.req
 	if c.rl != nil {
-		r.undoQuorum()
+		r.undoQuorum(r.req)
 		return
 	}
 	giveUp := time.Now().Add(r.cfg.ttl)
@@ -132,7 +132,7 @@ func (r *call) undoInBackground() {
 // expires after the claim time.
 func (r *call) leave() error {
 	if r.c.rl != nil {
-		r.undoQuorum()
+		r.undoQuorum(r.req)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
