@@ -68,7 +68,8 @@ type config struct {
 
 	lease leaseConfig // the defaults of every call
 
-	redlock bool // the client is a Redlock's: leases allow for clock drift
+	redlock    bool // the client is a Redlock's: leases allow for clock drift
+	handoffSet bool // WithHandoffTimeout was given, which Redlock refuses
 }
 
 // leaseConfig is what a call may set for itself: the lease, its renewal,
@@ -232,7 +233,7 @@ func WithHandoffTimeout(d time.Duration) Option {
 		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
 		}
-		c.handoff = d
+		c.handoff, c.handoffSet = d, true
 		return nil
 	}
 }

@@ -57,7 +57,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		return nil, invalid("WithReplicaAck does not apply to Redlock: its nodes are independent masters")
 	case cfg.tokens.Time:
 		return nil, invalid("WithTimeTokens does not apply to Redlock: tokens come from the quorum rule")
-	case cfg.handoff != DefaultHandoffTimeout:
+	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}
 	var b [8]byte

@@ -36,6 +36,11 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	}
 	r.attempted = true
 	req := r.req
+	// Nodes that answer after the outcome is decided wait for it: on
+	// success a late grant is kept (raised to the token if pending), else
+	// undone.
+	decided, final := make(chan struct{}), fence.None
+	defer close(decided)
 	ch := fan(c, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
 		return lua.QAcquire(ctx, rdb, r.keys, &req)
 	})
@@ -44,7 +49,15 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		ok := count(got, granted)
 		no := count(got, func(x nodeReply[lua.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
-	}, func(x nodeReply[lua.QAcquired]) { r.undoNode(x.i, req) })
+	}, func(x nodeReply[lua.QAcquired]) {
+		<-decided
+		switch {
+		case final == fence.None || x.err != nil || !x.v.OK:
+			r.undoNode(x.i, req)
+		case x.v.Pending:
+			r.raiseInBackground(x.i, req.Level, final)
+		}
+	})
 
 	var errs []error
 	holder := time.Duration(-1)
@@ -75,45 +88,57 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		return fail(fmt.Sprintf("%d of %d nodes granted it", len(ok), n))
 	}
 
-	// Reentry (or a repeat): a majority already holds this ownership's
-	// token; nodes where it is still pending are raised to it if they can.
+	// Reentry (or a repeat): nodes that hold this ownership's token, and
+	// pending ones raised to it, make a majority. Raising a node to a token
+	// a majority was already raised to issues no new token.
 	tokens := map[fence.Token]int{}
-	var top fence.Token
+	var top, best fence.Token
 	var depth int64
+	var pending []int
 	for _, i := range ok {
 		v := got[i].v
-		if !v.Pending {
+		if v.Pending {
+			pending = append(pending, i)
+		} else {
 			tokens[v.Token]++
+			if tokens[v.Token] > tokens[best] {
+				best = v.Token
+			}
 		}
 		top, depth = max(top, v.Token), max(depth, v.Depth)
 	}
-	for tok, k := range tokens {
-		if k >= maj {
-			for _, i := range ok {
-				if got[i].v.Pending {
-					r.raiseInBackground(i, tok)
-				}
+	if votes := tokens[best]; votes > 0 {
+		if votes >= maj {
+			for _, i := range pending {
+				r.raiseInBackground(i, req.Level, best)
 			}
-			return acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent}, nil
+			final = best
+			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
 		}
+		if raised := r.raise(ctx, pending, best, maj-votes); votes+raised < maj {
+			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
+		}
+		final = best
+		return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
 	}
 
 	// Fresh: one above every counter of the granting majority, raised on a
 	// majority before it is handed out.
 	tok := top + 1
-	raised := r.raise(ctx, ok, tok)
+	raised := r.raise(ctx, ok, tok, maj)
 	if raised < maj {
 		return fail(fmt.Sprintf("token %d raised on %d of %d nodes", tok, raised, n))
 	}
 	if late := time.Since(sent); late >= window {
 		return fail(fmt.Sprintf("a majority answered after %v, past the lease's safe window of %v", late.Round(time.Millisecond), window))
 	}
+	final = tok
 	return acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent}, nil
 }
 
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
-// confirmed it before ctx ended or a majority did.
-func (r *call) raise(ctx context.Context, idx []int, tok fence.Token) int {
+// confirmed it before ctx ended, need did, or need no longer could.
+func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) int {
 	c := r.c
 	on := make([]bool, len(c.rl.nodes))
 	for _, i := range idx {
@@ -131,21 +156,42 @@ func (r *call) raise(ctx context.Context, idx []int, tok fence.Token) int {
 		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
+	got, all := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
 		no := count(got, func(x nodeReply[bool]) bool { return x.err != errSkipped && !yes(x) })
-		return count(got, yes) >= c.rl.majority() || len(idx)-no < c.rl.majority()
+		return count(got, yes) >= need || len(idx)-no < need
 	}, nil)
+	if n := count(got, yes); n >= need && !all {
+		// Every node that remembers the token keeps a later majority from
+		// repeating it should one of these forget (a restart without
+		// AOF): the rest, which granted phase 1 just now, get a short
+		// grace to confirm too.
+		grace := time.NewTimer(max(2*time.Millisecond, r.cfg.window()/50))
+		defer grace.Stop()
+		for range len(got) - count(got, func(nodeReply[bool]) bool { return true }) {
+			select {
+			case x := <-ch:
+				if yes(x) {
+					n++
+				}
+			case <-grace.C:
+				return n
+			case <-ctx.Done():
+				return n
+			}
+		}
+		return n
+	}
 	return count(got, yes)
 }
 
 // errSkipped is the reply of a node a fanned-out call does not concern.
 var errSkipped = errors.New("reentrant: node not concerned")
 
-// raiseInBackground raises node i's pending hold of this call's level to
-// tok, best effort: a node left pending only lets the level expire there.
-func (r *call) raiseInBackground(i int, tok fence.Token) {
+// raiseInBackground raises node i's pending hold of level to tok, best
+// effort: a node left pending only lets the level expire there.
+func (r *call) raiseInBackground(i int, level string, tok fence.Token) {
 	c := r.c
-	rdb, level := c.rl.nodes[i], r.req.Level
+	rdb := c.rl.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()

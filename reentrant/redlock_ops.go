@@ -22,7 +22,17 @@ import (
 func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
 	maj, n := c.rl.majority(), len(c.rl.nodes)
 	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
-		return lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+		left, err := lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+		if err == nil && left < 0 {
+			// A node whose phase 2 never landed holds the level pending:
+			// raised to the token first, it remembers the token too; then
+			// the level, the call's own, goes.
+			if ok, _ := lua.QRaise(ctx, rdb, k, string(owner), level, tok); ok {
+				return lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+			}
+			_, _ = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: string(owner), Level: level})
+		}
+		return left, err
 	})
 	yes := func(x nodeReply[int64]) bool { return x.err == nil && x.v >= 0 }
 	gone := func(x nodeReply[int64]) bool { return x.err == nil && x.v < 0 }
@@ -135,8 +145,9 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 
 // inspectQuorum reads the lock on every node. When a majority agree on a
 // holder (owner and token), that is the state, with the shortest TTL among
-// them; otherwise the lock is reported free, with the highest LastToken a
-// node reported. Levels, Ended and Meta come from one of the agreeing nodes.
+// them and the deepest hold; otherwise the lock is reported free, with the
+// highest LastToken a node reported. Ended and Meta come from one of the
+// agreeing nodes.
 func (c *Client) inspectQuorum(ctx context.Context, k lua.Keys) (lua.State, error) {
 	maj, n := c.rl.majority(), len(c.rl.nodes)
 	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.State, error) {
@@ -174,12 +185,14 @@ func (c *Client) inspectQuorum(ctx context.Context, k lua.Keys) (lua.State, erro
 			if x == nil || x.err != nil || !x.v.Held || x.v.Owner != h.owner || x.v.Token != h.tok {
 				continue
 			}
-			if st.Owner == "" || x.v.TTL < st.TTL {
-				ttl := x.v.TTL
-				if st.Owner == "" {
-					st = x.v
-				}
-				st.TTL = ttl
+			switch {
+			case st.Owner == "":
+				st = x.v
+			case x.v.TTL < st.TTL:
+				st.TTL = x.v.TTL
+			}
+			if x.v.Depth > st.Depth {
+				st.Depth, st.Levels = x.v.Depth, x.v.Levels
 			}
 		}
 		st.LastToken = max(st.LastToken, last)
