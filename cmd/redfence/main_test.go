@@ -35,6 +35,7 @@ func TestDemo(t *testing.T) {
 	}{
 		{"embedded/memory", func(*testing.T) []string { return nil }},
 		{"embedded/redis", func(*testing.T) []string { return []string{"--store", "redis"} }},
+		{"redlock/memory", func(*testing.T) []string { return []string{"--redlock"} }},
 		{"embedded/sqlite", func(*testing.T) []string { return []string{"--store", "sqlite"} }},
 		{"embedded/postgres", func(t *testing.T) []string {
 			return []string{"--store", "postgres", "--postgres", testenv.PostgresURL(t)}
@@ -126,6 +127,7 @@ func TestExitCodes(t *testing.T) {
 		{exitUsage, []string{"demo", "--bogus"}},
 		{exitUsage, []string{"demo", "extra"}},
 		{exitUsage, []string{"demo", "--redis"}},
+		{exitUsage, []string{"demo", "--redlock", "--redis", "127.0.0.1:6379"}},
 		{exitUsage, []string{"demo", "--redis", "no-port"}},
 		{exitUsage, []string{"demo", "--store", "bogus"}},
 		{exitUsage, []string{"demo", "--store", "postgres"}},
@@ -170,11 +172,11 @@ func TestFlagsParsed(t *testing.T) {
 	var d demoConfig
 	fs := demoFlags(&d)
 	pos, help, err := parseArgs(lookup("demo"), fs,
-		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x"}, nil)
+		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock"}, nil)
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Empty(t, pos)
-	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x"}, d)
+	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", redlock: true}, d)
 	requireAllSet(t, fs)
 
 	var i inspectConfig
