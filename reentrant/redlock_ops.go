@@ -153,8 +153,19 @@ func (c *Client) inspectQuorum(ctx context.Context, k lua.Keys) (lua.State, erro
 	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.State, error) {
 		return lua.Inspect(ctx, rdb, k)
 	})
+	// Done once a majority agree on a holder, or on the lock being free:
+	// a stopped node is not waited for.
 	got, _ := gather(c, ctx, ch, func(got []*nodeReply[lua.State]) bool {
-		return count(got, func(x nodeReply[lua.State]) bool { return x.err == nil }) == n
+		votes := map[[2]string]int{}
+		for _, x := range got {
+			if x != nil && x.err == nil {
+				k := [2]string{x.v.Owner, x.v.Token.String()}
+				if votes[k]++; votes[k] >= maj {
+					return true
+				}
+			}
+		}
+		return false
 	}, nil)
 	type holder struct {
 		owner string
