@@ -3,11 +3,14 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -156,4 +159,45 @@ func TestRedlockLossReported(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
 	require.ErrorIs(t, l.Unlock(t.Context()), reentrant.ErrNotHeld)
+}
+
+// Clients contending on one name (votes split, attempts undone and
+// retried) get unique, increasing tokens and never hold it at once.
+func TestRedlockContention(t *testing.T) {
+	_, nodes := redlockNodes(t, 3)
+	name := testenv.Unique(t)
+	type hold struct {
+		tok        fence.Token
+		start, end time.Time
+	}
+	var mu sync.Mutex
+	var holds []hold
+	var wg sync.WaitGroup
+	for range 4 {
+		c := newRedlock(t, nodes, reentrant.WithTTL(2*time.Second))
+		wg.Go(func() {
+			for range 8 {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				l, err := c.Lock(ctx, name)
+				cancel()
+				if !assert.NoError(t, err) {
+					return
+				}
+				start := time.Now()
+				time.Sleep(time.Millisecond)
+				end := time.Now()
+				assert.NoError(t, l.Unlock(t.Context()))
+				mu.Lock()
+				holds = append(holds, hold{l.Token(), start, end})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, holds, 32)
+	slices.SortFunc(holds, func(a, b hold) int { return a.start.Compare(b.start) })
+	for i := 1; i < len(holds); i++ {
+		require.Greater(t, holds[i].tok, holds[i-1].tok, "tokens must increase in the order of the holds")
+		require.False(t, holds[i].start.Before(holds[i-1].end), "holds %d and %d overlap", i-1, i)
+	}
 }
