@@ -124,16 +124,16 @@ func fan[T any](c *Client, d time.Duration, f func(ctx context.Context, i int, r
 func gather[T any](c *Client, ctx context.Context, ch <-chan nodeReply[T], decided func(got []*nodeReply[T]) bool, late func(nodeReply[T])) ([]*nodeReply[T], bool) {
 	got := make([]*nodeReply[T], len(c.rl.nodes))
 	left := len(got)
+read:
 	for left > 0 && !decided(got) {
 		select {
 		case r := <-ch:
 			got[r.i] = &r
 			left--
 		case <-ctx.Done():
-			goto out
+			break read
 		}
 	}
-out:
 	if left > 0 && late != nil {
 		n := left
 		c.goBackground(func() {

@@ -96,13 +96,13 @@ func (c *Client) extendBatchQuorum(ctx context.Context, reqs []lua.ExtendReq) []
 		}
 		return true
 	}
+read:
 	for left := n; left > 0 && !done(); left-- {
 		var x nodeReply[[]lua.ExtendResult]
 		select {
 		case x = <-ch:
 		case <-ctx.Done():
-			left = 1 // stop
-			continue
+			break read
 		}
 		if x.err != nil {
 			for i := range reqs {

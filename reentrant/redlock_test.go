@@ -201,3 +201,20 @@ func TestRedlockContention(t *testing.T) {
 		require.False(t, holds[i].start.Before(holds[i-1].end), "holds %d and %d overlap", i-1, i)
 	}
 }
+
+// WithMaxDepth bounds a Redlock hold as it does one node's; the refused
+// level is undone everywhere, and the lease goes on.
+func TestRedlockTooDeep(t *testing.T) {
+	_, nodes := redlockNodes(t, 3)
+	c := newRedlock(t, nodes, reentrant.WithMaxDepth(1))
+	name := testenv.Unique(t)
+	l, err := c.Lock(t.Context(), name)
+	require.NoError(t, err)
+	_, err = c.Lock(l.Context(), name)
+	require.ErrorIs(t, err, reentrant.ErrTooDeep)
+	require.NoError(t, l.Err())
+	require.NoError(t, l.Unlock(t.Context()))
+	st, err := c.Inspect(t.Context(), name)
+	require.NoError(t, err)
+	require.False(t, st.Held)
+}
