@@ -55,3 +55,10 @@ func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string
 	}
 	return parseExtend(v)
 }
+
+// QBump raises the counter of a node where the lock is free to tok, a token
+// already handed out, so that the node remembers it too; it reports whether
+// it raised it (see qraise.lua).
+func QBump(ctx context.Context, rdb redis.Scripter, k Keys, tok fence.Token) (bool, error) {
+	return QRaise(ctx, rdb, k, "", "", tok)
+}

@@ -52,7 +52,22 @@ func TestQuorumPhases(t *testing.T) {
 		require.Equal(t, lua.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
 			"the next take reads the counter")
 		require.False(t, raise("o2", "r3", 5), "a node never lowers or repeats its counter")
+		bumped, err := lua.QBump(ctx, rdb, k, 12)
+		require.NoError(t, err)
+		require.False(t, bumped, "a bump never touches a held lock")
 		require.True(t, raise("o2", "r3", 9))
+		_, err = lua.Release(ctx, rdb, k, "o2", 9, "r3", lua.Tokens{})
+		require.NoError(t, err)
+		for _, c := range []struct {
+			tok  int
+			want bool
+		}{{8, false}, {12, true}, {12, false}} {
+			bumped, err := lua.QBump(ctx, rdb, k, fenceTok(c.tok))
+			require.NoError(t, err)
+			require.Equal(t, c.want, bumped, "bump to %d", c.tok)
+		}
+		a = q("o3", "r4")
+		require.EqualValues(t, 12, a.Token, "the next take reads the bumped counter")
 	})
 }
 

@@ -188,15 +188,29 @@ func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) 
 var errSkipped = errors.New("reentrant: node not concerned")
 
 // raiseInBackground raises node i's pending hold of level to tok, best
-// effort: a node left pending only lets the level expire there.
+// effort: a node left pending only lets the level expire there. A node
+// raised once the ownership is no longer live here (its Unlock may have
+// reached the node before the grant did) is released at once: it keeps
+// the token in its counter, which is the point, and not the lock.
 func (r *call) raiseInBackground(i int, level string, tok fence.Token) {
 	c := r.c
 	rdb := c.rl.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		_, _ = lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
+		if ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok); ok && !c.live(r.owner, r.name, tok) {
+			_, _ = lua.Release(ctx, rdb, r.keys, string(r.owner), tok, level, lua.Tokens{})
+		}
 	})
+}
+
+// live reports whether owner's ownership of name with token tok is live in
+// this client's bookkeeping.
+func (c *Client) live(owner Owner, name string, tok fence.Token) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.owns[ownKey{owner, name}]
+	return o != nil && o.token == tok && o.ctx.Err() == nil
 }
 
 // undoNode removes, in the background, the level req may have taken on

@@ -26,11 +26,17 @@ func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok
 		if err == nil && left < 0 {
 			// A node whose phase 2 never landed holds the level pending:
 			// raised to the token first, it remembers the token too; then
-			// the level, the call's own, goes.
+			// the level goes. No level there may mean the grant is still
+			// in flight: it is not undone (which could free the node with
+			// its old counter), the acquisition's late handler raises and
+			// releases it when it lands.
 			if ok, _ := lua.QRaise(ctx, rdb, k, string(owner), level, tok); ok {
 				return lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
 			}
-			_, _ = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: string(owner), Level: level})
+			// A free node the grant never reached (it failed there, or
+			// the node restarted) learns the token, so that a later
+			// majority including it cannot issue the token again.
+			_, _ = lua.QBump(ctx, rdb, k, tok)
 		}
 		return left, err
 	})

@@ -5,6 +5,7 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redfence/redfence/internal/redisproc"
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -83,13 +85,22 @@ func TestRedlockRestartWithoutAOF(t *testing.T) {
 	srvs, nodes := redlockProcs(t, 3)
 	a, b := newRedlock(t, nodes), newRedlock(t, nodes)
 	name := testenv.Unique(t)
+	k := lua.KeysFor(prefix, name)
 	seen := map[uint64]bool{}
 	var last uint64
 	for i := range 12 {
 		if i == 4 || i == 8 {
-			s := srvs[i/4-1]
-			s.Kill()
-			s.Restart()
+			// The premise: the other nodes remember the last token (see
+			// TestRedlockForgetfulNode).
+			time.Sleep(20 * time.Millisecond)
+			gone := i/4 - 1
+			for j, rdb := range nodes {
+				if j != gone {
+					require.Equal(t, strconv.FormatUint(last, 10), rdb.HGet(t.Context(), k.Lock, "t").Val(), "node %d", j)
+				}
+			}
+			srvs[gone].Kill()
+			srvs[gone].Restart()
 		}
 		l, err := []*reentrant.Client{a, b}[i%2].Lock(t.Context(), name)
 		require.NoError(t, err)
