@@ -24,6 +24,9 @@ type faultWorkersConfig struct {
 	lockWait       time.Duration      // bound of one Lock
 	opTimeout      time.Duration      // bound of one write or unlock
 	lockOpts       []reentrant.Option // added to every lock client's
+	// newLock, when set, builds worker i's lock client with opts in place
+	// of reentrant.New on rdb(i) (a Redlock's, say).
+	newLock func(i int, opts []reentrant.Option) (*reentrant.Client, error)
 }
 
 // faultTokenMode is a token mode that the scenarios losing the fencing
@@ -99,7 +102,11 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 	w.cancel = cancel
 	for i := range cfg.workers {
 		opts := append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
-		lc, err := reentrant.New(rdb(i), opts...)
+		newLock := cfg.newLock
+		if newLock == nil {
+			newLock = func(i int, opts []reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb(i), opts...) }
+		}
+		lc, err := newLock(i, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

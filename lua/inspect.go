@@ -19,7 +19,8 @@ type State struct {
 	Held      bool          // whether an ownership holds the lock
 	Owner     string        // the holder; empty when free
 	Depth     int64         // reentry depth; 0 when free
-	Token     fence.Token   // the holder's token; None when free
+	Token     fence.Token   // the holder's token; None when free or pending
+	Pending   bool          // held on a Redlock node by a hold not yet given its token (qacquire.lua)
 	TTL       time.Duration // what is left of the lease; 0 when free (a held lock always has a lease)
 	Meta      string        // the holder's metadata (see reentrant.WithMetadata); empty when free or none
 	LastToken fence.Token   // the last token issued; None if never, or if a time-mode hash expired idle
@@ -66,7 +67,9 @@ func parseInspect(v any) (State, error) {
 			return bad("meta", nil)
 		}
 	}
-	if t, ok := a[1].(string); ok {
+	if t, ok := a[1].(string); ok && t == "pending" && s.Owner != "" {
+		s.Pending = true
+	} else if ok {
 		tok, err := fence.Parse(t)
 		if err != nil || tok == fence.None {
 			return bad("token", err)
@@ -116,7 +119,7 @@ func parseInspect(v any) (State, error) {
 		s.Ended = append(s.Ended, Ended{Token: tok, Owner: owner, Expired: how == "expired"})
 	}
 	sort.Slice(s.Ended, func(i, j int) bool { return s.Ended[i].Token < s.Ended[j].Token })
-	if (s.Owner == "") != (s.Token == fence.None) || (s.Owner == "") != (s.Depth == 0) {
+	if (s.Owner == "") != (s.Token == fence.None && !s.Pending) || (s.Owner == "") != (s.Depth == 0) {
 		return bad("fields", errors.New("owner, token and levels must be all present or all absent"))
 	}
 	return s, nil

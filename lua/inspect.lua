@@ -5,6 +5,7 @@
 --
 -- Returns {owner, token, pttl, counter, levels, waiters, last, ended, meta}:
 --   owner, token  of the holder as stored, false (nil in Go) when free;
+--                 token "pending" for a Redlock hold not yet raised;
 --   pttl          what is left of the lease in ms, -2 when free;
 --   counter       the last token issued, 0 if none was (or the hash was
 --                 lost: in time mode it expires when idle);
@@ -32,7 +33,7 @@ for tok, owner in pairs(h.expired) do
   ended[#ended + 1] = owner
   ended[#ended + 1] = 'expired'
 end
-if h.exists and not h.held and not h.expired[h.ts] and h.o then
+if h.exists and h.ts and not h.p and not h.held and not h.expired[h.ts] and h.o then
   ended[#ended + 1] = h.ts
   ended[#ended + 1] = h.o
   ended[#ended + 1] = h.x and 'expired' or 'released'
@@ -40,4 +41,5 @@ end
 if not h.held then
   return {false, false, -2, h.t, {}, n, h.o or false, ended, false}
 end
-return {h.o, h.ts, h.x - now, h.t, h.levels, n, h.o, ended, h.m or false}
+-- A pending Redlock hold (qacquire.lua) has no token yet: reported as "pending".
+return {h.o, (not h.p) and h.ts or 'pending', h.x - now, h.t, h.levels, n, h.o, ended, h.m or false}

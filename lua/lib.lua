@@ -21,6 +21,10 @@
 --           client created it, else 0
 --   m       while held, when the ownership was taken with metadata: that
 --           metadata (a short caller-chosen string), removed when it ends
+--   p       "1" while a Redlock hold is pending (qacquire.lua): the lock is
+--           held but t is still the node's counter, not the holder's
+--           token, until qraise.lua raises it; an expired pending hold is
+--           not recorded as an ownership (its t was never its token)
 --   q       "1" while the wait queue may hold someone: set by the script
 --           that queues a waiter, cleared by the first that finds the queue
 --           empty. Without it the queue is not read, so the uncontended path
@@ -80,6 +84,8 @@ end
 --   t, ts    the counter as a number (0 if none) and as stored
 --   o, x, b, w, m  the fields (x, b and w as numbers), or nil
 --   q        whether the queue may hold someone
+--   p        whether a Redlock hold is pending (ts is nil when the hash
+--            was created by it and no token was ever raised here)
 --   held     x is there and has not passed
 --   levels   the live level IDs, depth their number
 --   granted  the depth the field named level was granted at, or nil
@@ -107,6 +113,8 @@ local function lockOf(key, level, now)
       h.w = tonumber(v)
     elseif f == 'q' and v == '1' then
       h.q = true
+    elseif f == 'p' and v == '1' then
+      h.p = true
     elseif f == 'm' then
       h.m = v
     elseif p == 'l:' and canonical(v) then
@@ -121,7 +129,7 @@ local function lockOf(key, level, now)
     end
   end
   h.depth = #h.levels
-  if h.exists and (not h.ts or (h.x ~= nil) ~= (h.depth > 0) or (h.x and not h.o) or (h.m and not h.x)) then
+  if h.exists and ((not h.ts and not h.p) or (h.x ~= nil) ~= (h.depth > 0) or (h.x and not h.o) or (h.m and not h.x) or (h.p and not h.x)) then
     return foreign(key)
   end
   h.held = h.x ~= nil and h.x > now
@@ -242,6 +250,17 @@ local function free(key, h, expired)
   if h.qEmpty then
     del[#del + 1] = 'q'
     h.q, h.qEmpty = nil, nil
+  end
+  if h.p then
+    -- A pending hold never had t as its token: nothing to record. One
+    -- that created the hash leaves no counter: the hash goes.
+    if not h.ts then
+      redis.call('DEL', key)
+      h.exists, h.o, h.x, h.held, h.levels, h.depth, h.p, h.m = false, nil, nil, false, {}, 0, nil, nil
+      return
+    end
+    del[#del + 1] = 'p'
+    h.p, expired = nil, false
   end
   if expired then
     h.expired[h.ts] = h.o

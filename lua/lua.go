@@ -39,6 +39,10 @@ var (
 	inspectSrc string
 	//go:embed abandon.lua
 	abandonSrc string
+	//go:embed qacquire.lua
+	qacquireSrc string
+	//go:embed qraise.lua
+	qraiseSrc string
 )
 
 // helpers is what every script starts with: lib.lua (the lock hash, the
@@ -49,11 +53,13 @@ var helpers = libSrc + queueSrc
 // The scripts, loaded once per process: the helpers, then the script's own
 // file.
 var (
-	acquireScript = redis.NewScript(helpers + acquireSrc)
-	releaseScript = redis.NewScript(helpers + releaseSrc)
-	extendScript  = redis.NewScript(helpers + extendSrc)
-	inspectScript = redis.NewScript(helpers + inspectSrc)
-	abandonScript = redis.NewScript(helpers + abandonSrc)
+	acquireScript  = redis.NewScript(helpers + acquireSrc)
+	releaseScript  = redis.NewScript(helpers + releaseSrc)
+	extendScript   = redis.NewScript(helpers + extendSrc)
+	inspectScript  = redis.NewScript(helpers + inspectSrc)
+	abandonScript  = redis.NewScript(helpers + abandonSrc)
+	qacquireScript = redis.NewScript(helpers + qacquireSrc)
+	qraiseScript   = redis.NewScript(helpers + qraiseSrc)
 )
 
 // scripts names every script with its source, for Load and for the
@@ -67,6 +73,8 @@ var scripts = []struct {
 	{"extend", extendSrc, &extendScript},
 	{"inspect", inspectSrc, &inspectScript},
 	{"abandon", abandonSrc, &abandonScript},
+	{"qacquire", qacquireSrc, &qacquireScript},
+	{"qraise", qraiseSrc, &qraiseScript},
 }
 
 func init() {

@@ -23,7 +23,7 @@ func TestLoad(t *testing.T) {
 		ctx, rdb := t.Context(), b.Client
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
 		require.NoError(t, lua.Load(ctx, rdb))
-		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon"} {
+		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon", "qacquire", "qraise"} {
 			ok, err := rdb.ScriptExists(ctx, scripthook.Script(name).Hash()).Result()
 			require.NoError(t, err)
 			require.Equal(t, []bool{true}, ok, name)
@@ -110,6 +110,11 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute, lua.Tokens{}); return err },
 				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "r"}); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
+				"qacquire": func() error {
+					_, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					return err
+				},
+				"qraise": func() error { _, err := lua.QRaise(ctx, rdb, k, "o", "r", 1); return err },
 			}
 			for name, call := range calls {
 				err := call()

@@ -57,6 +57,9 @@ type call struct {
 	cfg   *leaseConfig
 	req   lua.Request // Level is the call's own ID; Waiter is set when it waits
 	owner Owner
+	// attempted: a Redlock attempt was made, so the next takes a new
+	// level ID (acquireQuorum)
+	attempted bool
 }
 
 // newCall checks a lock call's arguments and the server's eviction policy.
@@ -135,6 +138,9 @@ type acquired struct {
 // caller is still there, in the background otherwise.
 func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
 	c := r.c
+	if c.rl != nil {
+		return r.acquireQuorum(ctx)
+	}
 	type reply struct {
 		a     lua.Acquired
 		acked int

@@ -80,5 +80,5 @@ func (c *Client) callConfig(opts []Option) (*leaseConfig, error) {
 }
 
 // window is how long after an acquisition is sent its lease is safe: the
-// TTL less the safety margin.
-func (l *leaseConfig) window() time.Duration { return l.ttl - l.margin }
+// TTL less the safety margin (and, for Redlock, the drift allowance).
+func (l *leaseConfig) window() time.Duration { return l.ttl - l.margin - l.drift }

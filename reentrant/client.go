@@ -29,8 +29,8 @@ import (
 )
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
-// Cluster, through go-redis's UniversalClient). It is safe for concurrent
-// use. Close it to stop renewals and its pub/sub connections; closing it
+// Cluster, through go-redis's UniversalClient), or, built by [NewRedlock],
+// on a majority of N independent masters. It is safe for concurrent use. Close it to stop renewals and its pub/sub connections; closing it
 // does not close the go-redis client.
 //
 // Its waiters listen on one pub/sub connection; on a Redis 7 Cluster, on one
@@ -41,6 +41,7 @@ import (
 // has the details.
 type Client struct {
 	rdb     redis.UniversalClient
+	rl      *quorum // Redlock's nodes (NewRedlock); nil on one deployment
 	cfg     config
 	note    *notifier
 	ren     *renewer

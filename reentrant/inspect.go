@@ -36,6 +36,9 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
 		return retryBusy(c, ctx, func(ctx context.Context) (lua.State, error) {
+			if c.rl != nil {
+				return c.inspectQuorum(ctx, c.keys(name))
+			}
 			return lua.Inspect(ctx, c.rdb, c.keys(name))
 		})
 	}, nil)

@@ -67,6 +67,9 @@ type config struct {
 	observe       func(Event)
 
 	lease leaseConfig // the defaults of every call
+
+	redlock    bool // the client is a Redlock's: leases allow for clock drift
+	handoffSet bool // WithHandoffTimeout was given, which Redlock refuses
 }
 
 // leaseConfig is what a call may set for itself: the lease, its renewal,
@@ -77,6 +80,7 @@ type leaseConfig struct {
 	renewSet  bool
 	margin    time.Duration
 	marginSet bool
+	drift     time.Duration // Redlock's clock-drift allowance; 0 on one deployment
 	retry     RetryStrategy // nil: poll as the handoff timeout says, until ctx ends
 	meta      string
 	maxDepth  int64
@@ -229,7 +233,7 @@ func WithHandoffTimeout(d time.Duration) Option {
 		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
 		}
-		c.handoff = d
+		c.handoff, c.handoffSet = d, true
 		return nil
 	}
 }
@@ -328,13 +332,16 @@ func (c *config) finish() error {
 	if !l.marginSet {
 		l.margin = l.ttl / 10
 	}
-	if l.margin >= l.ttl {
-		return invalid("safety margin %v is not shorter than the TTL %v", l.margin, l.ttl)
+	if c.redlock {
+		l.drift = drift(l.ttl)
+	}
+	if l.margin+l.drift >= l.ttl {
+		return invalid("safety margin %v (and drift allowance %v) is not shorter than the TTL %v", l.margin, l.drift, l.ttl)
 	}
 	if !l.renewSet {
 		l.renew = l.ttl / 3
 	}
-	if l.renew >= l.ttl-l.margin {
+	if l.renew >= l.ttl-l.margin-l.drift {
 		return invalid("renew interval %v is not shorter than the TTL %v less the safety margin %v: "+
 			"the lease would be declared lost before its first renewal", l.renew, l.ttl, l.margin)
 	}

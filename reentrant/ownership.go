@@ -91,7 +91,7 @@ func (o *ownership) lostErr(reason string, err error) error {
 // (a renewal, an Extend, a reentry): the local deadline moves to
 // sent + ttl - margin, never back.
 func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
-	d := sent.Add(ttl - o.cfg.margin)
+	d := sent.Add(ttl - o.cfg.margin - o.cfg.drift)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ctx.Err() != nil || !d.After(o.deadline) {

@@ -43,6 +43,9 @@ func (c *Client) checkPolicy(ctx context.Context) error {
 }
 
 func (c *Client) askPolicy(ctx context.Context) error {
+	if c.rl != nil {
+		return c.askPolicies(ctx)
+	}
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
 		var errs []error

@@ -39,6 +39,9 @@ func (l *Lease) unlock(ctx context.Context) error {
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
 		return retryBusy(l.c, ctx, func(ctx context.Context) (int64, error) {
+			if l.c.rl != nil {
+				return l.c.releaseQuorum(ctx, l.keys, l.owner, l.token, l.level)
+			}
 			return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
 		})
 	}, nil)
@@ -66,6 +69,10 @@ func (l *Lease) unlock(ctx context.Context) error {
 // gone (or never were).
 func (r *call) undo() error {
 	c := r.c
+	if c.rl != nil {
+		r.undoQuorum(r.req) // a node that does not answer keeps the level until its lease ends
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
@@ -94,6 +101,10 @@ func (r *call) undo() error {
 // client closes.
 func (r *call) undoInBackground() {
 	c, req := r.c, r.req
+	if c.rl != nil {
+		r.undoQuorum(r.req)
+		return
+	}
 	giveUp := time.Now().Add(r.cfg.ttl)
 	c.goBackground(func() {
 		for delay := 10 * time.Millisecond; time.Now().Before(giveUp); delay = min(2*delay, time.Second) {
@@ -120,6 +131,10 @@ func (r *call) undoInBackground() {
 // Should it fail, the waiter's place is handed over in its turn and
 // expires after the claim time.
 func (r *call) leave() error {
+	if r.c.rl != nil {
+		r.undoQuorum(r.req)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
 	defer cancel()
 	_, err := retryBusy(r.c, ctx, func(ctx context.Context) (bool, error) {

@@ -39,6 +39,13 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if err != nil {
 		return nil, err
 	}
+	if c.rl != nil {
+		if !c.track() {
+			return nil, ErrClosed
+		}
+		defer c.wg.Done()
+		return r.lockQuorum(ctx)
+	}
 	var first time.Duration // the strategy's first backoff, asked once
 	if s := r.cfg.retry; s != nil {
 		first = s.Backoff(1)

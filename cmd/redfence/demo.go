@@ -51,6 +51,7 @@ type demoConfig struct {
 	prefix      string
 	store       string
 	postgresURL string
+	redlock     bool
 }
 
 func demoFlags(cfg *demoConfig) *flag.FlagSet {
@@ -59,6 +60,7 @@ func demoFlags(cfg *demoConfig) *flag.FlagSet {
 	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix,
 		"key prefix `P`: the locks live at P:{NAME},\nthe redis store's records at P:store:{KEY}:rec")
 	fs.StringVar(&cfg.store, "store", "memory", "the fenced `STORE`: "+strings.Join(demoStores, ", "))
+	fs.BoolVar(&cfg.redlock, "redlock", false, "lock on a Redlock of three embedded servers (miniredis) instead of one")
 	fs.StringVar(&cfg.postgresURL, "postgres", "",
 		"PostgreSQL `URL` for --store postgres (default: $"+postgresURLVar+")")
 	return fs
@@ -89,16 +91,29 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer stopRedis()
+	newLock := func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
+	if cfg.redlock {
+		nodes, stopNodes, err := demoRedlock(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopNodes()
+		where = "a Redlock of three embedded Redis servers (miniredis)"
+		newLock = func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.NewRedlock(nodes, opts...) }
+	}
 	store, storeName, closeStore, err := demoStore(ctx, cfg, rdb)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	return playPause(ctx, stdout, rdb, cfg.prefix, store, where, storeName)
+	return playPause(ctx, stdout, newLock, cfg.prefix, store, where, storeName)
 }
 
 // check reports a usage error in cfg before anything is connected.
 func (cfg demoConfig) check() error {
+	if cfg.redlock && cfg.redisAddr != "" {
+		return usagef("demo", "--redlock runs on embedded servers: it takes no --redis")
+	}
 	if cfg.redisAddr != "" {
 		if err := checkAddr("demo", cfg.redisAddr); err != nil {
 			return err
@@ -210,7 +225,7 @@ func (tl *timeline) say(who, format string, args ...any) {
 
 // playPause runs the scenario and returns an error if any step does not
 // turn out as fencing promises, so the demo doubles as a smoke test.
-func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, prefix string, store storage.Store, where, storeName string) error {
+func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Option) (*reentrant.Client, error), prefix string, store storage.Store, where, storeName string) error {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	name := "invoice-" + hex.EncodeToString(b[:])
@@ -218,12 +233,12 @@ func playPause(ctx context.Context, w io.Writer, rdb *redis.Client, prefix strin
 
 	// A real GC pause or SIGSTOP freezes the renewal goroutine too, so A's
 	// client does not renew: its lease simply runs out while it is frozen.
-	clientA, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(leaseTTL), reentrant.WithoutRenewal())
+	clientA, err := newLock(reentrant.WithPrefix(prefix), reentrant.WithTTL(leaseTTL), reentrant.WithoutRenewal())
 	if err != nil {
 		return err
 	}
 	defer clientA.Close()
-	clientB, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(leaseTTL))
+	clientB, err := newLock(reentrant.WithPrefix(prefix), reentrant.WithTTL(leaseTTL))
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	redfence demo [--redis host:port] [--prefix P] [--store memory|redis|postgres|sqlite] [--postgres URL]
+//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite] [--postgres URL]
 //	redfence inspect NAME --redis host:port [--prefix P] [--json]
 //	redfence help [COMMAND]
 //
@@ -16,7 +16,8 @@
 // writes, and the first worker's late write is refused by the fenced store.
 // It checks each step and fails if fencing did not hold. With no flags it
 // runs on an embedded Redis (miniredis) and an in-memory store, so it needs
-// nothing installed. --redis runs it on a real Redis; --prefix sets the key
+// nothing installed. --redis runs it on a real Redis, --redlock on a Redlock
+// of three embedded servers (reentrant.NewRedlock); --prefix sets the key
 // prefix of its locks (P:{NAME}) and of the redis store's records
 // (P:store:{KEY}:rec); --postgres defaults to $REDFENCE_POSTGRES_URL.
 //

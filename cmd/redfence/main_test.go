@@ -13,6 +13,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -34,6 +35,7 @@ func TestDemo(t *testing.T) {
 	}{
 		{"embedded/memory", func(*testing.T) []string { return nil }},
 		{"embedded/redis", func(*testing.T) []string { return []string{"--store", "redis"} }},
+		{"redlock/memory", func(*testing.T) []string { return []string{"--redlock"} }},
 		{"embedded/sqlite", func(*testing.T) []string { return []string{"--store", "sqlite"} }},
 		{"embedded/postgres", func(t *testing.T) []string {
 			return []string{"--store", "postgres", "--postgres", testenv.PostgresURL(t)}
@@ -104,7 +106,8 @@ func TestDemoUnsafe(t *testing.T) {
 	t.Parallel()
 	_, rdb := testenv.Mini(t)
 	var out bytes.Buffer
-	err := playPause(t.Context(), &out, rdb, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
+	newLock := func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
+	err := playPause(t.Context(), &out, newLock, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
 	require.ErrorContains(t, err, "ACCEPTED A's late write")
 	require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))
 }
@@ -124,6 +127,7 @@ func TestExitCodes(t *testing.T) {
 		{exitUsage, []string{"demo", "--bogus"}},
 		{exitUsage, []string{"demo", "extra"}},
 		{exitUsage, []string{"demo", "--redis"}},
+		{exitUsage, []string{"demo", "--redlock", "--redis", "127.0.0.1:6379"}},
 		{exitUsage, []string{"demo", "--redis", "no-port"}},
 		{exitUsage, []string{"demo", "--store", "bogus"}},
 		{exitUsage, []string{"demo", "--store", "postgres"}},
@@ -168,11 +172,11 @@ func TestFlagsParsed(t *testing.T) {
 	var d demoConfig
 	fs := demoFlags(&d)
 	pos, help, err := parseArgs(lookup("demo"), fs,
-		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x"}, nil)
+		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock"}, nil)
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Empty(t, pos)
-	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x"}, d)
+	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", redlock: true}, d)
 	requireAllSet(t, fs)
 
 	var i inspectConfig

@@ -1,0 +1,54 @@
+-- qacquire: phase 1 of a Redlock acquisition on one node: take the lock if
+-- it is free (or its lease ran out), marking the hold pending (no token
+-- yet), or reenter it if the caller owns it.
+-- Redlock waiters do not queue: they poll.
+--
+-- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
+-- ARGV[1]  owner ID
+-- ARGV[2]  lease TTL in milliseconds (positive integer)
+-- ARGV[3]  level ID: the request ID of this call (as acquire.lua)
+-- ARGV[4]  metadata for a fresh ownership ("" for none)
+-- ARGV[5]  the deepest hold a reentry may make (a positive integer)
+--
+-- Returns {1, token, depth} when the caller's ownership holds the lock here
+-- with its token raised (qraise.lua): a reentry (one more level) or a
+-- repeated call (the depth its level was granted at); the lease is raised
+-- to end ARGV[2] from now if it ended sooner.
+-- Returns {3, counter, depth} when the caller holds the lock here pending:
+-- a fresh take (depth 1, the p mark set, t left as it was) or a reentry or
+-- repeat on a hold still pending; counter is the node's t (0 if none). The
+-- client picks the token from a majority's counters and raises it.
+-- Returns {2, token, depth} when a new level would pass ARGV[5]; nothing is
+-- written. Returns {0, pttl, 0} when another owner holds it.
+-- Error "FOREIGN <key>" as the other scripts; nothing is written then.
+local level = 'l:' .. ARGV[3]
+local h, err, _, _, now = begin('0', level)
+if not h then
+  return err
+end
+local kind = 1
+if h.p then
+  kind = 3
+end
+if h.held and h.o == ARGV[1] then
+  if not h.granted and h.depth >= tonumber(ARGV[5]) then
+    return {2, h.t, h.depth}
+  end
+  local depth = h.granted or h.depth + 1
+  h.x = math.max(h.x, now + tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[1], level, dec(depth), 'x', dec(h.x))
+  keep(KEYS[1], h, 0, now)
+  return {kind, h.t, depth}
+end
+if h.held then
+  return {0, h.x - now, 0}
+end
+settle(KEYS[1], h)
+local x = dec(now + tonumber(ARGV[2]))
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'x', x, level, '1', 'p', '1', 'm', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'x', x, level, '1', 'p', '1')
+end
+keep(KEYS[1], h, 0, now)
+return {3, h.t, 1}

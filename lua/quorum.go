@@ -1,0 +1,64 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// QAcquired is the reply of qacquire.lua on one Redlock node.
+type QAcquired struct {
+	Acquired
+	// Pending is set when the caller holds the lock on this node without a
+	// token: Token is then the node's counter (possibly 0), to be raised
+	// with [QRaise].
+	Pending bool
+}
+
+// QAcquire runs qacquire.lua, phase 1 of a Redlock acquisition on one node:
+// r's Waiter and Tokens are ignored (Redlock neither queues nor issues time
+// tokens). See the script's header.
+func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (QAcquired, error) {
+	depth := r.MaxDepth
+	if depth <= 0 {
+		depth = math.MaxInt32
+	}
+	v, err := qacquireScript.Run(ctx, rdb, []string{k.Lock}, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth).Result()
+	if err != nil {
+		return QAcquired{}, scriptErr(err)
+	}
+	if a, ok := v.([]any); ok && len(a) == 3 {
+		n, ok1 := a[0].(int64)
+		t, ok2 := a[1].(int64)
+		d, ok3 := a[2].(int64)
+		if ok1 && ok2 && ok3 && n == 3 && t >= 0 && d > 0 {
+			return QAcquired{Acquired: Acquired{OK: true, Token: fence.Token(t), Depth: d}, Pending: true}, nil
+		}
+	}
+	a, err := parseAcquire(v)
+	return QAcquired{Acquired: a}, err
+}
+
+// QRaise runs qraise.lua, phase 2 of a Redlock acquisition on one node: it
+// reports whether the node now holds r's level with token tok.
+func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, tok fence.Token) (bool, error) {
+	if tok == fence.None {
+		return false, fmt.Errorf("%w: token 0", ErrReply)
+	}
+	v, err := qraiseScript.Run(ctx, rdb, []string{k.Lock}, owner, level, tok.String()).Result()
+	if err != nil {
+		return false, scriptErr(err)
+	}
+	return parseExtend(v)
+}
+
+// QBump raises the counter of a node where the lock is free to tok, a token
+// already handed out, so that the node remembers it too; it reports whether
+// it raised it (see qraise.lua).
+func QBump(ctx context.Context, rdb redis.Scripter, k Keys, tok fence.Token) (bool, error) {
+	return QRaise(ctx, rdb, k, "", "", tok)
+}

@@ -1,0 +1,110 @@
+package lua_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+)
+
+func TestQuorumPhases(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		q := func(owner, level string) lua.QAcquired {
+			a, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
+			require.NoError(t, err)
+			return a
+		}
+		raise := func(owner, level string, tok int) bool {
+			ok, err := lua.QRaise(ctx, rdb, k, owner, level, fenceTok(tok))
+			require.NoError(t, err)
+			return ok
+		}
+		require.Equal(t, lua.QAcquired{Acquired: lua.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"),
+			"a fresh take on an empty node is pending with counter 0")
+		require.Equal(t, lua.QAcquired{Acquired: lua.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"), "a repeat")
+		require.False(t, q("o2", "r9").OK, "held pending by another owner")
+		require.False(t, raise("o2", "r9", 5), "only the holder raises")
+		require.False(t, raise("o1", "rX", 5), "only the holder's level raises")
+		require.True(t, raise("o1", "r1", 5))
+		require.True(t, raise("o1", "r1", 5), "a repeated raise")
+		require.False(t, raise("o1", "r1", 6), "a raised hold is not raised again")
+		require.Equal(t, lua.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 2}}, q("o1", "r2"), "a reentry keeps the token")
+
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.True(t, st.Held)
+		require.EqualValues(t, 5, st.Token)
+
+		// release.lua and extend.lua work per node once t is the token.
+		held, err := lua.Extend(ctx, rdb, k, "o1", 5, time.Minute, lua.Tokens{})
+		require.NoError(t, err)
+		require.True(t, held)
+		for _, lv := range []string{"r2", "r1"} {
+			_, err := lua.Release(ctx, rdb, k, "o1", 5, lv, lua.Tokens{})
+			require.NoError(t, err)
+		}
+		a := q("o2", "r3")
+		require.Equal(t, lua.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
+			"the next take reads the counter")
+		require.False(t, raise("o2", "r3", 5), "a node never lowers or repeats its counter")
+		bumped, err := lua.QBump(ctx, rdb, k, 12)
+		require.NoError(t, err)
+		require.False(t, bumped, "a bump never touches a held lock")
+		require.True(t, raise("o2", "r3", 9))
+		_, err = lua.Release(ctx, rdb, k, "o2", 9, "r3", lua.Tokens{})
+		require.NoError(t, err)
+		for _, c := range []struct {
+			tok  int
+			want bool
+		}{{8, false}, {12, true}, {12, false}} {
+			bumped, err := lua.QBump(ctx, rdb, k, fenceTok(c.tok))
+			require.NoError(t, err)
+			require.Equal(t, c.want, bumped, "bump to %d", c.tok)
+		}
+		a = q("o3", "r4")
+		require.EqualValues(t, 12, a.Token, "the next take reads the bumped counter")
+	})
+}
+
+func TestQuorumPendingUndone(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		r := &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}
+		_, err := lua.QAcquire(ctx, rdb, k, r)
+		require.NoError(t, err)
+		undone, err := lua.Abandon(ctx, rdb, k, r)
+		require.NoError(t, err)
+		require.True(t, undone)
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a pending hold that created the hash leaves nothing")
+
+		// An expired pending hold is not recorded as an ownership.
+		r.TTL = 20 * time.Millisecond
+		_, err = lua.QAcquire(ctx, rdb, k, r)
+		require.NoError(t, err)
+		ok, err := lua.QRaise(ctx, rdb, k, "o1", "r1", 3)
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = lua.Release(ctx, rdb, k, "o1", 3, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		r.Level = "r2"
+		_, err = lua.QAcquire(ctx, rdb, k, r)
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond) // TIME is the real clock on miniredis too
+		a, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
+		require.NoError(t, err)
+		require.True(t, a.OK && a.Pending)
+		require.EqualValues(t, 3, a.Token)
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		for _, e := range st.Ended {
+			require.False(t, e.Expired && e.Owner == "o1" && e.Token == 3, "the expired pending hold was recorded as ownership %v", e)
+		}
+	})
+}
+
+func fenceTok(n int) fence.Token { return fence.Token(n) }

@@ -1,0 +1,280 @@
+package reentrant
+
+// Redlock acquisition: phase 1 (qacquire.lua) on every node, the token from
+// the granting majority's counters, phase 2 (qraise.lua), and the undo of
+// whatever a failed attempt took.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// acquireQuorum makes one Redlock attempt. It returns the lease's reply
+// (OK with the token and depth), or not OK with the shortest holder's TTL
+// a node reported, having released on every node what the attempt took.
+// Nodes that answer after the outcome is decided are undone in the
+// background, so a stopped node never delays the attempt past a majority.
+func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
+	c, q := r.c, r.c.rl
+	maj, n := q.majority(), len(q.nodes)
+	sent := time.Now()
+	window := r.cfg.window()
+	ctx, cancel := context.WithDeadline(ctx, sent.Add(window))
+	defer cancel()
+	// Each attempt takes its levels under an ID of its own, so that the
+	// background undo of an earlier attempt cannot remove a later one's.
+	if r.attempted {
+		r.req.Level = c.reqID()
+	}
+	r.attempted = true
+	req := r.req
+	// Nodes that answer after the outcome is decided wait for it: on
+	// success a late grant is kept (raised to the token if pending), else
+	// undone.
+	decided, final := make(chan struct{}), fence.None
+	defer close(decided)
+	ch := fan(c, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
+		return lua.QAcquire(ctx, rdb, r.keys, &req)
+	})
+	granted := func(x nodeReply[lua.QAcquired]) bool { return x.err == nil && x.v.OK }
+	got, _ := gather(c, ctx, ch, func(got []*nodeReply[lua.QAcquired]) bool {
+		ok := count(got, granted)
+		no := count(got, func(x nodeReply[lua.QAcquired]) bool { return !granted(x) })
+		return ok >= maj || n-no < maj
+	}, func(x nodeReply[lua.QAcquired]) {
+		<-decided
+		switch {
+		case final == fence.None || x.err != nil || !x.v.OK:
+			r.undoNode(x.i, req)
+		case x.v.Pending:
+			r.raiseInBackground(x.i, req.Level, final)
+		}
+	})
+
+	var errs []error
+	holder := time.Duration(-1)
+	var ok []int
+	for i, x := range got {
+		switch {
+		case x == nil:
+		case x.err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
+			r.undoNode(i, req) // it may have run
+		case x.v.TooDeep:
+			r.undoQuorum(req)
+			return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, x.v.Depth)
+		case x.v.OK:
+			ok = append(ok, i)
+		case holder < 0 || x.v.HolderTTL < holder:
+			holder = x.v.HolderTTL
+		}
+	}
+	fail := func(why string) (acquired, error) {
+		r.undoQuorum(req)
+		if cerr := ctxErr(ctx); cerr != nil || len(errs) > n-maj {
+			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, join(errs...))
+		}
+		return acquired{Acquired: lua.Acquired{HolderTTL: max(holder, 0)}}, nil
+	}
+	if len(ok) < maj {
+		return fail(fmt.Sprintf("%d of %d nodes granted it", len(ok), n))
+	}
+
+	// Reentry (or a repeat): nodes that hold this ownership's token, and
+	// pending ones raised to it, make a majority. Raising a node to a token
+	// a majority was already raised to issues no new token.
+	tokens := map[fence.Token]int{}
+	var top, best fence.Token
+	var depth int64
+	var pending []int
+	for _, i := range ok {
+		v := got[i].v
+		if v.Pending {
+			pending = append(pending, i)
+		} else {
+			tokens[v.Token]++
+			if tokens[v.Token] > tokens[best] {
+				best = v.Token
+			}
+		}
+		top, depth = max(top, v.Token), max(depth, v.Depth)
+	}
+	if votes := tokens[best]; votes > 0 {
+		if votes >= maj {
+			for _, i := range pending {
+				r.raiseInBackground(i, req.Level, best)
+			}
+			final = best
+			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
+		}
+		if raised := r.raise(ctx, pending, best, maj-votes); votes+raised < maj {
+			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
+		}
+		final = best
+		return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
+	}
+
+	// Fresh: one above every counter of the granting majority, raised on a
+	// majority before it is handed out.
+	tok := top + 1
+	raised := r.raise(ctx, ok, tok, maj)
+	if raised < maj {
+		return fail(fmt.Sprintf("token %d raised on %d of %d nodes", tok, raised, n))
+	}
+	if late := time.Since(sent); late >= window {
+		return fail(fmt.Sprintf("a majority answered after %v, past the lease's safe window of %v", late.Round(time.Millisecond), window))
+	}
+	final = tok
+	return acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent}, nil
+}
+
+// raise runs phase 2 with tok on the nodes in idx, and returns how many
+// confirmed it before ctx ended, need did, or need no longer could.
+func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) int {
+	c := r.c
+	on := make([]bool, len(c.rl.nodes))
+	for _, i := range idx {
+		on[i] = true
+	}
+	d := time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		d = time.Until(dl)
+	}
+	level := r.req.Level
+	ch := fan(c, d, func(ctx context.Context, i int, rdb redis.UniversalClient) (bool, error) {
+		if !on[i] {
+			return false, errSkipped
+		}
+		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
+	})
+	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
+	got, all := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
+		no := count(got, func(x nodeReply[bool]) bool { return x.err != errSkipped && !yes(x) })
+		return count(got, yes) >= need || len(idx)-no < need
+	}, nil)
+	if n := count(got, yes); n >= need && !all {
+		// Every node that remembers the token keeps a later majority from
+		// repeating it should one of these forget (a restart without
+		// AOF): the rest, which granted phase 1 just now, get a short
+		// grace to confirm too.
+		grace := time.NewTimer(max(2*time.Millisecond, r.cfg.window()/50))
+		defer grace.Stop()
+		for range len(got) - count(got, func(nodeReply[bool]) bool { return true }) {
+			select {
+			case x := <-ch:
+				if yes(x) {
+					n++
+				}
+			case <-grace.C:
+				return n
+			case <-ctx.Done():
+				return n
+			}
+		}
+		return n
+	}
+	return count(got, yes)
+}
+
+// errSkipped is the reply of a node a fanned-out call does not concern.
+var errSkipped = errors.New("reentrant: node not concerned")
+
+// raiseInBackground raises node i's pending hold of level to tok, best
+// effort: a node left pending only lets the level expire there. A node
+// raised once the ownership is no longer live here (its Unlock may have
+// reached the node before the grant did) is released at once: it keeps
+// the token in its counter, which is the point, and not the lock.
+func (r *call) raiseInBackground(i int, level string, tok fence.Token) {
+	c := r.c
+	rdb := c.rl.nodes[i]
+	c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
+		defer cancel()
+		if ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok); ok && !c.live(r.owner, r.name, tok) {
+			_, _ = lua.Release(ctx, rdb, r.keys, string(r.owner), tok, level, lua.Tokens{})
+		}
+	})
+}
+
+// live reports whether owner's ownership of name with token tok is live in
+// this client's bookkeeping.
+func (c *Client) live(owner Owner, name string, tok fence.Token) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.owns[ownKey{owner, name}]
+	return o != nil && o.token == tok && o.ctx.Err() == nil
+}
+
+// undoNode removes, in the background, the level req may have taken on
+// node i; a node that does not answer keeps it until its lease ends.
+func (r *call) undoNode(i int, req lua.Request) {
+	c := r.c
+	rdb := c.rl.nodes[i]
+	c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
+		defer cancel()
+		if _, err := lua.Abandon(ctx, rdb, r.keys, &req); err != nil {
+			c.debug("reentrant: Redlock undo failed; the level expires with its lease", "name", r.name, "node", i, "err", err)
+		}
+	})
+}
+
+// undoQuorum removes, in the background, the level req may have taken on
+// every node.
+func (r *call) undoQuorum(req lua.Request) {
+	for i := range r.c.rl.nodes {
+		r.undoNode(i, req)
+	}
+}
+
+// lockQuorum is Lock on a Redlock: attempts until one acquires or ctx ends,
+// each after a random delay (the retry strategy's, with WithRetry).
+func (r *call) lockQuorum(ctx context.Context) (*Lease, error) {
+	var last error // the last attempt's, when too few nodes answered
+	for polls := 1; ; polls++ {
+		l, a, err := r.try(ctx, polls > 1)
+		switch {
+		case l != nil:
+			return l, err
+		case err != nil && (!errors.Is(err, ErrNotAcquired) || ctx.Err() != nil):
+			return nil, err
+		}
+		last = err
+		d := r.quorumDelay(polls, a.HolderTTL)
+		if d <= 0 {
+			return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, join(ErrNotAcquired, ctx.Err(), last)
+		case <-r.c.bg.Done():
+			t.Stop()
+			return nil, ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// quorumDelay is how long a Redlock waiter sleeps before attempt n+1: the
+// retry strategy's backoff, or a random delay up to the holder's TTL,
+// bounded by the client's maximum retry delay.
+func (r *call) quorumDelay(n int, holderTTL time.Duration) time.Duration {
+	if r.cfg.retry != nil {
+		return r.cfg.retry.Backoff(n)
+	}
+	d := r.c.cfg.maxRetryDelay
+	if holderTTL > 0 && holderTTL < d {
+		d = holderTTL
+	}
+	return time.Millisecond + rand.N(max(d, time.Millisecond))
+}

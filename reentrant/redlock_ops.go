@@ -1,0 +1,240 @@
+package reentrant
+
+// Redlock's Unlock, Extend, renewal and Inspect: the single-node scripts on
+// every node, decided by a majority.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// releaseQuorum runs release.lua on every node. It returns the depth left
+// that a majority confirmed (the highest of theirs), -1 when so many nodes
+// say the ownership is gone that no majority can confirm, or an error when
+// neither is known by the time ctx ends. Nodes that answer later still
+// release their level; one that never answers lets it expire.
+func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
+	maj, n := c.rl.majority(), len(c.rl.nodes)
+	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+		left, err := lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+		if err == nil && left < 0 {
+			// A node whose phase 2 never landed holds the level pending:
+			// raised to the token first, it remembers the token too; then
+			// the level goes. No level there may mean the grant is still
+			// in flight: it is not undone (which could free the node with
+			// its old counter), the acquisition's late handler raises and
+			// releases it when it lands.
+			if ok, _ := lua.QRaise(ctx, rdb, k, string(owner), level, tok); ok {
+				return lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+			}
+			// A free node the grant never reached (it failed there, or
+			// the node restarted) learns the token, so that a later
+			// majority including it cannot issue the token again.
+			_, _ = lua.QBump(ctx, rdb, k, tok)
+		}
+		return left, err
+	})
+	yes := func(x nodeReply[int64]) bool { return x.err == nil && x.v >= 0 }
+	gone := func(x nodeReply[int64]) bool { return x.err == nil && x.v < 0 }
+	got, _ := gather(c, ctx, ch, func(got []*nodeReply[int64]) bool {
+		return count(got, yes) >= maj || count(got, gone) > n-maj
+	}, nil)
+	if count(got, yes) >= maj {
+		left := int64(0)
+		for _, x := range got {
+			if x != nil && yes(*x) {
+				left = max(left, x.v)
+			}
+		}
+		return left, nil
+	}
+	if count(got, gone) > n-maj {
+		return -1, nil
+	}
+	return 0, join(fmt.Errorf("released on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
+}
+
+// extendQuorum runs extend.lua on every node and reports whether a majority
+// extended the ownership; sent is when the requests left.
+func (c *Client) extendQuorum(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
+	maj, n := c.rl.majority(), len(c.rl.nodes)
+	ch := fan(c, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+		return lua.Extend(ctx, rdb, k, string(owner), tok, ttl, lua.Tokens{})
+	})
+	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
+	no := func(x nodeReply[bool]) bool { return x.err == nil && !x.v }
+	got, _ := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
+		return count(got, yes) >= maj || count(got, no) > n-maj
+	}, nil)
+	switch {
+	case count(got, yes) >= maj:
+		return true, nil
+	case count(got, no) > n-maj:
+		return false, nil
+	}
+	return false, join(fmt.Errorf("extended on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
+}
+
+// extendBatchQuorum is lua.ExtendBatch on a Redlock: one pipeline per node,
+// all at once; each ownership is held when a majority extended it, lost when
+// so many nodes say it is gone that no majority can, and an error otherwise.
+// Sent is when the first pipeline left, before any node could extend.
+func (c *Client) extendBatchQuorum(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
+	maj, n := c.rl.majority(), len(c.rl.nodes)
+	sent := time.Now()
+	ch := fan(c, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]lua.ExtendResult, error) {
+		return lua.ExtendBatch(ctx, rdb, reqs, lua.Tokens{}), nil
+	})
+	yes := make([]int, len(reqs))
+	no := make([]int, len(reqs))
+	errs := make([]error, len(reqs))
+	done := func() bool {
+		for i := range reqs {
+			if yes[i] < maj && no[i] <= n-maj {
+				return false
+			}
+		}
+		return true
+	}
+read:
+	for left := n; left > 0 && !done(); left-- {
+		var x nodeReply[[]lua.ExtendResult]
+		select {
+		case x = <-ch:
+		case <-ctx.Done():
+			break read
+		}
+		if x.err != nil {
+			for i := range reqs {
+				errs[i] = x.err
+			}
+			continue
+		}
+		for i, r := range x.v {
+			switch {
+			case r.Err != nil:
+				errs[i] = fmt.Errorf("node %d: %w", x.i, r.Err)
+			case r.Held:
+				yes[i]++
+			default:
+				no[i]++
+			}
+		}
+	}
+	out := make([]lua.ExtendResult, len(reqs))
+	for i := range reqs {
+		switch {
+		case yes[i] >= maj:
+			out[i] = lua.ExtendResult{Held: true, Sent: sent}
+		case no[i] > n-maj:
+			out[i] = lua.ExtendResult{Sent: sent}
+		default:
+			out[i] = lua.ExtendResult{Sent: sent, Err: join(fmt.Errorf("extended on %d of %d nodes", yes[i], n), errs[i], ctxErr(ctx))}
+		}
+	}
+	return out
+}
+
+// deadlineOr returns ctx's deadline, or d when it has none.
+func deadlineOr(ctx context.Context, d time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return d
+}
+
+// inspectQuorum reads the lock on every node. When a majority agree on a
+// holder (owner and token), that is the state, with the shortest TTL among
+// them and the deepest hold; otherwise the lock is reported free, with the
+// highest LastToken a node reported. Ended and Meta come from one of the
+// agreeing nodes.
+func (c *Client) inspectQuorum(ctx context.Context, k lua.Keys) (lua.State, error) {
+	maj, n := c.rl.majority(), len(c.rl.nodes)
+	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.State, error) {
+		return lua.Inspect(ctx, rdb, k)
+	})
+	// Done once a majority agree on a holder, or on the lock being free:
+	// a stopped node is not waited for.
+	got, _ := gather(c, ctx, ch, func(got []*nodeReply[lua.State]) bool {
+		votes := map[[2]string]int{}
+		for _, x := range got {
+			if x != nil && x.err == nil {
+				k := [2]string{x.v.Owner, x.v.Token.String()}
+				if votes[k]++; votes[k] >= maj {
+					return true
+				}
+			}
+		}
+		return false
+	}, nil)
+	type holder struct {
+		owner string
+		tok   fence.Token
+	}
+	votes := map[holder]int{}
+	var last fence.Token
+	answered := 0
+	for _, x := range got {
+		if x == nil || x.err != nil {
+			continue
+		}
+		answered++
+		last = max(last, x.v.LastToken)
+		if x.v.Held {
+			votes[holder{x.v.Owner, x.v.Token}]++
+		}
+	}
+	if answered < maj {
+		return lua.State{}, join(fmt.Errorf("%d of %d nodes answered, fewer than a majority", answered, n), ctxErr(ctx), nodeErrs(got))
+	}
+	for h, v := range votes {
+		if v < maj {
+			continue
+		}
+		var st lua.State
+		for _, x := range got {
+			if x == nil || x.err != nil || !x.v.Held || x.v.Owner != h.owner || x.v.Token != h.tok {
+				continue
+			}
+			switch {
+			case st.Owner == "":
+				st = x.v
+			case x.v.TTL < st.TTL:
+				st.TTL = x.v.TTL
+			}
+			if x.v.Depth > st.Depth {
+				st.Depth, st.Levels = x.v.Depth, x.v.Levels
+			}
+		}
+		st.LastToken = max(st.LastToken, last)
+		return st, nil
+	}
+	return lua.State{Name: got0(got).Name, LastToken: last}, nil
+}
+
+// got0 returns the first state a node answered, for the lock's name.
+func got0(got []*nodeReply[lua.State]) lua.State {
+	for _, x := range got {
+		if x != nil && x.err == nil {
+			return x.v
+		}
+	}
+	return lua.State{}
+}
+
+// nodeErrs joins the errors of the nodes that failed.
+func nodeErrs[T any](got []*nodeReply[T]) error {
+	var errs []error
+	for i, x := range got {
+		if x != nil && x.err != nil && x.err != errSkipped {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
+		}
+	}
+	return join(errs...)
+}
