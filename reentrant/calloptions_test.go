@@ -98,18 +98,9 @@ func TestMetadata(t *testing.T) {
 		require.Equal(t, "job 1842 ✓", st.Meta)
 		require.NoError(t, inner.Unlock(ctx))
 
-		got := make(chan *reentrant.Lease, 1)
-		go func() {
-			w, err := c.Lock(ctx, name, reentrant.WithMetadata("waiter"))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- w
-		}()
-		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		got := queuedLock(t, ctx, c, name, reentrant.WithMetadata("waiter"))
 		require.NoError(t, l.Unlock(ctx))
-		w := <-got
-		require.NotNil(t, w)
+		w := handed(t, got, "the waiter must be handed the lock")
 		st, err = c.Inspect(ctx, name)
 		require.NoError(t, err)
 		require.Equal(t, "waiter", st.Meta, "the handoff carries the waiter's metadata")

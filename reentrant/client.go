@@ -24,8 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redfence/redfence/lua"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/lua"
 )
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
@@ -87,22 +88,30 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := checkAckClient(rdb, cfg); err != nil {
 		return nil, err
 	}
+	return build(rdb, nil, cfg, retries(rdb)), nil
+}
+
+// build makes a Client on rdb (with rl, a Redlock's nodes) once its
+// configuration is checked: a random ID names its channel and prefixes its
+// request IDs.
+func build(rdb redis.UniversalClient, rl *quorum, cfg config, retries bool) *Client {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	bg, stop := context.WithCancel(context.Background())
 	c := &Client{
 		rdb:       rdb,
+		rl:        rl,
 		cfg:       cfg,
 		note:      newNotifier(rdb, cfg.prefix, id),
-		retries:   retries(rdb),
+		retries:   retries,
 		reqPrefix: id + ":",
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[ownKey]*ownership),
 	}
 	c.ren = newRenewer(c)
-	return c, nil
+	return c
 }
 
 // TTL returns the lease of this client's locks, unless a call sets its own

@@ -100,21 +100,12 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		holder, err := c.Lock(ctx, name)
 		require.NoError(t, err)
-		got := make(chan *reentrant.Lease, 1)
-		go func() {
-			l, err := c.Lock(ctx, name)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		got := queuedLock(t, ctx, c, name)
 		require.NoError(t, holder.Unlock(ctx))
-		handed := <-got
-		require.NotNil(t, handed)
+		taken := handed(t, got, "the waiter must be handed the lock")
 		time.Sleep(20 * time.Millisecond) // a renewal made at once would be back; the first is due 225 ms after the waiter queued
 		require.Zero(t, count(&mu, &events, reentrant.Renewed), "nothing is due for renewal yet")
-		require.NoError(t, handed.Unlock(ctx))
+		require.NoError(t, taken.Unlock(ctx))
 		require.NoError(t, other.Unlock(ctx))
 	})
 }

@@ -5,8 +5,6 @@ package reentrant
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"reflect"
 	"time"
@@ -60,23 +58,8 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}
-	var b [8]byte
-	_, _ = crand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	bg, stop := context.WithCancel(context.Background())
-	c := &Client{
-		rdb:       nodes[0],
-		rl:        &quorum{nodes: append([]redis.UniversalClient(nil), nodes...)},
-		cfg:       cfg,
-		note:      newNotifier(nodes[0], cfg.prefix, id), // never registered: Redlock polls
-		retries:   true,
-		reqPrefix: id + ":",
-		bg:        bg,
-		stopBg:    stop,
-		owns:      make(map[ownKey]*ownership),
-	}
-	c.ren = newRenewer(c)
-	return c, nil
+	// The notifier is never registered with: Redlock waiters poll.
+	return build(nodes[0], &quorum{nodes: append([]redis.UniversalClient(nil), nodes...)}, cfg, true), nil
 }
 
 // quorum is a Redlock client's set of nodes.

@@ -43,22 +43,9 @@ func TestRetryStrategies(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, st.Waiters, "a waiter that gives up leaves the queue")
 
-		got := make(chan error, 1)
-		go func() {
-			w, err := c.Lock(ctx, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
-			if err == nil {
-				err = w.Unlock(ctx)
-			}
-			got <- err
-		}()
-		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		got := queuedLock(t, ctx, c, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
 		require.NoError(t, l.Unlock(ctx))
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("a handoff must wake a waiter whatever its backoff")
-		}
+		require.NoError(t, handed(t, got, "a handoff must wake a waiter whatever its backoff").Unlock(ctx))
 	})
 }
 
@@ -94,15 +81,7 @@ func TestSlowRetryKeepsItsPlace(t *testing.T) {
 		c := newClient(t, b.Client, reentrant.WithTTL(time.Second), reentrant.WithHandoffTimeout(100*time.Millisecond))
 		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			w, err := c.Lock(ctx, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
-			if err == nil {
-				err = w.Unlock(ctx)
-			}
-			got <- err
-		}()
-		require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+		got := queuedLock(t, ctx, c, name, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
 		time.Sleep(4500 * time.Millisecond) // twice the queue's expiry
 		st, err := c.Inspect(ctx, name)
 		require.NoError(t, err)
@@ -110,12 +89,7 @@ func TestSlowRetryKeepsItsPlace(t *testing.T) {
 		_, err = newClient(t, b.Client).TryLock(ctx, name)
 		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
 		require.NoError(t, l.Unlock(ctx))
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("the handoff must reach the waiter")
-		}
+		require.NoError(t, handed(t, got, "the handoff must reach the waiter").Unlock(ctx))
 	})
 }
 
@@ -155,4 +129,33 @@ func TestTooDeepWaiterLeavesTheQueue(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, st.Held, "nothing is handed to a call that has returned")
 	})
+}
+
+// queuedLock starts Lock(ctx, name, opts...) on c, returns once the call is
+// queued, and delivers the lease it gets (nil if it failed the test).
+func queuedLock(t *testing.T, ctx context.Context, c *reentrant.Client, name string, opts ...reentrant.Option) <-chan *reentrant.Lease {
+	t.Helper()
+	got := make(chan *reentrant.Lease, 1)
+	go func() {
+		l, err := c.Lock(ctx, name, opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	require.Eventually(t, func() bool { st, _ := c.Inspect(ctx, name); return st.Waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+	return got
+}
+
+// handed waits for the lease a queuedLock gets, at most 5 s.
+func handed(t *testing.T, got <-chan *reentrant.Lease, why string) *reentrant.Lease {
+	t.Helper()
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		return l
+	case <-time.After(5 * time.Second):
+		t.Fatal(why)
+	}
+	return nil
 }
