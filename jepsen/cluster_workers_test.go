@@ -177,17 +177,7 @@ func clusterStartWorkers(t *testing.T, c *redisproc.Cluster, names []string, per
 // name's history.
 func (w *clusterWorkers) stop(t *testing.T) map[string][]faultOp {
 	t.Helper()
-	w.cancel()
-	done := make(chan struct{})
-	go func() {
-		w.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("holders did not stop within 30s")
-	}
+	faultStopHolders(t, w.cancel, &w.wg)
 	ops := map[string][]faultOp{}
 	for name, h := range w.hists {
 		ops[name] = h.snapshot()

@@ -126,10 +126,18 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 // history. Every call they make is bounded, so they end within seconds.
 func (w *faultWorkers) stop(t *testing.T) []faultOp {
 	t.Helper()
-	w.cancel()
+	faultStopHolders(t, w.cancel, &w.wg)
+	return w.hist.snapshot()
+}
+
+// faultStopHolders cancels the holders and waits for them, at most 30 s:
+// every call they make is bounded, so they end within seconds.
+func faultStopHolders(t *testing.T, cancel func(), wg *sync.WaitGroup) {
+	t.Helper()
+	cancel()
 	done := make(chan struct{})
 	go func() {
-		w.wg.Wait()
+		wg.Wait()
 		close(done)
 	}()
 	select {
@@ -137,5 +145,4 @@ func (w *faultWorkers) stop(t *testing.T) []faultOp {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("holders did not stop within 30s")
 	}
-	return w.hist.snapshot()
 }
