@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/sqlstore"
 	"github.com/redfence/redfence/storage/storagetest"
@@ -25,7 +26,7 @@ func TestContentionPostgres(t *testing.T) {
 	// The database's own record of commit order: a trigger appends each
 	// accepted write's token to a log; the sequence is drawn while the
 	// row lock is held, so for one key log order is commit order.
-	log := table + "_log"
+	log := testenv.SQLTable(t, "pgx", testenv.PostgresURL(t), "log")
 	mustExec(t, setup,
 		`CREATE TABLE "`+log+`" (seq bigserial PRIMARY KEY, token bigint NOT NULL)`,
 		`CREATE FUNCTION "`+log+`_fn"() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -33,11 +34,12 @@ func TestContentionPostgres(t *testing.T) {
 		`CREATE TRIGGER "`+log+`_trg" AFTER INSERT OR UPDATE ON "`+table+`"
 		 FOR EACH ROW EXECUTE FUNCTION "`+log+`_fn"()`,
 	)
+	// The tables go through testenv.SQLTable; the function, and with it
+	// the trigger on the store's table, here (first: cleanups run last in,
+	// first out).
 	t.Cleanup(func() {
-		for _, q := range []string{`DROP TABLE IF EXISTS "` + table + `"`, `DROP TABLE "` + log + `"`, `DROP FUNCTION "` + log + `_fn"()`} {
-			if _, err := setup.ExecContext(context.Background(), q); err != nil {
-				t.Errorf("%s: %v", q, err)
-			}
+		if _, err := setup.ExecContext(context.Background(), `DROP FUNCTION IF EXISTS "`+log+`_fn"() CASCADE`); err != nil {
+			t.Errorf("drop %s_fn: %v", log, err)
 		}
 	})
 	var iso string
@@ -54,7 +56,7 @@ func TestContentionPostgres(t *testing.T) {
 		stores[i] = mustNew(t, db, sqlstore.Postgres, table)
 	}
 	st := storagetest.Concurrent(t, stores, "contended", contendWrites)
-	checkLog(t, setup, log, st)
+	checkLog(t, setup, `"`+log+`"`, st)
 	t.Logf("postgres (%s): %d writers x %d puts on separate connections: %d accepted, %d refused as stale, 0 stale accepted, %d concurrent reads, in %v",
 		iso, st.Writers, contendWrites, st.Accepted, st.Refused, st.Reads, st.Duration)
 }
@@ -81,17 +83,17 @@ func TestContentionSQLite(t *testing.T) {
 		stores[i] = mustNew(t, db, sqlstore.SQLite, table)
 	}
 	st := storagetest.Concurrent(t, stores, "contended", contendWrites)
-	checkLog(t, setup, "log", st)
+	checkLog(t, setup, `"log"`, st)
 	t.Logf("sqlite (WAL, busy_timeout, one writer at a time): %d writers x %d puts on separate connections: %d accepted, %d refused as stale, 0 stale accepted, %d concurrent reads, in %v",
 		st.Writers, contendWrites, st.Accepted, st.Refused, st.Reads, st.Duration)
 }
 
 // checkLog checks the commit-order log: one entry per accepted write, and
 // tokens strictly increasing in commit order (tokens are unique, so a
-// repeat or a decrease is a stale write that got in).
+// repeat or a decrease is a stale write that got in). log is quoted.
 func checkLog(t *testing.T, db *sql.DB, log string, st storagetest.Stats) {
 	t.Helper()
-	rows, err := db.QueryContext(t.Context(), `SELECT token FROM "`+log+`" ORDER BY seq`)
+	rows, err := db.QueryContext(t.Context(), `SELECT token FROM `+log+` ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,13 @@
-// Package sqlstore is a fenced store in a SQL database, PostgreSQL or
-// SQLite, through database/sql, and a guard that fences a caller's own
-// tables.
+// Package sqlstore is a fenced store in a SQL database, PostgreSQL, SQLite,
+// MySQL or MariaDB, through database/sql, and a guard that fences a
+// caller's own tables.
 //
-// One package serves both databases: the SQL differs only in column types
-// and placeholders, which a [Dialect] selects. The package imports no
-// driver; the program picks one (the tests use github.com/jackc/pgx/v5/stdlib
-// for PostgreSQL and the pure-Go modernc.org/sqlite for SQLite).
+// One package serves them all: a [Dialect] selects the column types,
+// placeholders, quoting and, for MySQL, the shape of a write. The package
+// imports no driver; the program picks one (the tests use
+// github.com/jackc/pgx/v5/stdlib for PostgreSQL, the pure-Go
+// modernc.org/sqlite for SQLite and github.com/go-sql-driver/mysql for
+// MySQL and MariaDB).
 //
 // # The table
 //
@@ -31,6 +33,22 @@
 // changes nothing (though, in a transaction, it keeps the row locked until
 // the transaction ends). In SQLite there is one writer at a time: the
 // statement runs under the database's write lock.
+//
+// # MySQL and MariaDB
+//
+// MySQL's upsert has no WHERE and no RETURNING, so a write is two
+// statements in one transaction: INSERT ... ON DUPLICATE KEY UPDATE whose
+// assignments are IF(`highest` <= VALUES(`highest`), new, old), "highest"
+// assigned last since MySQL assigns left to right, then SELECT `highest`
+// ... FOR UPDATE. InnoDB applies the update part to the newest committed row
+// under an exclusive row lock, under REPEATABLE READ and READ COMMITTED
+// alike, so writers on one key serialize and each compares with its
+// predecessor's highest; the locking read then sees what the upsert left,
+// and the write was accepted iff it reads the write's token. A Store with a
+// *sql.DB or *sql.Conn runs its own transaction (retrying a deadlock victim,
+// which InnoDB rolled back whole); a Guard runs both statements in the
+// caller's. [New] refuses a session with autocommit off or READ
+// UNCOMMITTED; nothing else is needed from the DSN (see docs/storage.md).
 //
 // # SQLite settings
 //

@@ -25,8 +25,11 @@ import (
 func refusedGuard(t *testing.T, db, other *sql.DB, fences *sqlstore.Store, notes string) {
 	ctx := t.Context()
 	arg := func(n int) string { return "$" + strconv.Itoa(n) }
-	if fences.Dialect() == sqlstore.SQLite {
+	switch fences.Dialect() {
+	case sqlstore.SQLite:
 		arg = func(n int) string { return "?" + strconv.Itoa(n) }
+	case sqlstore.MySQL:
+		arg = func(int) string { return "?" }
 	}
 	insert := `INSERT INTO ` + notes + ` (id, body) VALUES (` + arg(1) + `, ` + arg(2) + `)`
 	count := func(t *testing.T) int {
@@ -131,16 +134,8 @@ func refusedGuard(t *testing.T, db, other *sql.DB, fences *sqlstore.Store, notes
 func TestGuardRefusedCannotCommitPostgres(t *testing.T) {
 	db := openPostgres(t)
 	db.SetMaxOpenConns(1)
-	fences, table := newPostgresStore(t, db)
-	notes := `"` + table + `_notes"`
-	t.Cleanup(func() {
-		c, err := sql.Open("pgx", testenv.PostgresURL(t))
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, _ = c.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+notes)
-	})
+	fences, _ := newPostgresStore(t, db)
+	notes := testenv.SQLTable(t, "pgx", testenv.PostgresURL(t), "notes")
 	refusedGuard(t, db, openPostgres(t), fences, notes)
 }
 

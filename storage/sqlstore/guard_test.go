@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/sqlstore"
 )
@@ -25,8 +26,11 @@ type bank struct {
 func newBank(t *testing.T, db *sql.DB, fences *sqlstore.Store, accounts string) *bank {
 	t.Helper()
 	b := &bank{db: db, fences: fences, accounts: `"` + accounts + `"`, arg: func(n int) string { return "$" + strconv.Itoa(n) }}
-	if fences.Dialect() == sqlstore.SQLite {
+	switch fences.Dialect() {
+	case sqlstore.SQLite:
 		b.arg = func(n int) string { return "?" + strconv.Itoa(n) }
+	case sqlstore.MySQL:
+		b.accounts, b.arg = "`"+accounts+"`", func(int) string { return "?" }
 	}
 	mustExec(t, db,
 		`CREATE TABLE `+b.accounts+` (id integer PRIMARY KEY, balance integer NOT NULL)`,
@@ -115,8 +119,7 @@ func accountsScenario(t *testing.T, b *bank) {
 func TestGuardAccountsPostgres(t *testing.T) {
 	db := openPostgres(t)
 	fences, _ := newPostgresStore(t, db)
-	accounts := uniqueTable() + "_accounts"
-	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+accounts+`"`) })
+	accounts := testenv.SQLTable(t, "pgx", testenv.PostgresURL(t), "accounts")
 	accountsScenario(t, newBank(t, db, fences, accounts))
 }
 
@@ -213,20 +216,18 @@ func TestGuardSerializesPostgres(t *testing.T) {
 // waitBlockedBy waits until some backend is blocked by pid's locks.
 func waitBlockedBy(t *testing.T, db *sql.DB, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	blocked := testenv.Await(time.Minute, func() bool {
 		var n int
 		err := db.QueryRowContext(t.Context(),
 			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return n > 0
+	})
+	if !blocked {
+		t.Fatal("the second guard never blocked on the first transaction's lock")
 	}
-	t.Fatal("the second guard never blocked on the first transaction's lock")
 }
 
 // TestGuardSerializesSQLite: with _txlock=immediate the second transaction

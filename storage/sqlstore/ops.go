@@ -108,6 +108,21 @@ func (s *Store) write(ctx context.Context, db DB, op, query, key string, token f
 	case token > MaxToken:
 		return fmt.Errorf("sqlstore: %s %q: token %d exceeds %d: %w", op, key, token, MaxToken, storage.ErrInvalid)
 	}
+	if s.d == MySQL {
+		if op == "put" {
+			args = append(args, int64(token)) // "token" and "highest": ? names one argument each
+		}
+		h, err := s.writeMySQL(ctx, db, query, key, args...)
+		switch {
+		case err != nil:
+			return fmt.Errorf("sqlstore: %s %q: %w", op, key, err)
+		case h == token:
+			return nil
+		case h < token:
+			return fmt.Errorf("sqlstore: %s %q: the fence row of %s reads %d after a write of %d: was it lowered by hand?", op, key, s.table, h, token)
+		}
+		return fmt.Errorf("sqlstore: %s %q: %w", op, key, &fence.StaleError{Token: token, Highest: h})
+	}
 	var got int64
 	err := db.QueryRowContext(ctx, query, args...).Scan(&got)
 	if err == nil {

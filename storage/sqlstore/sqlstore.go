@@ -17,13 +17,6 @@ const (
 	// otherwise.
 	DefaultTable = "redfence_store"
 
-	// MaxKeyLen is the longest key, in bytes, a Store accepts: the limit
-	// of every adapter, storage.MaxKeyLen, which keeps every key well
-	// inside PostgreSQL's limit for a B-tree index entry (about 2.7 KB).
-	//
-	// Deprecated: use storage.MaxKeyLen.
-	MaxKeyLen = storage.MaxKeyLen
-
 	// MaxToken is the highest token a Store can record: tokens are stored
 	// as signed 64-bit integers (bigint, INTEGER). Higher tokens are
 	// refused with storage.ErrInvalid, never clamped. Redis INCR, which
@@ -53,7 +46,7 @@ type Store struct {
 // with an error wrapping storage.ErrInvalid; nothing is clamped.
 type Option func(*config) error
 
-type config struct{ table string } // quoted
+type config struct{ table []string } // unquoted parts
 
 // WithTable sets the table, "name" or "schema.name" (default
 // [DefaultTable]). Each part must be letters, digits and underscores, not
@@ -61,25 +54,29 @@ type config struct{ table string } // quoted
 // is kept as given.
 func WithTable(name string) Option {
 	return func(c *config) error {
-		table, err := quoteTable(name)
+		parts, err := checkTable(name)
 		if err != nil {
 			return err
 		}
-		c.table = table
+		c.table = parts
 		return nil
 	}
 }
 
-// New returns a Store using db in dialect d. It does not touch the
-// database; call [Store.Migrate] (or run [Store.Schema]) to create the
-// table. New returns an error wrapping storage.ErrInvalid for a nil db, an
-// unknown dialect, a nil option or a bad table name. The caller owns db and
-// closes it.
+// New returns a Store using db in dialect d. For PostgreSQL and SQLite it
+// does not touch the database; for MySQL it reads the session's settings
+// once (at most 10 s) and refuses those that would make the store wrong
+// (autocommit off, READ UNCOMMITTED), and a db that can neither begin a
+// transaction nor is one. Call [Store.Migrate] (or run [Store.Schema]) to
+// create the table. New returns an error wrapping storage.ErrInvalid for a
+// nil db, an unknown dialect, a nil option, a bad table name or refused
+// MySQL settings, and the database error when MySQL's could not be read.
+// The caller owns db and closes it.
 func New(db DB, d Dialect, opts ...Option) (*Store, error) {
 	if isNil(db) {
 		return nil, fmt.Errorf("sqlstore: nil database: %w", storage.ErrInvalid)
 	}
-	if d != Postgres && d != SQLite {
+	if d != Postgres && d != SQLite && d != MySQL {
 		return nil, fmt.Errorf("sqlstore: unknown %v: %w", d, storage.ErrInvalid)
 	}
 	var c config
@@ -91,7 +88,13 @@ func New(db DB, d Dialect, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{db: db, d: d, table: c.table, q: buildQueries(d, c.table)}, nil
+	table := d.quoteTable(c.table)
+	if d == MySQL {
+		if err := checkMySQL(db); err != nil {
+			return nil, err
+		}
+	}
+	return &Store{db: db, d: d, table: table, q: buildQueries(d, table)}, nil
 }
 
 // isNil catches typed nil pointers of the usual DB types, which a plain

@@ -1,7 +1,6 @@
 package sqlstore_test
 
 import (
-	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -45,22 +44,8 @@ func openPostgres(t *testing.T) *sql.DB {
 // ends, and returns the table's name too.
 func newPostgresStore(t *testing.T, db *sql.DB) (*sqlstore.Store, string) {
 	t.Helper()
-	table := uniqueTable()
-	s := mustNew(t, db, sqlstore.Postgres, table)
-	t.Cleanup(func() {
-		// The test's own db may be closed by now (the broken-backend test
-		// closes it), so drop through a connection of our own.
-		c, err := sql.Open("pgx", testenv.PostgresURL(t))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close()
-		if _, err := c.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`); err != nil {
-			t.Errorf("drop %s: %v", table, err)
-		}
-	})
-	return s, table
+	table := testenv.SQLTable(t, "pgx", testenv.PostgresURL(t), "test")
+	return mustNew(t, db, sqlstore.Postgres, table), table
 }
 
 // openSQLite opens path with the package's recommended settings.
@@ -121,7 +106,7 @@ func openPostgresProxied(t *testing.T) (*sql.DB, *netfault.Proxy) {
 	}
 	proxy, err := netfault.New(u.Host)
 	if err != nil {
-		t.Skipf("cannot proxy %s (%v): the broken-backend test needs a loopback PostgreSQL", u.Host, err)
+		t.Fatalf("cannot proxy %s (%v): the broken-backend test needs a loopback PostgreSQL", u.Host, err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	u.Host = proxy.Addr()
