@@ -4,6 +4,7 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
+-- KEYS[3]  counter     P:{N}:t   (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
 -- ARGV[3]  the caller's queue member, or "" when it never queued
@@ -21,7 +22,7 @@
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
 local level = 'l:' .. ARGV[2]
-local h, err, mode, us, now = begin(ARGV[4], level)
+local h, err, mode, us, now = begin(ARGV[4], level, KEYS[3])
 if not h then
   return err
 end

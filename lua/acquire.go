@@ -71,7 +71,7 @@ func acquireArgs(k Keys, r *Request) ([]string, []any) {
 	if depth <= 0 {
 		depth = math.MaxInt32
 	}
-	return []string{k.Lock, k.Queue}, []any{r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
+	return k.all(), []any{r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
 }
 
 // Acquire runs acquire.lua for r without waiting: a free lock others queue
@@ -150,9 +150,9 @@ func parseAcquire(v any) (Acquired, error) {
 // it removed a level. A lock it hands to the next waiter gets a token
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
-	v, err := abandonScript.Run(ctx, rdb, []string{k.Lock, k.Queue}, r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
+	v, err := abandonScript.Run(ctx, rdb, k.all(), r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
-	return parseExtend(v)
+	return parseFlag("abandon", v)
 }

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
+-- KEYS[3]  counter     P:{N}:t   (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
 -- ARGV[3]  level ID: the request ID of this call, unique per Lock call. A
@@ -13,9 +14,9 @@
 -- ARGV[5]  when waiting: the queue's expiry in ms, renewed by every waiter
 --          that polls, so a queue whose waiters all died goes away
 -- ARGV[6]  token mode (lib.lua): "0" the strict counter, a fresh token is
---          t + 1; "<ms>" time tokens, a fresh token is
---          max(t + 1, server TIME in µs) and the hash expires <ms> after
---          the lease ends
+--          counter + 1; "<ms>" time tokens, a fresh token is
+--          max(counter + 1, server TIME in µs) and the keys expire <ms>
+--          after the lease ends
 -- ARGV[7]  metadata for a fresh ownership ("" for none): stored in the
 --          hash's m field while the ownership lasts; a reentry keeps the
 --          ownership's own
@@ -44,7 +45,7 @@
 -- member or token mode. Nothing is written in any of these cases.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
 local level = 'l:' .. ARGV[3]
-local h, err, mode, us, now = begin(ARGV[6], level)
+local h, err, mode, us, now = begin(ARGV[6], level, KEYS[3])
 if not h then
   return err
 end
@@ -90,13 +91,19 @@ if not h.held then
     handTo(KEYS[1], KEYS[2], h, w, mode, now)
   else
     local t = w and w.token
-    if w then
-      redis.call('ZREM', KEYS[2], member)
-    else
+    if not w then
       local terr
       t, terr = freshToken(KEYS[1], h, mode, us)
       if not t then
         return terr
+      end
+    end
+    if w or (member ~= '' and not h.exists) then
+      -- The caller leaves the queue: as its head, or, when the hash was
+      -- deleted by hand with its flag q, from wherever it queued before.
+      local left, lerr = callOn('ZREM', KEYS[2], member)
+      if not left then
+        return lerr
       end
     end
     take(KEYS[1], h, ARGV[1], t, level, now + tonumber(ARGV[2]), mode, now, ARGV[7])

@@ -25,7 +25,7 @@ func TestKeysShareOneSlotOnRealCluster(t *testing.T) {
 		want, err := rdb.ClusterKeySlot(t.Context(), k.Lock).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, testenv.Slot(k.Lock), want, "CRC16 disagrees with Redis for %q", k.Lock)
-		for _, key := range []string{k.Queue} {
+		for _, key := range []string{k.Queue, k.Counter} {
 			got, err := rdb.ClusterKeySlot(t.Context(), key).Result()
 			require.NoError(t, err)
 			require.Equal(t, want, got, "name %q: %s and %s in different slots", name, k.Lock, key)

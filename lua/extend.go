@@ -80,10 +80,14 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tok
 }
 
 // parseExtend decodes an extend reply.
-func parseExtend(v any) (bool, error) {
+func parseExtend(v any) (bool, error) { return parseFlag("extend", v) }
+
+// parseFlag decodes the 0-or-1 reply of script (extend, abandon, qraise):
+// anything else is ErrReply, naming the script.
+func parseFlag(script string, v any) (bool, error) {
 	n, ok := v.(int64)
 	if !ok || (n != 0 && n != 1) {
-		return false, fmt.Errorf("%w: extend returned %#v", ErrReply, v)
+		return false, fmt.Errorf("%w: %s returned %#v", ErrReply, script, v)
 	}
 	return n == 1, nil
 }

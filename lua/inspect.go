@@ -28,6 +28,15 @@ type State struct {
 	Levels    []string      // the level IDs of the hold, in no order; nil when free
 	Waiters   int64         // Lock calls in the queue
 	Ended     []Ended       // ownerships known to have ended, lowest token first
+	Forced    *Forced       // the last forced unlock of the name; nil if none is recorded
+}
+
+// Forced is the record a forced unlock ([Force]) leaves: which ownership it
+// ended, when (the server's clock), and who forced it.
+type Forced struct {
+	Token fence.Token
+	At    time.Time
+	By    string
 }
 
 // Ended is an ownership that has ended, as the lock hash records it: the
@@ -36,12 +45,13 @@ type State struct {
 type Ended struct {
 	Token   fence.Token
 	Owner   string
-	Expired bool // its lease ran out; false: released
+	Expired bool // its lease ran out, or it was forced; false: released
+	Forced  bool // it was ended by a forced unlock (Expired is set too)
 }
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := inspectScript.Run(ctx, rdb, []string{k.Lock, k.Queue}).Result()
+	v, err := inspectScript.Run(ctx, rdb, k.all()).Result()
 	if err != nil {
 		return State{}, scriptErr(err)
 	}
@@ -53,7 +63,7 @@ func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 // parseInspect decodes an inspect reply.
 func parseInspect(v any) (State, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 9 {
+	if !ok || len(a) != 10 {
 		return State{}, fmt.Errorf("%w: inspect returned %#v", ErrReply, v)
 	}
 	bad := func(what string, err error) (State, error) {
@@ -113,10 +123,24 @@ func parseInspect(v any) (State, error) {
 		owner, _ := ended[i+1].(string)
 		how, _ := ended[i+2].(string)
 		tok, err := fence.Parse(ts)
-		if err != nil || tok == fence.None || (how != "expired" && how != "released") {
+		if err != nil || tok == fence.None || (how != "expired" && how != "released" && how != "forced") {
 			return bad("ended", err)
 		}
-		s.Ended = append(s.Ended, Ended{Token: tok, Owner: owner, Expired: how == "expired"})
+		s.Ended = append(s.Ended, Ended{Token: tok, Owner: owner, Expired: how != "released", Forced: how == "forced"})
+	}
+	if a[9] != nil {
+		f, ok := a[9].([]any)
+		if !ok || len(f) != 3 {
+			return bad("forced", nil)
+		}
+		ts, _ := f[0].(string)
+		at, ok1 := f[1].(int64)
+		by, ok2 := f[2].(string)
+		tok, err := fence.Parse(ts)
+		if err != nil || tok == fence.None || !ok1 || !ok2 {
+			return bad("forced", err)
+		}
+		s.Forced = &Forced{Token: tok, At: time.UnixMilli(at), By: by}
 	}
 	sort.Slice(s.Ended, func(i, j int) bool { return s.Ended[i].Token < s.Ended[j].Token })
 	if (s.Owner == "") != (s.Token == fence.None && !s.Pending) || (s.Owner == "") != (s.Depth == 0) {

@@ -2,26 +2,35 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q
+-- KEYS[3]  counter     P:{N}:t
 --
--- Returns {owner, token, pttl, counter, levels, waiters, last, ended, meta}:
+-- Returns {owner, token, pttl, counter, levels, waiters, last, ended, meta,
+-- forced}:
 --   owner, token  of the holder as stored, false (nil in Go) when free;
 --                 token "pending" for a Redlock hold not yet raised;
 --   pttl          what is left of the lease in ms, -2 when free;
---   counter       the last token issued, 0 if none was (or the hash was
---                 lost: in time mode it expires when idle);
+--   counter       the highest token issued, 0 if none was (or the keys
+--                 were lost: in time mode they expire when idle);
 --   levels        the IDs of the live levels (empty when free);
 --   waiters       the number of Lock calls queued;
 --   last          the owner of the last ownership (the holder's, when held),
 --                 false if none;
 --   ended         a flat list token, owner, how: the ownerships known to
---                 have ended, how "released" or "expired": the last one
---                 (when free) and those recorded as expired;
---   meta          the holder's metadata, false when free or none.
+--                 have ended, how "released", "expired" or "forced": the
+--                 last one (when free) and those recorded in e: fields;
+--   meta          the holder's metadata, false when free or none;
+--   forced        the last forced unlock {token, ms, by} (lib.lua's f),
+--                 false if none.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
 local _, now = clock()
 local h, err = lockOf(KEYS[1], nil, now)
 if not h then
   return err
+end
+h.ckey = KEYS[3]
+local c, cerr = counterOf(h)
+if not c then
+  return cerr
 end
 local n, nerr = callOn('ZCARD', KEYS[2])
 if not n then
@@ -31,15 +40,19 @@ local ended = {}
 for tok, owner in pairs(h.expired) do
   ended[#ended + 1] = tok
   ended[#ended + 1] = owner
-  ended[#ended + 1] = 'expired'
+  ended[#ended + 1] = (h.f and h.f.token == tok) and 'forced' or 'expired'
 end
 if h.exists and h.ts and not h.p and not h.held and not h.expired[h.ts] and h.o then
   ended[#ended + 1] = h.ts
   ended[#ended + 1] = h.o
   ended[#ended + 1] = h.x and 'expired' or 'released'
 end
+local forced = false
+if h.f then
+  forced = {h.f.token, h.f.at, h.f.by}
+end
 if not h.held then
-  return {false, false, -2, h.t, {}, n, h.o or false, ended, false}
+  return {false, false, -2, c, {}, n, h.o or false, ended, false, forced}
 end
 -- A pending Redlock hold (qacquire.lua) has no token yet: reported as "pending".
-return {h.o, (not h.p) and h.ts or 'pending', h.x - now, h.t, h.levels, n, h.o, ended, h.m or false}
+return {h.o, (not h.p) and h.ts or 'pending', h.x - now, c, h.levels, n, h.o, ended, h.m or false, forced}

@@ -5,9 +5,10 @@ import "strings"
 // Keys are the Redis keys and channel of one lock. All keys share the hash
 // tag {name}, so every script touches a single Cluster slot.
 type Keys struct {
-	Name  string // N, the lock's name
-	Lock  string // P:{N}, the lock hash: the counter, the holder and its lease
-	Queue string // P:{N}:q, the Lock calls waiting, oldest first
+	Name    string // N, the lock's name
+	Lock    string // P:{N}, the lock hash: the holder, its lease, the last ownership
+	Queue   string // P:{N}:q, the Lock calls waiting, oldest first
+	Counter string // P:{N}:t, the fencing counter: the highest token issued
 }
 
 // escaper makes a string safe inside a hash tag. Redis takes the tag from
@@ -30,5 +31,9 @@ func HashTag(s string) string { return "{" + escaper.Replace(s) + "}" }
 // ([github.com/redfence/redfence/reentrant.CheckName] and CheckPrefix).
 func KeysFor(prefix, name string) Keys {
 	base := prefix + ":" + HashTag(name)
-	return Keys{Name: name, Lock: base, Queue: base + ":q"}
+	return Keys{Name: name, Lock: base, Queue: base + ":q", Counter: base + ":t"}
 }
+
+// all is the KEYS of the scripts that may issue a token or read the
+// counter: the lock hash, the queue and the counter, in that order.
+func (k Keys) all() []string { return []string{k.Lock, k.Queue, k.Counter} }

@@ -19,7 +19,7 @@ func TestKeysShareOneSlot(t *testing.T) {
 	for _, name := range awkwardNames {
 		k := lua.KeysFor("redfence", name)
 		want := testenv.Slot(k.Lock)
-		for _, key := range []string{k.Queue} {
+		for _, key := range []string{k.Queue, k.Counter} {
 			require.Equal(t, want, testenv.Slot(key), "name %q: %s and %s in different slots", name, k.Lock, key)
 		}
 		if !strings.ContainsAny(name, "{}%") {
@@ -49,7 +49,7 @@ func FuzzKeys(f *testing.F) {
 		}
 		k := lua.KeysFor("redfence", name)
 		want := testenv.Slot(k.Lock)
-		for _, key := range []string{k.Queue} {
+		for _, key := range []string{k.Queue, k.Counter} {
 			if testenv.Slot(key) != want {
 				t.Fatalf("name %q: %s in slot %d, %s in %d", name, k.Lock, want, key, testenv.Slot(key))
 			}

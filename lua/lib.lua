@@ -1,8 +1,19 @@
 -- lib: helpers every lock script starts with (lua.go prepends this file).
 --
--- One hash P:{N} is the whole state of a lock name:
---   t       the counter: the last token issued for the name (canonical
---           decimal), kept when the lock is freed
+-- A lock name N has three keys, all in the hash tag {N}:
+--   P:{N}:t  the counter: a string, the highest token ever issued for the
+--            name (canonical decimal). It is a key of its own so that
+--            deleting the lock (DEL P:{N}, what an operator does to a stuck
+--            lock) does not reset it: a counter that restarted at 1 would
+--            hand out a token a living holder still writes with. No script
+--            deletes it; in time mode it expires with the lock hash.
+--   P:{N}:q  the wait queue (queue.lua)
+--   P:{N}    the lock hash, the state of the current or last ownership:
+--   t       the token of the last ownership of this incarnation of the hash
+--           (canonical decimal), kept when the lock is freed
+--   b       the first token this incarnation of the hash issued: a token
+--           below it belongs to an ownership whose hash was deleted (by an
+--           operator, an eviction, a time-mode expiry)
 --   o       the owner of the last ownership, kept when it ends, so that a
 --           post-mortem can say whose it was
 --   x       while held: when the lease ends, server time in ms; absent once
@@ -12,32 +23,36 @@
 --           acquisition and each reentry): <id> is the request ID of the
 --           Lock call that took the level, the value the depth it was
 --           granted at; so the depth is the number of l: fields
---   e:<T>   an ownership with token T that ended by expiry, not by release;
---           the value is its owner. The 16 with the highest tokens are kept;
+--   e:<T>   an ownership with token T that ended other than by release (its
+--           lease ran out, or it was forced: see f); the value is its
+--           owner. The 16 with the highest tokens are kept;
 --   w       the highest token of an e: field dropped for that, if any: an
 --           ownership at or below it may have expired
---   b       written by time-mode clients only (see the token modes): the
---           first token of this incarnation of the hash, when a time-mode
---           client created it, else 0
+--   f       the last forced unlock (force.lua): "<T> <ms> <by>", the token
+--           of the ownership it ended, server time in ms, and who forced it
+--   y       "1" while a time-mode client has given the keys an expiry (see
+--           the token modes); a strict client that writes removes it and
+--           the expiry
 --   m       while held, when the ownership was taken with metadata: that
 --           metadata (a short caller-chosen string), removed when it ends
 --   p       "1" while a Redlock hold is pending (qacquire.lua): the lock is
---           held but t is still the node's counter, not the holder's
---           token, until qraise.lua raises it; an expired pending hold is
+--           held but t is still the node's last token, not the holder's,
+--           until qraise.lua raises it; an expired pending hold is
 --           not recorded as an ownership (its t was never its token)
 --   q       "1" while the wait queue may hold someone: set by the script
 --           that queues a waiter, cleared by the first that finds the queue
 --           empty. Without it the queue is not read, so the uncontended path
 --           costs no queue command.
--- In strict mode the hash never expires (it is the counter). In time mode
--- it expires <idle> ms after the lease ends, or after the release.
+-- In strict mode neither the hash nor the counter expires. In time mode
+-- both expire <idle> ms after the lease ends, or after the release.
 --
 -- Retries. A request go-redis retries may run twice. Each level is taken
 -- and released by the one request that names its ID, so a repeat finds its
 -- level (or finds it gone) and changes nothing. A repeated release of the
 -- last level finds its ownership ended, and an ownership ends by release
 -- only once all its levels are released, its own included: so a release
--- whose ownership T ended is told it released unless e:<T> says T expired,
+-- whose ownership T ended is told it released unless e:<T> says T expired
+-- or was forced,
 -- T is at or below w (it may have), or T is not of this incarnation of the
 -- hash (above t, or below b). No key or field is written per release.
 --
@@ -71,6 +86,16 @@ local function callOn(cmd, key, ...)
   return r
 end
 
+-- parseForced reads the f field, "<token> <ms> <by>": a table {token
+-- (string), at (ms), by}, or nil when malformed.
+local function parseForced(v)
+  local tok, at, by = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) (.*)$')
+  if not tok or #tok > 16 or #at > 16 then
+    return nil
+  end
+  return {token = tok, at = tonumber(at), by = by}
+end
+
 -- clock returns the server's time in microseconds and in milliseconds.
 local function clock()
   local t = redis.call('TIME')
@@ -81,8 +106,11 @@ end
 -- lockOf reads the lock hash in one HGETALL and returns its state at server
 -- time now (ms): a table with
 --   exists   whether the hash exists
---   t, ts    the counter as a number (0 if none) and as stored
+--   t, ts    the last token of this incarnation as a number (0 if none)
+--            and as stored; the counter key is read by freshToken only
 --   o, x, b, w, m  the fields (x, b and w as numbers), or nil
+--   f        the last forced unlock, {token (string), at (ms), by}, or nil
+--   y        whether a time-mode client gave the keys an expiry
 --   q        whether the queue may hold someone
 --   p        whether a Redlock hold is pending (ts is nil when the hash
 --            was created by it and no token was ever raised here)
@@ -117,6 +145,10 @@ local function lockOf(key, level, now)
       h.p = true
     elseif f == 'm' then
       h.m = v
+    elseif f == 'y' and v == '1' then
+      h.y = true
+    elseif f == 'f' and parseForced(v) then
+      h.f = parseForced(v)
     elseif p == 'l:' and canonical(v) then
       h.levels[#h.levels + 1] = string.sub(f, 3)
       if f == level then
@@ -139,17 +171,17 @@ end
 -- Token modes. Every script that can issue a token (acquire, release and
 -- abandon, which hand the lock to a waiter) and every script that moves the
 -- lease (extend) takes the mode as an ARGV:
---   "0"   the strict counter: a fresh token is t + 1, and the hash never
---         expires (a hash that a time-mode client gave an expiry is made
---         persistent again);
---   "<n>" (n > 0) time tokens: a fresh token is max(t + 1, the server's
---         TIME in microseconds), and the hash expires n ms after the lease
---         ends. A lost hash (expired, evicted, a restart without
---         persistence, a failover that missed writes) then does not
+--   "0"   the strict counter: a fresh token is counter + 1, and neither the
+--         hash nor the counter expires (keys that a time-mode client gave
+--         an expiry are made persistent again);
+--   "<n>" (n > 0) time tokens: a fresh token is max(counter + 1, the
+--         server's TIME in microseconds), and the keys expire n ms after
+--         the lease ends. Lost keys (expired, evicted, deleted, a restart
+--         without persistence, a failover that missed writes) then do not
 --         restart tokens at 1: they go on from the clock, above every
 --         earlier one unless the clock is behind the last.
--- Both modes write the token to t, so clients of either mode may share a
--- name: every token is above the counter they read.
+-- Both modes write the token to the counter, so clients of either mode may
+-- share a name: every token is above the counter they read.
 -- modeOf parses the ARGV: the mode (0 or the idle ms), or nil plus an
 -- error reply.
 local function modeOf(arg)
@@ -161,9 +193,10 @@ end
 
 -- begin starts a script: it parses the token mode in modeArg, reads the
 -- server's clock and the lock hash KEYS[1] (with level, a field name or
--- nil, as lockOf). It returns the hash's state, nil, the mode and the time
--- in µs and ms; or nil plus an error reply.
-local function begin(modeArg, level)
+-- nil, as lockOf), and notes ckey, the counter key (nil in a script that
+-- issues no token). It returns the hash's state, nil, the mode and the
+-- time in µs and ms; or nil plus an error reply.
+local function begin(modeArg, level, ckey)
   local mode, err = modeOf(modeArg)
   if not mode then
     return nil, err
@@ -173,14 +206,44 @@ local function begin(modeArg, level)
   if not h then
     return nil, herr
   end
+  h.ckey = ckey
   return h, nil, mode, us, now
 end
 
+-- counterOf returns the highest token issued for h's name: the counter
+-- key's value or, when higher, h.t (a counter deleted by hand, or expired
+-- in time mode, before the hash). The key is read once per script; nil
+-- plus an error reply for a foreign value.
+local function counterOf(h)
+  if not h.c then
+    local v = redis.pcall('GET', h.ckey)
+    if type(v) == 'table' and v.err then
+      if string.sub(v.err, 1, 9) == 'WRONGTYPE' then
+        return foreign(h.ckey)
+      end
+      return nil, v
+    end
+    if v == false then
+      h.c = 0
+    elseif canonical(v) then
+      h.c = tonumber(v)
+    else
+      return foreign(h.ckey)
+    end
+  end
+  return math.max(h.c, h.t)
+end
+
 -- freshToken returns the token the next ownership of h gets in mode at
--- server time us, writing nothing; nil plus an error reply for a token that
--- would reach 2^53, beyond which Lua's doubles are not exact.
+-- server time us, writing nothing; nil plus an error reply for a foreign
+-- counter or a token that would reach 2^53, beyond which Lua's doubles are
+-- not exact.
 local function freshToken(key, h, mode, us)
-  local t = h.t + 1
+  local c, err = counterOf(h)
+  if not c then
+    return nil, err
+  end
+  local t = c + 1
   if mode > 0 then
     t = math.max(t, us)
   end
@@ -190,44 +253,54 @@ local function freshToken(key, h, mode, us)
   return t
 end
 
--- keep sets the hash's own expiry after a write, for mode: strict, none;
+-- keep sets the keys' own expiry after a write, for mode: strict, none;
 -- time tokens, mode ms after the lease ends (h.x, when held) or from now.
--- base is the token just issued when this write created the hash: it
--- becomes b.
-local function keep(key, h, mode, now, base)
+local function keep(key, h, mode, now)
   if mode == 0 then
-    if h.b then
-      redis.call('HDEL', key, 'b')
+    if h.y then
+      redis.call('HDEL', key, 'y')
       redis.call('PERSIST', key)
-      h.b = nil
+      if h.ckey then
+        redis.call('PERSIST', h.ckey)
+      end
+      h.y = nil
     end
     return
   end
-  if not h.b then
-    h.b = base or 0
-    redis.call('HSET', key, 'b', dec(h.b))
+  if not h.y then
+    h.y = true
+    redis.call('HSET', key, 'y', '1')
   end
   local lease = 0
   if h.x then
     lease = math.max(h.x - now, 0)
   end
   redis.call('PEXPIRE', key, lease + mode)
+  if h.ckey then
+    redis.call('PEXPIRE', h.ckey, lease + mode)
+  end
 end
 
--- take gives the lock of h to owner: token t, depth 1 at level (a field
--- name), the lease ending at x (ms), metadata meta ("" for none). The caller
--- has freed h (free or settle).
+-- take gives the lock of h to owner: token t (from freshToken, so above
+-- the counter), depth 1 at level (a field name), the lease ending at x
+-- (ms), metadata meta ("" for none); the counter becomes t. The caller has
+-- freed h (free or settle). A hash this creates starts an incarnation: b.
 local function take(key, h, owner, t, level, x, mode, now, meta)
-  local ts, created = dec(t), not h.exists
+  local ts = dec(t)
+  local fields = {'o', owner, 't', ts, 'x', dec(x), level, '1'}
   if meta ~= '' then
-    redis.call('HSET', key, 'o', owner, 't', ts, 'x', dec(x), level, '1', 'm', meta)
+    fields[#fields + 1], fields[#fields + 2] = 'm', meta
     h.m = meta
-  else
-    redis.call('HSET', key, 'o', owner, 't', ts, 'x', dec(x), level, '1')
   end
-  h.exists, h.o, h.t, h.ts, h.x, h.held = true, owner, t, ts, x, x > now
+  if not h.exists then
+    fields[#fields + 1], fields[#fields + 2] = 'b', ts
+    h.b = t
+  end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('SET', h.ckey, ts)
+  h.exists, h.o, h.t, h.ts, h.c, h.x, h.held = true, owner, t, ts, t, x, x > now
   h.levels, h.depth = {string.sub(level, 3)}, 1
-  keep(key, h, mode, now, created and t or nil)
+  keep(key, h, mode, now)
   return ts
 end
 

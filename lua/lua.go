@@ -1,7 +1,8 @@
 // Package lua runs the Redis scripts behind redfence's locks, through
 // typed wrappers: [Acquire] (and [AcquireAcked], which waits for replicas),
-// [Release], [Extend] (and [ExtendBatch], many in one pipeline), [Abandon]
-// and [Inspect], on the keys [KeysFor] lays out. Each wrapper sends EVALSHA
+// [Release], [Extend] (and [ExtendBatch], many in one pipeline), [Abandon],
+// [Inspect] and [Force], and for Redlock nodes [QAcquire], [QRaise] and
+// [QBump], on the keys [KeysFor] lays out. Each wrapper sends EVALSHA
 // and falls back to EVAL when the server answers NOSCRIPT (after SCRIPT
 // FLUSH or a restart); [Load] puts every script into a server's cache
 // ahead of use.
@@ -43,6 +44,8 @@ var (
 	qacquireSrc string
 	//go:embed qraise.lua
 	qraiseSrc string
+	//go:embed force.lua
+	forceSrc string
 )
 
 // helpers is what every script starts with: lib.lua (the lock hash, the
@@ -60,6 +63,7 @@ var (
 	abandonScript  = redis.NewScript(helpers + abandonSrc)
 	qacquireScript = redis.NewScript(helpers + qacquireSrc)
 	qraiseScript   = redis.NewScript(helpers + qraiseSrc)
+	forceScript    = redis.NewScript(helpers + forceSrc)
 )
 
 // scripts names every script with its source, for Load and for the
@@ -75,6 +79,7 @@ var scripts = []struct {
 	{"abandon", abandonSrc, &abandonScript},
 	{"qacquire", qacquireSrc, &qacquireScript},
 	{"qraise", qraiseSrc, &qraiseScript},
+	{"force", forceSrc, &forceScript},
 }
 
 func init() {

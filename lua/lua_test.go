@@ -2,7 +2,6 @@ package lua_test
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -23,7 +22,7 @@ func TestLoad(t *testing.T) {
 		ctx, rdb := t.Context(), b.Client
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
 		require.NoError(t, lua.Load(ctx, rdb))
-		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon", "qacquire", "qraise"} {
+		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon", "qacquire", "qraise", "force"} {
 			ok, err := rdb.ScriptExists(ctx, scripthook.Script(name).Hash()).Result()
 			require.NoError(t, err)
 			require.Equal(t, []bool{true}, ok, name)
@@ -34,14 +33,17 @@ func TestLoad(t *testing.T) {
 func keys(t *testing.T) lua.Keys { return lua.KeysFor("rftest", testenv.Unique(t)) }
 
 // assertLeaseShape checks the invariant after every acquire, reentry and
-// extend in strict mode: the lease runs, and the hash, which holds the
-// counter, never expires.
+// extend in strict mode: the lease runs, and neither the hash nor the
+// counter expires.
 func assertLeaseShape(t *testing.T, rdb *redis.Client, k lua.Keys) {
 	t.Helper()
 	require.Greater(t, leaseLeft(t, rdb, k), time.Duration(0), "the lease must run")
 	ttl, err := rdb.PTTL(t.Context(), k.Lock).Result()
 	require.NoError(t, err)
-	require.Equal(t, time.Duration(-1), ttl, "the hash holds the counter and must never expire")
+	require.Equal(t, time.Duration(-1), ttl, "the strict hash must never expire")
+	ttl, err = rdb.PTTL(t.Context(), k.Counter).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-1), ttl, "the strict counter must never expire")
 }
 
 // leaseLeft is what is left of the lease of k, as inspect reads it.
@@ -100,7 +102,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 		} {
 			k := keys(t)
 			require.NoError(t, plant.set(k.Lock))
-			before := snapshot(t, rdb, k.Lock)
+			before := testenv.Snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
 				"acquire": func() error {
 					_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
@@ -123,31 +125,11 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 				var rerr redis.Error
 				require.True(t, errors.As(err, &rerr), "%s on a %s: the server's reply keeps its type", name, plant.what)
 			}
-			after := snapshot(t, rdb, k.Lock)
+			after := testenv.Snapshot(t, rdb, k.Lock)
 			require.Equal(t, before, after, "a %s must be left as it was", plant.what)
 			require.EqualValues(t, -1, rdb.PTTL(ctx, k.Lock).Val(), "no TTL may be put on a %s", plant.what)
 		}
 	})
-}
-
-// snapshot returns a printable copy of key's type and contents (miniredis
-// has no DUMP).
-func snapshot(t *testing.T, rdb *redis.Client, key string) string {
-	t.Helper()
-	ctx := t.Context()
-	kind := rdb.Type(ctx, key).Val()
-	switch kind {
-	case "string":
-		return kind + ":" + rdb.Get(ctx, key).Val()
-	case "hash":
-		return kind + ":" + fmt.Sprint(rdb.HGetAll(ctx, key).Val())
-	case "set":
-		return kind + ":" + fmt.Sprint(rdb.SMembers(ctx, key).Val())
-	case "zset":
-		return kind + ":" + fmt.Sprint(rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
-	}
-	t.Fatalf("snapshot of a %s", kind)
-	return ""
 }
 
 func TestNoScriptFallsBackToEval(t *testing.T) {

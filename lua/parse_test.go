@@ -52,20 +52,34 @@ func FuzzParseReplies(f *testing.F) {
 	f.Add([]byte{3 + 4*3, 1, 1, 1, 2, 1, 1})
 	f.Add([]byte{3 + 4*5, 2, 1, 'o', 2, 1, '1', 2, 1, '7', 1, 100, 2, 2, '1', '2'})
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	// A reentry refused as too deep: {2, token, depth} (found by CI's fuzzing,
+	// when the check above still expected every refusal to carry no token).
+	f.Add([]byte{3 + 4*3, 1, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0x03, 0xa0, 0x4c, 0x6e, 0x03, 0x03, 0, 0, 1, 0x03, 0x03, 0x03, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, _ := decodeReply(b, 0)
 		if a, err := lua.ParseAcquire(v); err == nil {
 			if a.OK && (a.Token == 0 || a.Depth < 1) {
 				t.Fatalf("acquire %#v parsed to %+v", v, a)
 			}
-			if !a.OK && (a.Token != 0 || a.Depth != 0 || a.HolderTTL < -1) {
+			if a.OK && a.TooDeep {
+				t.Fatalf("acquire %#v parsed to %+v: both granted and refused", v, a)
+			}
+			if a.TooDeep && (a.Token == 0 || a.Depth < 1 || a.HolderTTL != 0) {
+				t.Fatalf("acquire %#v parsed to %+v", v, a)
+			}
+			if !a.OK && !a.TooDeep && (a.Token != 0 || a.Depth != 0 || a.HolderTTL < -1) {
 				t.Fatalf("acquire %#v parsed to %+v", v, a)
 			}
 		}
 		if n, err := lua.ParseRelease(v); err == nil && n < -1 {
 			t.Fatalf("release %#v parsed to %d", v, n)
 		}
-		_, _ = lua.ParseExtend(v)
+		if held, err := lua.ParseExtend(v); err == nil {
+			n, isInt := v.(int64)
+			if !isInt || (n != 0 && n != 1) || held != (n == 1) {
+				t.Fatalf("extend %#v parsed to %v", v, held)
+			}
+		}
 		if s, err := lua.ParseInspect(v); err == nil {
 			if (s.Owner == "") != (s.Token == 0) || (s.Owner == "") != (s.Depth == 0) || s.Depth < 0 {
 				t.Fatalf("inspect %#v parsed to inconsistent %+v", v, s)
@@ -90,7 +104,7 @@ func TestParseRejectsMalformed(t *testing.T) {
 		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
 	}
 	valid := func(edit func([]any)) []any {
-		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired"}, "job 7"}
+		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired", "3", "o", "forced"}, "job 7", []any{"3", int64(1700000000000), "ops"}}
 		edit(v)
 		return v
 	}
@@ -104,8 +118,10 @@ func TestParseRejectsMalformed(t *testing.T) {
 		valid(func(v []any) { v[5] = int64(-1) }), valid(func(v []any) { v[5] = "1" }),
 		valid(func(v []any) { v[7] = []any{"1", "o"} }), valid(func(v []any) { v[7] = []any{"1", "o", "lost"} }),
 		valid(func(v []any) { v[7] = []any{"x", "o", "released"} }), valid(func(v []any) { v[7] = "1" }),
-		valid(func(v []any) { v[8] = int64(1) }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
-		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}}} {
+		valid(func(v []any) { v[8] = int64(1) }), valid(func(v []any) { v[9] = "3" }),
+		valid(func(v []any) { v[9] = []any{"3", int64(1)} }), valid(func(v []any) { v[9] = []any{"0", int64(1), "ops"} }),
+		valid(func(v []any) { v[9] = []any{"3", "1", "ops"} }), valid(func(v []any) { v[9] = []any{"3", int64(1), int64(2)} }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}, nil}} {
 		_, err := lua.ParseInspect(v)
 		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
 	}
@@ -122,7 +138,7 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err = lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil})
+	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

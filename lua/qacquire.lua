@@ -4,6 +4,7 @@
 -- Redlock waiters do not queue: they poll.
 --
 -- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
+-- KEYS[2]  counter     P:{N}:t (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
 -- ARGV[3]  level ID: the request ID of this call (as acquire.lua)
@@ -14,15 +15,16 @@
 -- with its token raised (qraise.lua): a reentry (one more level) or a
 -- repeated call (the depth its level was granted at); the lease is raised
 -- to end ARGV[2] from now if it ended sooner.
--- Returns {3, counter, depth} when the caller holds the lock here pending:
--- a fresh take (depth 1, the p mark set, t left as it was) or a reentry or
--- repeat on a hold still pending; counter is the node's t (0 if none). The
--- client picks the token from a majority's counters and raises it.
+-- Returns {3, counter, depth, time} when the caller holds the lock here
+-- pending: a fresh take (depth 1, the p mark set, t left as it was) or a
+-- reentry or repeat on a hold still pending; counter is the node's counter
+-- (0 if none), time the node's clock (TIME) in microseconds. The client
+-- picks the token from a majority's counters and clocks, and raises it.
 -- Returns {2, token, depth} when a new level would pass ARGV[5]; nothing is
 -- written. Returns {0, pttl, 0} when another owner holds it.
 -- Error "FOREIGN <key>" as the other scripts; nothing is written then.
 local level = 'l:' .. ARGV[3]
-local h, err, _, _, now = begin('0', level)
+local h, err, _, us, now = begin('0', level, KEYS[2])
 if not h then
   return err
 end
@@ -34,14 +36,29 @@ if h.held and h.o == ARGV[1] then
   if not h.granted and h.depth >= tonumber(ARGV[5]) then
     return {2, h.t, h.depth}
   end
+  local tok = h.t
+  if kind == 3 then
+    local c, cerr = counterOf(h)
+    if not c then
+      return cerr
+    end
+    tok = c
+  end
   local depth = h.granted or h.depth + 1
   h.x = math.max(h.x, now + tonumber(ARGV[2]))
   redis.call('HSET', KEYS[1], level, dec(depth), 'x', dec(h.x))
   keep(KEYS[1], h, 0, now)
-  return {kind, h.t, depth}
+  if kind == 3 then
+    return {kind, tok, depth, us}
+  end
+  return {kind, tok, depth}
 end
 if h.held then
   return {0, h.x - now, 0}
+end
+local c, cerr = counterOf(h)
+if not c then
+  return cerr
 end
 settle(KEYS[1], h)
 local x = dec(now + tonumber(ARGV[2]))
@@ -51,4 +68,4 @@ else
   redis.call('HSET', KEYS[1], 'o', ARGV[1], 'x', x, level, '1', 'p', '1')
 end
 keep(KEYS[1], h, 0, now)
-return {3, h.t, 1}
+return {3, c, 1, us}

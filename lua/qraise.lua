@@ -3,18 +3,19 @@
 -- raises its counter, never lowers it.
 --
 -- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
+-- KEYS[2]  counter     P:{N}:t (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID of the acquisition (as qacquire.lua)
 -- ARGV[3]  the token (decimal, below 2^53)
 --
 -- With ARGV[2] "" (a bump, sent by a release to a node the holder's grant
 -- never reached): when the lock is free here (or its lease ran out, which
--- is settled first) and the token is above t, t becomes the token, so that
+-- is settled first) and the token is above the counter, t and the counter become the token, so that
 -- this node too remembers it; returns 1 then, 0 otherwise (held, or t
 -- already as high). It issues nothing: the token was handed out already.
 --
 -- Returns 1 when the caller holds the lock here at that level and either
--- it was pending and the token is above t (t becomes the token and the
+-- it was pending and the token is above the counter (t and the counter become the token and the
 -- pending mark goes), or t already is the token (a repeated call).
 -- Returns 0 otherwise: the hold is gone (expired, taken by another), the
 -- level is not there, or the token is not above the counter; nothing is
@@ -23,7 +24,7 @@ local level = nil
 if ARGV[2] ~= '' then
   level = 'l:' .. ARGV[2]
 end
-local h, err = begin('0', level)
+local h, err = begin('0', level, KEYS[2])
 if not h then
   return err
 end
@@ -31,12 +32,17 @@ if not canonical(ARGV[3]) then
   return redis.error_reply('ERR malformed token')
 end
 local tok = tonumber(ARGV[3])
+local c, cerr = counterOf(h)
+if not c then
+  return cerr
+end
 if ARGV[2] == '' then
-  if h.held or tok <= h.t or tok >= 9007199254740992 then
+  if h.held or tok <= c or tok >= 9007199254740992 then
     return 0
   end
   settle(KEYS[1], h)
   redis.call('HSET', KEYS[1], 't', ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[3])
   return 1
 end
 if not (h.held and h.o == ARGV[1] and h.granted) or tok >= 9007199254740992 then
@@ -48,9 +54,16 @@ if not h.p then
   end
   return 0
 end
-if tok <= h.t then
+if tok <= c then
   return 0
 end
-redis.call('HSET', KEYS[1], 't', ARGV[3])
+if h.ts then
+  redis.call('HSET', KEYS[1], 't', ARGV[3])
+else
+  -- The first token of the hash qacquire.lua created: it starts an
+  -- incarnation (lib.lua's b).
+  redis.call('HSET', KEYS[1], 't', ARGV[3], 'b', ARGV[3])
+end
+redis.call('SET', KEYS[2], ARGV[3])
 redis.call('HDEL', KEYS[1], 'p')
 return 1

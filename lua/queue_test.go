@@ -109,7 +109,8 @@ func TestReleaseHandsOffFirstComeFirstServed(t *testing.T) {
 		ch, _ = r.message()
 		require.Empty(t, ch, "no waiter, no message")
 		require.Zero(t, r.rdb.Exists(r.ctx, r.k.Queue).Val(), "free with nobody queued leaves no queue key")
-		require.ElementsMatch(t, []string{"t", "o"}, r.rdb.HKeys(r.ctx, r.k.Lock).Val(), "and a hash with the counter and the last owner only")
+		require.ElementsMatch(t, []string{"t", "o", "b"}, r.rdb.HKeys(r.ctx, r.k.Lock).Val(), "and a hash with the last token, its first and the last owner only")
+		require.Equal(t, "3", r.rdb.Get(r.ctx, r.k.Counter).Val(), "the counter keeps the last token")
 	})
 }
 
@@ -206,7 +207,7 @@ func TestForeignQueueRefused(t *testing.T) {
 			require.False(t, r.acquire("o2", "l2", r.waiter("o2", time.Second)).OK)
 			require.NoError(t, rdb.Del(ctx, r.k.Queue).Err())
 			require.NoError(t, plant(r.k.Queue))
-			before := snapshot(t, rdb, r.k.Queue)
+			before := testenv.Snapshot(t, rdb, r.k.Queue)
 			if i == 0 {
 				_, err := lua.Acquire(ctx, rdb, r.k, &lua.Request{Owner: "o3", TTL: time.Minute, Level: "l3", Waiter: r.waiter("o3", time.Second)})
 				require.ErrorIs(t, err, lua.ErrForeign, "a waiter joining a queue of another type is refused")
@@ -220,7 +221,7 @@ func TestForeignQueueRefused(t *testing.T) {
 				_, err = lua.Inspect(ctx, rdb, r.k)
 				require.ErrorIs(t, err, lua.ErrForeign, "inspect refuses a queue of another type too")
 			}
-			require.Equal(t, before, snapshot(t, rdb, r.k.Queue))
+			require.Equal(t, before, testenv.Snapshot(t, rdb, r.k.Queue))
 		}
 	})
 }

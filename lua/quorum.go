@@ -17,6 +17,9 @@ type QAcquired struct {
 	// token: Token is then the node's counter (possibly 0), to be raised
 	// with [QRaise].
 	Pending bool
+	// Micros is, when Pending, the node's clock (TIME) in microseconds when
+	// it granted the hold.
+	Micros uint64
 }
 
 // QAcquire runs qacquire.lua, phase 1 of a Redlock acquisition on one node:
@@ -27,17 +30,19 @@ func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (QAcq
 	if depth <= 0 {
 		depth = math.MaxInt32
 	}
-	v, err := qacquireScript.Run(ctx, rdb, []string{k.Lock}, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth).Result()
+	v, err := qacquireScript.Run(ctx, rdb, []string{k.Lock, k.Counter}, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth).Result()
 	if err != nil {
 		return QAcquired{}, scriptErr(err)
 	}
-	if a, ok := v.([]any); ok && len(a) == 3 {
+	if a, ok := v.([]any); ok && len(a) == 4 {
 		n, ok1 := a[0].(int64)
 		t, ok2 := a[1].(int64)
 		d, ok3 := a[2].(int64)
-		if ok1 && ok2 && ok3 && n == 3 && t >= 0 && d > 0 {
-			return QAcquired{Acquired: Acquired{OK: true, Token: fence.Token(t), Depth: d}, Pending: true}, nil
+		us, ok4 := a[3].(int64)
+		if ok1 && ok2 && ok3 && ok4 && n == 3 && t >= 0 && d > 0 && us > 0 {
+			return QAcquired{Acquired: Acquired{OK: true, Token: fence.Token(t), Depth: d}, Pending: true, Micros: uint64(us)}, nil
 		}
+		return QAcquired{}, fmt.Errorf("%w: qacquire returned %#v", ErrReply, v)
 	}
 	a, err := parseAcquire(v)
 	return QAcquired{Acquired: a}, err
@@ -49,11 +54,11 @@ func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string
 	if tok == fence.None {
 		return false, fmt.Errorf("%w: token 0", ErrReply)
 	}
-	v, err := qraiseScript.Run(ctx, rdb, []string{k.Lock}, owner, level, tok.String()).Result()
+	v, err := qraiseScript.Run(ctx, rdb, []string{k.Lock, k.Counter}, owner, level, tok.String()).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
-	return parseExtend(v)
+	return parseFlag("qraise", v)
 }
 
 // QBump raises the counter of a node where the lock is free to tok, a token

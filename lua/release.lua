@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
+-- KEYS[3]  counter     P:{N}:t   (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  token of the ownership being released (decimal)
 -- ARGV[3]  level ID: the request ID of the Lock call that took the level
@@ -20,15 +21,16 @@
 --                       between (see "Retries" in lib.lua).
 -- Returns -1 when the caller's ownership does not hold the lock: its lease
 -- ran out (the lock is then freed and handed on, if that was not done yet),
--- the lock is held by another owner, the token is not one this
--- incarnation of the hash issued, or it is too old to tell (lib.lua). The reply for an ownership that has ended
+-- the lock is held by another owner, the ownership was forced
+-- (force.lua), the token is not one this incarnation of the hash issued
+-- (its hash was deleted), or it is too old to tell (lib.lua). The reply for an ownership that has ended
 -- trusts the caller to have held it: it does not check the owner of any
 -- but the last ownership.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write;
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
 local level = 'l:' .. ARGV[3]
-local h, err, mode, us, now = begin(ARGV[4], level)
+local h, err, mode, us, now = begin(ARGV[4], level, KEYS[3])
 if not h then
   return err
 end

@@ -122,7 +122,7 @@ func TestExpiredRecordsBounded(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, st.Ended, 17, "16 recorded and the last, not yet")
 		require.EqualValues(t, 4, st.Ended[0].Token)
-		require.Len(t, rdb.HKeys(ctx, k.Lock).Val(), 16+5, "16 records, w, t, o, x and one level")
+		require.Len(t, rdb.HKeys(ctx, k.Lock).Val(), 16+6, "16 records, w, t, b, o, x and one level")
 		for tok := range fence.Token(20) {
 			n, err := lua.Release(ctx, rdb, k, "o", tok+1, fmt.Sprint("r", tok), lua.Tokens{})
 			require.NoError(t, err)

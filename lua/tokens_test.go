@@ -27,7 +27,7 @@ func micros(t *testing.T, rdb *redis.Client) uint64 {
 
 func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
 	t.Helper()
-	v, err := rdb.HGet(t.Context(), k.Lock, "t").Uint64()
+	v, err := rdb.Get(t.Context(), k.Counter).Uint64()
 	require.NoError(t, err)
 	return fence.Token(v)
 }
@@ -82,6 +82,9 @@ func TestTimeTokensFollowTheServerClock(t *testing.T) {
 // The counter is what keeps time tokens increasing when the clock steps
 // back; once it is lost, only the clock orders them. miniredis's clock is
 // set by the test.
+//
+// miniredis only: the subject is the server's clock stepping back, and a
+// real server's clock cannot be stepped from a test.
 func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 	m, rdb := testenv.Mini(t)
 	k := keys(t)
@@ -96,9 +99,15 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 	m.SetTime(t0.Add(time.Second))
 	require.EqualValues(t, t0.Add(time.Second).UnixMicro(), takeAndFree(t, rdb, k, timeTokens), "the clock takes over again once ahead")
 
-	// The counter lost while the clock is behind the last token: the one
-	// case time tokens go backwards (docs/safety.md).
+	// The lock's hash deleted (an operator's DEL): the counter key carries
+	// the tokens on, the clock being behind.
 	require.NoError(t, rdb.Del(t.Context(), k.Lock).Err())
+	after := takeAndFree(t, rdb, k, timeTokens)
+	require.Equal(t, t0.Add(time.Second).UnixMicro()+1, int64(after), "the counter outlives a DEL of the lock")
+
+	// Both the hash and the counter lost while the clock is behind the last
+	// token: the one case time tokens go backwards (docs/safety.md).
+	require.NoError(t, rdb.Del(t.Context(), k.Lock, k.Counter).Err())
 	m.SetTime(t0.Add(-time.Hour))
 	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
 }
@@ -114,14 +123,21 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 			t.Helper()
 			return rdb.PTTL(ctx, k.Lock).Val()
 		}
+		cttl := func() time.Duration {
+			t.Helper()
+			return rdb.PTTL(ctx, k.Counter).Val()
+		}
 		strict := takeAndFree(t, rdb, k, lua.Tokens{})
 		require.EqualValues(t, 1, strict)
-		require.Equal(t, time.Duration(-1), pttl(), "the strict counter never expires")
+		require.Equal(t, time.Duration(-1), pttl(), "the strict hash never expires")
+		require.Equal(t, time.Duration(-1), cttl(), "nor does the strict counter")
 
 		timed := takeAndFree(t, rdb, k, timeTokens)
 		require.Greater(t, timed, strict)
 		require.Greater(t, pttl(), 59*time.Minute, "a time-mode hash carries the idle expiry")
 		require.LessOrEqual(t, pttl(), time.Hour)
+		require.Greater(t, cttl(), 59*time.Minute, "and so does its counter")
+		require.LessOrEqual(t, cttl(), time.Hour)
 
 		// Held, the hash outlives the lease by the idle time, and a
 		// reentry or an extend moves it with the lease.
@@ -144,14 +160,15 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 
 		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
 		require.Equal(t, time.Duration(-1), pttl(), "and its hash never expires")
-		require.ElementsMatch(t, []string{"t", "o"}, rdb.HKeys(ctx, k.Lock).Val(), "nor keeps the time mode's mark")
+		require.Equal(t, time.Duration(-1), cttl(), "nor its counter")
+		require.ElementsMatch(t, []string{"t", "o", "b"}, rdb.HKeys(ctx, k.Lock).Val(), "nor keeps the time mode's mark")
 
 		// Idle past the expiry, the hash is gone; the next token still
 		// comes out above every earlier one, from the clock.
 		short := lua.Tokens{Time: true, Idle: 100 * time.Millisecond}
 		last := takeAndFree(t, rdb, k, short)
 		b.Expire(150 * time.Millisecond)
-		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "an idle hash expires")
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Counter).Val(), "an idle hash and its counter expire")
 		require.Greater(t, takeAndFree(t, rdb, k, short), last)
 	})
 }
@@ -219,6 +236,18 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 			require.ErrorIs(t, err, lua.ErrOverflow)
 			require.Equal(t, map[string]string{"t": "9007199254740991"}, rdb.HGetAll(ctx, k.Lock).Val())
 		}
+		// The counter key at the bound, the hash gone (an operator's DEL):
+		// refused the same, nothing written.
+		k = keys(t)
+		require.NoError(t, rdb.Set(ctx, k.Counter, "9007199254740991", 0).Err())
+		for _, m := range []lua.Tokens{{}, timeTokens} {
+			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
+			require.ErrorIs(t, err, lua.ErrOverflow)
+			require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue).Val())
+			require.Equal(t, "9007199254740991", rdb.Get(ctx, k.Counter).Val())
+		}
+		// A clock in 2260 needs miniredis: a real server's clock cannot be
+		// set from a test.
 		if b.Mini == nil {
 			return
 		}
@@ -238,11 +267,11 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l"})
 		require.NoError(t, err)
 		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
-			err := scripthook.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue}, "p", 60000, "lp", "", 0, bad).Err()
+			err := scripthook.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "p", 60000, "lp", "", 0, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "acquire %q", bad)
-			err = scripthook.Script("release").Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", a.Token.String(), "l", bad).Err()
+			err = scripthook.Script("release").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", a.Token.String(), "l", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "release %q", bad)
-			err = scripthook.Script("abandon").Run(ctx, rdb, []string{k.Lock, k.Queue}, "o", "l", "", bad).Err()
+			err = scripthook.Script("abandon").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", "l", "", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
 			err = scripthook.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
