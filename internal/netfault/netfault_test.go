@@ -135,10 +135,11 @@ func TestLatency(t *testing.T) {
 	}
 	p.SetLatency(netfault.Upstream, 0)
 	p.SetLatency(netfault.Downstream, 0)
-	_, took, err := roundTrip(c, "c", time.Second)
+	// Latency removed: the proxy delays nothing more (counted, not timed).
+	_, _, err := roundTrip(c, "c", time.Second)
 	require.NoError(t, err)
-	assert.Less(t, took, d)
 	assert.Equal(t, int64(2), p.Stats().Delayed[netfault.Upstream])
+	assert.Equal(t, int64(2), p.Stats().Delayed[netfault.Downstream])
 }
 
 func TestDelayNextDelaysOneReplyOnly(t *testing.T) {
@@ -165,12 +166,12 @@ func TestDelayNextDelaysOneReplyOnly(t *testing.T) {
 	assert.Equal(t, "12", string(buf))
 	assert.GreaterOrEqual(t, time.Since(start), d)
 
-	// The one-shot is consumed: later replies are fast.
+	// The one-shot is consumed: later replies are not delayed (counted,
+	// not timed: a loaded machine may be slow for other reasons).
 	for _, msg := range []string{"3", "4"} {
-		got, took, err := roundTrip(c, msg, time.Second)
+		got, _, err := roundTrip(c, msg, time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, msg, got)
-		assert.Less(t, took, d/3)
 	}
 	assert.Equal(t, int64(1), p.Stats().Delayed[netfault.Downstream])
 }

@@ -155,3 +155,30 @@ func field(line, name string) string {
 	}
 	return ""
 }
+
+// WaitAcked waits until n replicas acknowledge a write to s, a primary:
+// after the initial sync a replica is not counted by WAIT until its first
+// REPLCONF ACK, so a test of WithReplicaAck waits for this before its
+// first lock. It writes a key of its own ("redisproc:acked") first, since
+// WAIT on a connection that wrote nothing only counts replicas. It fails
+// the test after 10 seconds.
+func (s *Server) WaitAcked(ctx context.Context, n int) {
+	s.t.Helper()
+	c := s.adminClient()
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	for {
+		pipe := c.Pipeline()
+		pipe.Incr(ctx, "redisproc:acked")
+		acked := pipe.Do(ctx, "WAIT", n, 100)
+		_, err := pipe.Exec(ctx)
+		if got, _ := acked.Int64(); err == nil && got >= int64(n) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.t.Fatalf("redisproc: %s: %d replicas did not acknowledge a write (last error: %v)", s.Addr(), n, err)
+		case <-time.After(pollEvery):
+		}
+	}
+}

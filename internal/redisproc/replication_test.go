@@ -111,3 +111,22 @@ func TestReplicaOfAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "w", v)
 }
+
+// WaitAcked returns once WAIT counts the replica: a write right after it is
+// acknowledged by one replica without waiting.
+func TestWaitAcked(t *testing.T) {
+	t.Parallel()
+	primary := redisproc.Start(t)
+	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	replica.WaitSync(t.Context())
+	primary.WaitAcked(t.Context(), 1)
+	p := primary.Client()
+	pipe := p.Pipeline()
+	pipe.Set(t.Context(), "k", 1, 0)
+	acked := pipe.Do(t.Context(), "WAIT", 1, 5000)
+	_, err := pipe.Exec(t.Context())
+	require.NoError(t, err)
+	n, err := acked.Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
 )
 
 // Sentinel promotes a replica when the primary is killed, a failover client
@@ -65,7 +66,8 @@ func TestSentinelFailover(t *testing.T) {
 func TestSentinelModeMissing(t *testing.T) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("no redis-server on PATH")
+		testenv.Missing(t, redisproc.BinaryVar, "no redis-server on PATH: CI must run this test",
+			"skipping: no redis-server on PATH to wrap")
 	}
 	fake := filepath.Join(t.TempDir(), "redis-server")
 	script := fmt.Sprintf(`#!/bin/sh

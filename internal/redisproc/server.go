@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -195,6 +196,18 @@ func (s *Server) Restart() {
 	if err := s.launch(); err != nil {
 		s.t.Fatalf("redisproc: %s: restart: %v\n%s", s.Addr(), err, s.LogTail(20))
 	}
+}
+
+// Crash kills the server with SIGKILL, leaves it down for down, and
+// restarts it: what an operator's or the kernel's kill followed by a
+// supervisor's restart looks like. Only what reached the AOF survives; with
+// no AOF the server comes back empty. It fails the test as [Server.Kill]
+// and [Server.Restart] do.
+func (s *Server) Crash(down time.Duration) {
+	s.t.Helper()
+	s.Kill()
+	time.Sleep(down)
+	s.Restart()
 }
 
 // LogTail returns the last n lines of the server's log, across restarts, to

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/redfence/redfence/lua"
@@ -22,4 +23,31 @@ func Tag(key string) string {
 		}
 	}
 	return key
+}
+
+// SameSlot returns n lock names under prefix, base first and then names
+// made from it, whose keys all hash to one Cluster slot, and that slot: a
+// test of what happens to every lock of a slot (a move, a failover).
+func SameSlot(prefix, base string, n int) ([]string, int) {
+	slot := lua.Slot(lua.KeysFor(prefix, base).Lock)
+	names := []string{base}
+	for i := 0; len(names) < n; i++ {
+		name := base + "-" + strconv.Itoa(i)
+		if lua.Slot(lua.KeysFor(prefix, name).Lock) == slot {
+			names = append(names, name)
+		}
+	}
+	return names, slot
+}
+
+// NameWhere returns the first lock name made from base ("base-0",
+// "base-1", ...) whose keys under prefix hash to a slot for which ok
+// holds: a name on a given primary, say.
+func NameWhere(prefix, base string, ok func(slot int) bool) string {
+	for i := 0; ; i++ {
+		name := base + "-" + strconv.Itoa(i)
+		if ok(lua.Slot(lua.KeysFor(prefix, name).Lock)) {
+			return name
+		}
+	}
 }

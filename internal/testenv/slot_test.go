@@ -3,7 +3,10 @@ package testenv_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
 )
 
 // TestSlot checks Slot against the Redis Cluster specification's check
@@ -23,4 +26,19 @@ func TestSlot(t *testing.T) {
 	if testenv.Slot("{}a") == testenv.Slot("{}b") {
 		t.Error("an empty tag does not count")
 	}
+}
+
+func TestSameSlotAndNameWhere(t *testing.T) {
+	names, slot := testenv.SameSlot("p", "base", 5)
+	require.Len(t, names, 5)
+	require.Equal(t, "base", names[0])
+	seen := map[string]bool{}
+	for _, n := range names {
+		require.False(t, seen[n], "names repeat: %v", names)
+		seen[n] = true
+		require.Equal(t, slot, testenv.Slot(lua.KeysFor("p", n).Lock), n)
+	}
+	want := (slot + 1) % 16384
+	n := testenv.NameWhere("p", "base", func(s int) bool { return s%8 == want%8 })
+	require.Equal(t, want%8, testenv.Slot(lua.KeysFor("p", n).Lock)%8)
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,9 @@ const (
 	RedisAddrVar = "REDFENCE_REDIS_ADDR"
 	// PostgresURLVar names the variable holding a PostgreSQL URL.
 	PostgresURLVar = "REDFENCE_POSTGRES_URL"
+	// MySQLDSNVar names the variable holding a MySQL or MariaDB DSN for
+	// github.com/go-sql-driver/mysql.
+	MySQLDSNVar = "REDFENCE_MYSQL_DSN"
 )
 
 // need returns the value of the variable, or skips (fails under CI).
@@ -59,6 +63,9 @@ func RedisAddr(t testing.TB) string { return need(t, RedisAddrVar, "real-Redis")
 // PostgresURL returns the PostgreSQL URL, or skips.
 func PostgresURL(t testing.TB) string { return need(t, PostgresURLVar, "PostgreSQL") }
 
+// MySQLDSN returns the MySQL or MariaDB DSN, or skips.
+func MySQLDSN(t testing.TB) string { return need(t, MySQLDSNVar, "MySQL") }
+
 // Redis returns a client of the real Redis, closed when the test ends.
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
@@ -83,10 +90,15 @@ func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 // Unique returns a name no other test or run uses: the test's name with a
 // random suffix, so tests sharing one real Redis never see each other's keys.
 func Unique(t testing.TB) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
 	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
-	return name + "-" + hex.EncodeToString(b[:])
+	return name + "-" + randomHex(6)
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // Backend is a Redis a test body runs against.
@@ -133,4 +145,36 @@ func Advance(m *miniredis.Miniredis, d time.Duration) {
 	}
 	m.SetTime(now.Add(d))
 	m.FastForward(d)
+}
+
+// Snapshot returns a printable copy of key's type and contents, with its
+// TTL left out, for checking that something left a key as it was ("none"
+// for a missing key). DUMP would do on Redis, but miniredis dumps only
+// strings. Types other than string, list, set, hash and zset fail t.
+func Snapshot(t testing.TB, rdb redis.Cmdable, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	kind, err := rdb.Type(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("snapshot of %q: %v", key, err)
+	}
+	var content any
+	switch kind {
+	case "none":
+		return kind
+	case "string":
+		content = rdb.Get(ctx, key).Val()
+	case "list":
+		content = rdb.LRange(ctx, key, 0, -1).Val()
+	case "set":
+		content = rdb.SMembers(ctx, key).Val()
+		slices.Sort(content.([]string))
+	case "hash":
+		content = rdb.HGetAll(ctx, key).Val()
+	case "zset":
+		content = rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+	default:
+		t.Fatalf("snapshot of %s key %q not supported", kind, key)
+	}
+	return fmt.Sprintf("%s %v", kind, content)
 }
