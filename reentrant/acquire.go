@@ -68,7 +68,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []Option) (*call
 		return nil, invalid("nil context")
 	}
 	if err := CheckName(name); err != nil {
-		return nil, invalid("%v", err)
+		return nil, err
 	}
 	cfg, err := c.callConfig(opts)
 	if err != nil {

@@ -33,16 +33,20 @@ func WithMetadata(s string) Option {
 	}
 }
 
-func checkMetadata(s string) error {
+func checkMetadata(s string) error { return checkText("metadata", s) }
+
+// checkText checks a short caller-chosen string stored in Redis: valid
+// UTF-8 of at most MaxMetadataLen bytes without control characters.
+func checkText(what, s string) error {
 	if len(s) > MaxMetadataLen {
-		return invalid("metadata is %d bytes, the maximum is %d", len(s), MaxMetadataLen)
+		return invalid("%s is %d bytes, the maximum is %d", what, len(s), MaxMetadataLen)
 	}
 	if !utf8.ValidString(s) {
-		return invalid("metadata %q is not valid UTF-8", s)
+		return invalid("%s %q is not valid UTF-8", what, s)
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
-			return invalid("metadata %q contains a control character", s)
+			return invalid("%s %q contains a control character", what, s)
 		}
 	}
 	return nil

@@ -118,7 +118,8 @@ func build(rdb redis.UniversalClient, rl *quorum, cfg config, retries bool) *Cli
 // (see WithTTL).
 func (c *Client) TTL() time.Duration { return c.cfg.lease.ttl }
 
-// Close ends every lease of this client with cause ErrClosed, stops its
+// Close ends every lease of this client with cause ErrLeaseClosed (which is
+// both ErrLost and ErrClosed), stops its
 // renewals, gives up undoing acquisitions whose callers left, and closes its
 // pub/sub connections. It is synchronous: when it returns, no goroutine of
 // the client runs and none will send another command. A Redis call in
@@ -140,7 +141,7 @@ func (c *Client) Close() error {
 	c.owns = map[ownKey]*ownership{}
 	c.mu.Unlock()
 	for _, o := range owns {
-		o.end(ErrClosed)
+		o.end(ErrLeaseClosed)
 	}
 	c.stopBg()
 	err := c.note.close()

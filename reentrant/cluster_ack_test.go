@@ -52,18 +52,30 @@ func TestClusterReplicaAck(t *testing.T) {
 		require.GreaterOrEqual(t, onReplica(m, name), l.Token(), "an acknowledged token is on the replica")
 		// A waiter handed the lock claims it in Redis, and waits for the
 		// replica before it returns.
-		waited := make(chan *reentrant.Lease, 1)
+		type result struct {
+			l   *reentrant.Lease
+			err error
+		}
+		waited := make(chan result, 1)
 		go func() {
+			// No require here: FailNow in another goroutine would leave
+			// the test waiting below instead of failing it.
 			w, err := other.Lock(ctx, name)
-			require.NoError(t, err)
-			waited <- w
+			waited <- result{w, err}
 		}()
 		require.Eventually(t, func() bool {
 			st, err := lc.Inspect(ctx, name)
 			return err == nil && st.Waiters == 1
 		}, 5*time.Second, 5*time.Millisecond)
 		require.NoError(t, l.Unlock(ctx))
-		w := <-waited
+		var w *reentrant.Lease
+		select {
+		case r := <-waited:
+			require.NoError(t, r.err, "the waiter")
+			w = r.l
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiter never got the lock")
+		}
 		require.Equal(t, l.Token()+1, w.Token())
 		require.GreaterOrEqual(t, onReplica(m, name), w.Token())
 		require.NoError(t, w.Unlock(ctx))

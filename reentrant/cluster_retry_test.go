@@ -135,7 +135,7 @@ func TestBusyClusterPastTheContext(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	var reply redis.Error
 	require.True(t, errors.As(err, &reply), "errors.As finds the reply: %v", err)
-	require.Less(t, time.Since(start), time.Second, "bounded by the context and the cleanup budget")
+	testenv.Within(t, time.Since(start), 150*time.Millisecond+reentrant.CleanupBudget, "TryLock on a busy Cluster")
 	require.Greater(t, h.seen.Load(), int64(5), "retried with backoff meanwhile")
 
 	h.n.Store(0)

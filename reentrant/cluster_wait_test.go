@@ -226,7 +226,10 @@ func TestClusterShardSubscriptionLingers(t *testing.T) {
 	ctx := t.Context()
 	holder := newClient(t, c.Client())
 	waiter := newClient(t, c.Client())
-	reentrant.SetShardLinger(waiter, 500*time.Millisecond)
+	// Long enough that the second wait surely starts within it on a
+	// loaded machine (the gap between the waits is a Lock and a goroutine
+	// start), short enough to watch it pass.
+	reentrant.SetShardLinger(waiter, 2*time.Second)
 	m := c.Masters()[0]
 	require.NoError(t, m.Client().ConfigResetStat(ctx).Err())
 	name := fmt.Sprintf("linger{%d}", time.Now().UnixNano())
@@ -253,6 +256,6 @@ func TestClusterShardSubscriptionLingers(t *testing.T) {
 	handoff()
 	handoff()
 	require.Equal(t, 1, commandCalls(t, m, "ssubscribe"), "the second wait reuses the subscription")
-	require.Eventually(t, func() bool { return channels() == 0 }, 5*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return channels() == 0 }, time.Minute, 20*time.Millisecond,
 		"the subscription ends past the linger")
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redfence/redfence/lua"
 )
 
 // The errors of this package. Test them with errors.Is; each method's doc
@@ -23,10 +25,30 @@ var (
 	// another ownership took the lock since.
 	ErrNotHeld = errors.New("reentrant: not held")
 
-	// ErrLost is the cause a lease's context is cancelled with when the
-	// lock was found gone or could not be renewed before its TTL ran out.
+	// ErrLost is what a lease's context is cancelled with when the lease
+	// ends other than by Unlock; the cause is one of ErrGone,
+	// ErrUnconfirmed or ErrLeaseClosed, each of which is ErrLost.
 	// errors.Is(ErrLost, ErrNotHeld) holds.
-	ErrLost error = &subError{"reentrant: lease lost", ErrNotHeld}
+	ErrLost error = &subError{"reentrant: lease lost", []error{ErrNotHeld}}
+
+	// ErrGone is the cause of a lease lost because Redis says its ownership
+	// no longer holds the lock: its lease ran out there, another ownership
+	// took it, an operator forced it ([Client.ForceUnlock]) or deleted the
+	// lock's keys. errors.Is(ErrGone, ErrLost) holds.
+	ErrGone error = &subError{"reentrant: lease lost: ownership gone from Redis", []error{ErrLost}}
+
+	// ErrUnconfirmed is the cause of a lease lost because no renewal was
+	// confirmed before its local deadline (the TTL less the safety margin,
+	// on this process's clock): Redis was unreachable, slow or failing
+	// over. Redis may still hold the lock for it until the TTL runs out
+	// there. errors.Is(ErrUnconfirmed, ErrLost) holds.
+	ErrUnconfirmed error = &subError{"reentrant: lease lost: no renewal confirmed in time", []error{ErrLost}}
+
+	// ErrLeaseClosed is the cause of a lease ended by [Client.Close]: its
+	// renewal stopped, so the holder must stop too, although Redis keeps
+	// the lock until Unlock or the TTL. errors.Is holds for both ErrLost
+	// and ErrClosed.
+	ErrLeaseClosed error = &subError{"reentrant: lease lost: client closed", []error{ErrLost, ErrClosed}}
 
 	// ErrReleased is the cause a lease's context is cancelled with after a
 	// successful Unlock.
@@ -55,16 +77,33 @@ var (
 	// ErrClosed reports a call on a Client after Close, and is the cause a
 	// lease's context is cancelled with when its Client closes.
 	ErrClosed = errors.New("reentrant: client closed")
+
+	// ErrForeign reports a lock key (the lock's hash, its counter or its
+	// queue) holding a value redfence did not write: another program's
+	// key, or a name collision across prefixes. The call changed nothing,
+	// and no lock call on that name succeeds until the key is removed. It
+	// is lua.ErrForeign, so either may be tested.
+	ErrForeign = lua.ErrForeign
+
+	// ErrOverflow reports a name whose next token would reach 2^53, which
+	// the scripts cannot represent exactly: no token is issued. It is
+	// lua.ErrOverflow.
+	ErrOverflow = lua.ErrOverflow
 )
 
-// subError is a sentinel that is also another: errors.Is(e, e.parent).
+// errTooLate marks an acquisition whose reply came past the lease's safe
+// window: it was undone, and a waiting Lock tries again within its context.
+var errTooLate = errors.New("past the lease's safe window")
+
+// subError is a sentinel that is also others: errors.Is(e, p) for each of
+// its parents p.
 type subError struct {
-	msg    string
-	parent error
+	msg     string
+	parents []error
 }
 
-func (e *subError) Error() string { return e.msg }
-func (e *subError) Unwrap() error { return e.parent }
+func (e *subError) Error() string   { return e.msg }
+func (e *subError) Unwrap() []error { return e.parents }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))

@@ -28,3 +28,12 @@ func SetShardLinger(c *Client, d time.Duration) {
 	defer c.note.mu.Unlock()
 	c.note.shards.linger = d
 }
+
+// LocalDeadline returns the local deadline of l's ownership: the send time
+// of its last confirmed acquisition or renewal plus the TTL less the
+// margin (and drift). The lease ends when it passes.
+func LocalDeadline(l *Lease) time.Time {
+	l.own.mu.Lock()
+	defer l.own.mu.Unlock()
+	return l.own.deadline
+}

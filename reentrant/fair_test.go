@@ -182,24 +182,6 @@ func TestCloseEndsWaitingLock(t *testing.T) {
 	})
 }
 
-// acquireCounter counts the acquire scripts a go-redis client sends.
-type acquireCounter struct{ n *atomic.Int64 }
-
-func (acquireCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h acquireCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && (a[1] == scripthook.Script("acquire").Hash() || a[1] == scripthook.Source("acquire")) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (acquireCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // A waiter handed the lock takes it from the handoff message, without a
 // claim round trip: its lease in Redis is the claim time at first, and the
 // renewer extends it to the TTL within half of that. Without renewal the
@@ -215,26 +197,46 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 				var n atomic.Int64
 				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 				t.Cleanup(func() { _ = rdb.Close() })
-				rdb.AddHook(acquireCounter{&n})
+				// Counted once answered: a poll counted when sent could
+				// still run after the release below and take the lock
+				// itself.
+				rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, _ error) {
+					for _, cmd := range cmds {
+						if a := cmd.Args(); !pipe && len(a) > 1 && (a[1] == scripthook.Script("acquire").Hash() || a[1] == scripthook.Source("acquire")) {
+							n.Add(1)
+						}
+					}
+				}})
 				pfx := testenv.Unique(t)
-				opts := append([]reentrant.Option{reentrant.WithTTL(10 * time.Second), reentrant.WithPrefix(pfx)}, c.opts...)
+				// Time enough that no step below races a timer on a loaded
+				// machine: the handoff must come within half the claim
+				// window (here about 2 s) of the wait's start to be taken
+				// from the message, and the waiter's own polls (every
+				// minute, at the queue's keep-alive at the earliest: 62 s)
+				// must not add to the count between the snapshot and the
+				// handoff.
+				const ttl, handoff = 2 * time.Minute, 8 * time.Second
+				claim := handoff / 2
+				opts := append([]reentrant.Option{reentrant.WithTTL(ttl), reentrant.WithPrefix(pfx),
+					reentrant.WithHandoffTimeout(handoff)}, c.opts...)
 				holder, waiter := newClient(t, b.Client, opts...), newClient(t, rdb, opts...)
 				name := testenv.Unique(t)
 				held, err := holder.Lock(t.Context(), name)
 				require.NoError(t, err)
 				got := make(chan *reentrant.Lease, 1)
 				go func() {
-					l, err := waiter.Lock(t.Context(), name)
+					l, err := waiter.Lock(t.Context(), name, reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
 					assert.NoError(t, err)
 					got <- l
 				}()
 				queued(t, holder, name, 1)
-				// Once subscribed, the waiter is not woken to poll by its
-				// subscription's confirmation, only by the handoff.
-				require.Eventually(t, func() bool {
-					return len(b.Client.PubSubChannels(t.Context(), pfx+":c:*").Val()) == 1
-				}, 5*time.Second, time.Millisecond)
-				time.Sleep(20 * time.Millisecond)
+				// The subscription's confirmation wakes the waiter to poll
+				// once (a handoff sent before it was subscribed is not
+				// missed): its first try and that poll are the two acquire
+				// scripts it sends before the handoff.
+				require.Eventually(t, func() bool { return n.Load() == 2 }, time.Minute, time.Millisecond,
+					"the waiter's first try and the poll its subscription's confirmation wakes")
+				require.Len(t, b.Client.PubSubChannels(t.Context(), pfx+":c:*").Val(), 1)
 				before := n.Load()
 				require.NoError(t, held.Unlock(t.Context()))
 				l := <-got
@@ -244,15 +246,19 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, l.Token(), st.Token)
 				if c.claims == 0 {
-					require.LessOrEqual(t, st.TTL, reentrant.DefaultHandoffTimeout/2, "the lease is the claim time until renewed")
+					require.LessOrEqual(t, st.TTL, claim, "the lease is the claim time until renewed")
 					require.Eventually(t, func() bool {
 						st, err := holder.Inspect(t.Context(), name)
-						return err == nil && st.TTL > 5*time.Second
-					}, 2*time.Second, 5*time.Millisecond, "the renewer extends a handed lease to the TTL")
-					time.Sleep(reentrant.DefaultHandoffTimeout) // past the claim time
+						return err == nil && st.TTL > claim
+					}, time.Minute, 5*time.Millisecond, "the renewer extends a handed lease to the TTL")
+					// The local deadline moves with it once the renewal's
+					// reply is in: the lease outlives the claim time (no
+					// sleep needed to see it).
+					require.Eventually(t, func() bool { return time.Until(reentrant.LocalDeadline(l)) > claim },
+						time.Minute, 5*time.Millisecond, "the renewal moves the local deadline past the claim time")
 					require.NoError(t, l.Err())
 				} else {
-					require.Greater(t, st.TTL, 5*time.Second, "a claimed lease lasts the TTL")
+					require.Greater(t, st.TTL, claim, "a claimed lease lasts the TTL")
 				}
 				require.NoError(t, l.Unlock(t.Context()))
 			})

@@ -6,8 +6,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,7 +58,7 @@ func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
 				// SIGSTOP takes effect asynchronously: wait until the child
 				// is stopped, or it might still claim the lock.
 				require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
-				waitStopped(t, child.Process.Pid)
+				require.NoError(t, testenv.WaitStopped(child.Process.Pid, time.Minute))
 				require.NoError(t, held.Unlock(t.Context()))
 				start = time.Now()
 				st, err := c.Inspect(t.Context(), name)
@@ -79,25 +77,4 @@ func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitStopped waits until process pid is stopped, where /proc says so
-// (Linux); elsewhere it gives the signal a moment.
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	path := "/proc/" + strconv.Itoa(pid) + "/stat"
-	if _, err := os.Stat(path); err != nil {
-		time.Sleep(200 * time.Millisecond)
-		return
-	}
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return false
-		}
-		// The state follows the command name in parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		return i >= 0 && len(s) > i+2 && s[i+2] == 'T'
-	}, 5*time.Second, time.Millisecond, "process %d never stopped", pid)
 }

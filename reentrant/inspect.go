@@ -29,7 +29,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 		return State{}, invalid("nil context")
 	}
 	if err := CheckName(name); err != nil {
-		return State{}, invalid("%v", err)
+		return State{}, err
 	}
 	if c.isClosed() {
 		return State{}, ErrClosed

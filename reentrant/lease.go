@@ -53,10 +53,12 @@ func (l *Lease) ID() string { return l.level }
 
 // Context returns a context that carries the owner, so a lock call made
 // with it reenters, and that ends when the lease does: with cause
-// ErrReleased after Unlock, ErrLost when the lock is found gone or no
-// renewal was confirmed by the local deadline (the TTL less the safety
-// margin, on this process's clock, whether or not Redis answers), or
-// ErrClosed when the Client closes. It keeps the values, but not the
+// ErrReleased after Unlock, or an error that is ErrLost and says why: ErrGone
+// when Redis says the ownership no longer holds the lock (expired there,
+// taken, forced or deleted), ErrUnconfirmed when no renewal was confirmed
+// by the local deadline (the TTL less the safety margin, on this process's
+// clock, whether or not Redis answers), ErrLeaseClosed (also ErrClosed)
+// when the Client closes. It keeps the values, but not the
 // deadline, of the context Lock was called with.
 func (l *Lease) Context() context.Context { return l.ctx }
 
@@ -64,8 +66,9 @@ func (l *Lease) Context() context.Context { return l.ctx }
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is live, and afterwards why it ended:
-// ErrReleased, an error wrapping ErrLost, or ErrClosed.
-// errors.Is(l.Err(), ErrNotHeld) reports a lost lease.
+// ErrReleased, or an error wrapping ErrGone, ErrUnconfirmed or
+// ErrLeaseClosed, each of which is ErrLost (see [Lease.Context]).
+// errors.Is(l.Err(), ErrLost) reports a lost lease.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
@@ -180,7 +183,7 @@ func (l *Lease) live() error {
 // gone ends the lease's ownership, which Redis says it no longer holds, and
 // returns the ErrNotHeld that Unlock, Extend and TTL report then.
 func (l *Lease) gone() error {
-	l.own.lose(l.own.lostErr("Redis says it expired or another ownership took it", nil))
+	l.own.lose(l.own.lostErr(ErrGone, "Redis says it expired, was taken, forced or deleted", nil))
 	return fmt.Errorf("%w: token %d expired or another ownership took the lock", ErrNotHeld, l.token)
 }
 
@@ -200,7 +203,7 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 		if o != nil && o.ctx.Err() == nil {
 			// The same owner got a new token: its earlier ownership expired.
 			// It ends now; it is reported once c.mu is released.
-			cause := o.lostErr(fmt.Sprintf("superseded by token %d", a.Token), nil)
+			cause := o.lostErr(ErrGone, fmt.Sprintf("superseded by token %d", a.Token), nil)
 			o.end(cause)
 			defer o.reportLost(cause)
 		}
@@ -210,8 +213,8 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 		}
 		if late := time.Since(a.sent); late >= window {
 			c.mu.Unlock()
-			return nil, join(fmt.Errorf("%w: Redis answered after %v, past the lease's safe window of %v",
-				ErrNotAcquired, late.Round(time.Millisecond), window), r.undo())
+			return nil, join(fmt.Errorf("%w: Redis answered after %v, %w of %v",
+				ErrNotAcquired, late.Round(time.Millisecond), errTooLate, window), r.undo())
 		}
 		o = c.newOwnership(key, r.keys, a.Token, r.cfg, a.sent, window)
 		c.owns[key] = o

@@ -95,7 +95,7 @@ func TestCloseIsSynchronous(t *testing.T) {
 // once shared an entry, and one of the leases silently went unrenewed.
 func TestOwnersValidatedAndKeptApart(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
 		for _, bad := range []reentrant.Owner{"", "a\x00b", "tab\there", "\xff\xfe", reentrant.Owner(make([]byte, reentrant.MaxOwnerLen+1))} {
 			_, err := c.TryLock(reentrant.WithOwner(t.Context(), bad), testenv.Unique(t))
 			require.ErrorIs(t, err, reentrant.ErrInvalid, "owner %q", bad)
@@ -111,9 +111,9 @@ func TestOwnersValidatedAndKeptApart(t *testing.T) {
 		require.NoError(t, err)
 		other, err := c.Lock(reentrant.WithOwner(t.Context(), "a b"), base)
 		require.NoError(t, err)
-		time.Sleep(time.Second) // three TTLs: only renewal keeps them
-		require.NoError(t, a.Err())
-		require.NoError(t, other.Err())
+		// Both are renewed past their TTL (one entry each, none lost).
+		waitRenewed(t, a, renewalTTL)
+		waitRenewed(t, other, renewalTTL)
 		require.NoError(t, a.Unlock(t.Context()))
 		require.NoError(t, other.Unlock(t.Context()))
 	})

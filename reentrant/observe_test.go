@@ -92,9 +92,18 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		var mu sync.Mutex
-		var events []reentrant.Event
-		c := newClient(t, b.Client, reentrant.WithTTL(10*time.Second),
-			reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+		var renewedAt []time.Time
+		// An 8 s handoff timeout: the claim window is 4 s, so the first
+		// renewal is due about 2 s after the wait began, far beyond what a
+		// loaded scheduler adds between the handoff and the check below.
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithHandoffTimeout(8*time.Second),
+			reentrant.WithObserver(func(e reentrant.Event) {
+				if e.Kind == reentrant.Renewed {
+					mu.Lock()
+					renewedAt = append(renewedAt, time.Now())
+					mu.Unlock()
+				}
+			}))
 		ctx, name := t.Context(), testenv.Unique(t)
 		other, err := c.Lock(ctx, name+"-other") // the renewer runs
 		require.NoError(t, err)
@@ -103,8 +112,18 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 		got := queuedLock(t, ctx, c, name)
 		require.NoError(t, holder.Unlock(ctx))
 		taken := handed(t, got, "the waiter must be handed the lock")
-		time.Sleep(20 * time.Millisecond) // a renewal made at once would be back; the first is due 225 ms after the waiter queued
-		require.Zero(t, count(&mu, &events, reentrant.Renewed), "nothing is due for renewal yet")
+		handedAt := time.Now()
+		// A renewal made at once would be back well within 500 ms; the
+		// first is due at half the claim window (about 2 s) after the
+		// wait began. Each renewal's time is recorded, so a slow machine
+		// that reaches the due time before the check only makes the check
+		// see it late, never fail it.
+		time.Sleep(500 * time.Millisecond)
+		mu.Lock()
+		for _, at := range renewedAt {
+			require.GreaterOrEqual(t, at.Sub(handedAt), 500*time.Millisecond, "a handed lock was renewed at once")
+		}
+		mu.Unlock()
 		require.NoError(t, taken.Unlock(ctx))
 		require.NoError(t, other.Unlock(ctx))
 	})

@@ -65,6 +65,7 @@ type config struct {
 	idleSet       bool
 	log           *slog.Logger
 	observe       func(Event)
+	identity      string
 
 	lease leaseConfig // the defaults of every call
 
@@ -94,6 +95,7 @@ func defaults() config {
 		handoff:       DefaultHandoffTimeout,
 		tokens:        lua.Tokens{Idle: DefaultCounterIdleExpiry},
 		log:           slog.New(slog.DiscardHandler),
+		identity:      defaultIdentity(),
 		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
 	}
 }
@@ -115,7 +117,7 @@ func WithPrefix(p string) Option {
 			return err
 		}
 		if err := CheckPrefix(p); err != nil {
-			return invalid("%v", err)
+			return err
 		}
 		c.prefix = p
 		return nil

@@ -78,13 +78,14 @@ func (o *ownership) reportLost(cause error) {
 	o.c.emit(Event{Kind: Lost, Name: o.key.name, Token: o.token, Err: cause})
 }
 
-// lostErr is the cause a loss of o for reason ends its leases with; err,
-// if not nil, is the error that revealed it, kept in the chain.
-func (o *ownership) lostErr(reason string, err error) error {
+// lostErr is the cause a loss of o of kind (ErrGone or ErrUnconfirmed) for
+// reason ends its leases with; err, if not nil, is the error that revealed
+// it, kept in the chain.
+func (o *ownership) lostErr(kind error, reason string, err error) error {
 	if err != nil {
-		return opErr("lease", o.key.name, fmt.Errorf("%w: token %d: %s: %w", ErrLost, o.token, reason, err))
+		return opErr("lease", o.key.name, fmt.Errorf("%w: token %d: %s: %w", kind, o.token, reason, err))
 	}
-	return opErr("lease", o.key.name, fmt.Errorf("%w: token %d: %s", ErrLost, o.token, reason))
+	return opErr("lease", o.key.name, fmt.Errorf("%w: token %d: %s", kind, o.token, reason))
 }
 
 // confirm records that Redis extended the lease to at least ttl from sent
@@ -117,7 +118,7 @@ func (o *ownership) expire() {
 	if err != nil {
 		reason += "; last renewal"
 	}
-	o.lose(o.lostErr(reason, err))
+	o.lose(o.lostErr(ErrUnconfirmed, reason, err))
 }
 
 // dropRef forgets one lease of o once that lease has ended; the last one

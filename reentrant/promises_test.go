@@ -35,26 +35,24 @@ func TestLeaseEndsBeforeTTLWhileRedisIsFrozen(t *testing.T) {
 	before := time.Now()
 	l, err := c.Lock(t.Context(), testenv.Unique(t))
 	require.NoError(t, err)
-	time.Sleep(ttl / 2) // one renewal confirmed
+	waitRenewed(t, l, 0) // one renewal confirmed
 	srv.Pause()
+	paused := time.Now()
 	defer srv.Resume() // before Close, which waits for the renewal in flight
+	// The promise is the deadline the lease computed: no later than the
+	// margin before the key can expire, counted from a send before the
+	// pause, and the lease ends once it passes. How soon after it the
+	// timer's goroutine runs is the scheduler's; the wait is a ceiling.
 	select {
 	case <-l.Done():
-	case <-time.After(5 * ttl):
+	case <-time.After(20 * ttl):
 		t.Fatal("the lease outlived its TTL by far while Redis was frozen")
 	}
-	require.Less(t, time.Since(before), ttl+ttl/2, "at most one TTL after the last confirmed renewal")
-	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
-
-	// The margin, not only the TTL, is kept: the loss comes at least the
-	// margin before the key can expire, counted from the renewal's send.
-	srv.Resume()
-	l2, err := c.Lock(t.Context(), testenv.Unique(t))
-	require.NoError(t, err)
-	sent := time.Now()
-	srv.Pause()
-	<-l2.Done()
-	require.Less(t, time.Since(sent), ttl-ttl/10+50*time.Millisecond, "loss must come by TTL - margin after the last confirmation")
+	dl := reentrant.LocalDeadline(l)
+	require.False(t, time.Now().Before(dl), "the lease ended before its deadline %v", dl)
+	require.LessOrEqual(t, dl.Sub(paused), ttl-ttl/10, "the deadline must be TTL - margin after a send before the pause")
+	require.GreaterOrEqual(t, dl.Sub(before), ttl-ttl/10, "a renewal confirmed before the pause moved it past the first")
+	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 }
 
 // Without renewal, a lease's context ends at its TTL less the margin: the
@@ -66,19 +64,31 @@ func TestLeaseWithoutRenewalEndsAtItsTTL(t *testing.T) {
 		before := time.Now()
 		l, err := c.Lock(t.Context(), testenv.Unique(t))
 		require.NoError(t, err)
-		<-l.Done()
-		took := time.Since(before)
-		require.Less(t, took, ttl, "the lease must end before Redis can expire the key")
-		require.GreaterOrEqual(t, took, ttl-ttl/10-20*time.Millisecond, "and not much before TTL - margin")
-		require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+		after := time.Now()
+		// The deadline is TTL - margin from the acquisition's send, which
+		// lies between before and after: before Redis can expire the key.
+		dl := reentrant.LocalDeadline(l)
+		require.False(t, dl.Before(before.Add(ttl-ttl/10)), "deadline %v before TTL - margin", dl)
+		require.False(t, dl.After(after.Add(ttl-ttl/10)), "deadline %v after TTL - margin", dl)
+		awaitDone(t, l, 20*ttl)
+		require.False(t, time.Now().Before(dl), "the lease ended before its deadline")
+		require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 
-		l, err = c.Lock(t.Context(), testenv.Unique(t))
+		// Extend, a while into a longer lease (1.2 s to spare before it
+		// would end, which a loaded scheduler cannot eat), moves the local
+		// deadline to a full lease from the Extend.
+		const ttl2 = 1500 * time.Millisecond
+		l, err = c.Lock(t.Context(), testenv.Unique(t), reentrant.WithTTL(ttl2))
 		require.NoError(t, err)
-		time.Sleep(ttl / 2)
+		first := reentrant.LocalDeadline(l)
+		time.Sleep(ttl2 / 10)
 		extended := time.Now()
-		require.NoError(t, l.Extend(t.Context(), ttl))
-		<-l.Done()
-		require.GreaterOrEqual(t, time.Since(extended), ttl-ttl/10-20*time.Millisecond, "Extend moves the local deadline")
+		require.NoError(t, l.Extend(t.Context(), ttl2))
+		moved := reentrant.LocalDeadline(l)
+		require.False(t, moved.Before(extended.Add(ttl2-ttl2/10)), "Extend moves the local deadline")
+		require.True(t, moved.After(first), "Extend moves the local deadline later")
+		awaitDone(t, l, 20*ttl2)
+		require.False(t, time.Now().Before(moved), "the extended lease ended before its deadline")
 	})
 }
 
@@ -206,7 +216,7 @@ func TestForeignLockKeyRefusedWithItsType(t *testing.T) {
 			func() error { return c.Do(ctx, name, func(context.Context, fence.Token) error { return nil }) },
 		} {
 			err := call()
-			require.ErrorIs(t, err, lua.ErrForeign)
+			require.ErrorIs(t, err, reentrant.ErrForeign)
 			var rerr redis.Error
 			require.True(t, errors.As(err, &rerr), "errors.As must find go-redis's error in %v", err)
 			require.NotContains(t, err.Error(), "unknown")
@@ -230,7 +240,7 @@ func TestRedisErrorsKeepTheirType(t *testing.T) {
 		var rerr redis.Error
 		require.True(t, errors.As(err, &rerr), "%v", err)
 		require.True(t, strings.HasPrefix(rerr.Error(), "OOM"), "%v", rerr)
-		require.NotErrorIs(t, err, lua.ErrForeign)
+		require.NotErrorIs(t, err, reentrant.ErrForeign)
 		require.NotContains(t, err.Error(), "unknown", "an OOM refusal changed nothing")
 		require.NoError(t, rdb.ConfigSet(t.Context(), "maxmemory", "0").Err())
 		st, err := c.Inspect(t.Context(), "n")
@@ -321,6 +331,18 @@ func TestLockReturnsAtItsDeadlineWhileRedisIsFrozen(t *testing.T) {
 		err := call(ctx)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Less(t, time.Since(start), 200*time.Millisecond+reentrant.CleanupBudget+100*time.Millisecond)
+		// Without the local timer, go-redis would hold it 3 s per try.
+		testenv.Within(t, time.Since(start), 200*time.Millisecond+reentrant.CleanupBudget, "a call on a frozen Redis")
+	}
+}
+
+// awaitDone waits for l to end, failing t past ceiling: a bound in the
+// lease's own units, large enough for any scheduler, never the promise.
+func awaitDone(t *testing.T, l *reentrant.Lease, ceiling time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(ceiling):
+		t.Fatalf("lease %d did not end within %v", l.Token(), ceiling)
 	}
 }

@@ -23,12 +23,18 @@ import (
 // allowance of 1% of the TTL plus 2 ms, counted from the moment the first
 // request was sent); otherwise what was taken is released on every node.
 // Its token is chosen by a two-phase quorum rule: one more than the highest
-// counter the granting majority reported, raised on a majority before the
-// lease is handed out. Tokens stay unique and increasing while no node
-// forgets a write it acknowledged (a restart without AOF forgets).
+// counter the granting majority reported, and no lower than the latest of
+// their clocks (TIME, in microseconds), raised on a majority before the
+// lease is handed out. The counters keep tokens unique and increasing while
+// no node forgets a write it acknowledged; the clocks keep them so when a
+// node restarts empty (a restart without AOF forgets) and the nodes that
+// remember are out of reach, as long as the nodes' clocks differ by less
+// than a node takes to restart and never step back further (docs/safety.md,
+// "Redlock").
 //
 // Waiting polls with a random delay: there is no wait queue and no handoff,
-// so waiting is not fair. WithReplicaAck, WithTimeTokens,
+// so waiting is not fair. WithReplicaAck, WithTimeTokens (Redlock's tokens
+// follow the clocks already, and its counters never expire),
 // WithCounterIdleExpiry and WithHandoffTimeout make no sense here and are
 // refused with ErrInvalid, as are fewer than 3 nodes, an even number of
 // nodes, or a nil node.
@@ -54,7 +60,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	case cfg.ackReplicas > 0:
 		return nil, invalid("WithReplicaAck does not apply to Redlock: its nodes are independent masters")
 	case cfg.tokens.Time:
-		return nil, invalid("WithTimeTokens does not apply to Redlock: tokens come from the quorum rule")
+		return nil, invalid("WithTimeTokens does not apply to Redlock: its tokens follow the nodes' clocks already, and its counters never expire")
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}

@@ -92,13 +92,14 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	// pending ones raised to it, make a majority. Raising a node to a token
 	// a majority was already raised to issues no new token.
 	tokens := map[fence.Token]int{}
-	var top, best fence.Token
+	var top, best, clock fence.Token
 	var depth int64
 	var pending []int
 	for _, i := range ok {
 		v := got[i].v
 		if v.Pending {
 			pending = append(pending, i)
+			clock = max(clock, fence.Token(v.Micros))
 		} else {
 			tokens[v.Token]++
 			if tokens[v.Token] > tokens[best] {
@@ -122,9 +123,12 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
 	}
 
-	// Fresh: one above every counter of the granting majority, raised on a
-	// majority before it is handed out.
-	tok := top + 1
+	// Fresh: one above every counter of the granting majority and no lower
+	// than the latest of their clocks, raised on a majority before it is
+	// handed out. The clock is what keeps a token from repeating when a
+	// node that remembered the last one restarted empty and the others
+	// that remember are out of reach (docs/safety.md, "Redlock").
+	tok := max(top+1, clock)
 	raised := r.raise(ctx, ok, tok, maj)
 	if raised < maj {
 		return fail(fmt.Sprintf("token %d raised on %d of %d nodes", tok, raised, n))

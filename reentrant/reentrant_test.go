@@ -26,9 +26,22 @@ func newClient(t *testing.T, rdb redis.UniversalClient, opts ...reentrant.Option
 	return c
 }
 
+// waitRenewed waits until l's local deadline has moved past where it was
+// plus by, which only confirmed renewals move it: by zero, at least one
+// renewal; by the TTL, l outlived its acquisition's lease on renewals. It
+// fails at once if l ends, and after a minute if the deadline never moves.
+func waitRenewed(t *testing.T, l *reentrant.Lease, by time.Duration) {
+	t.Helper()
+	from := reentrant.LocalDeadline(l)
+	require.Eventually(t, func() bool {
+		return l.Err() != nil || reentrant.LocalDeadline(l).After(from.Add(by))
+	}, time.Minute, 5*time.Millisecond)
+	require.NoError(t, l.Err(), "the lease ended instead of being renewed")
+}
+
 // assertShape checks the invariant after every acquire, reentry and extend
-// in the strict mode: the lease runs, and the lock hash, which holds the
-// counter, never expires.
+// in the strict mode: the lease runs, and neither the lock hash nor the
+// counter expires.
 func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
 	k := lua.KeysFor(prefix, name)
@@ -36,6 +49,7 @@ func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
 	require.NoError(t, err)
 	require.Greater(t, st.TTL, time.Duration(0), "the lease of %s must run", k.Lock)
 	require.Equal(t, time.Duration(-1), rdb.PTTL(t.Context(), k.Lock).Val(), "lock hash %s must never expire", k.Lock)
+	require.Equal(t, time.Duration(-1), rdb.PTTL(t.Context(), k.Counter).Val(), "counter %s must never expire", k.Counter)
 }
 
 func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
@@ -253,7 +267,14 @@ func TestConcurrentOwnersMutualExclusion(t *testing.T) {
 					last = l.Token()
 					entries++
 					mu.Unlock()
+					// The critical section takes a moment outside the
+					// mutex, so that a second holder would find inside
+					// at 2 here or on its own entry.
+					time.Sleep(200 * time.Microsecond)
 					mu.Lock()
+					if inside != 1 {
+						t.Errorf("inside=%d while token %d held", inside, l.Token())
+					}
 					inside--
 					mu.Unlock()
 					assertNoErr(t, l.Unlock(t.Context()))

@@ -42,6 +42,12 @@ func TestBadInput(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 		_, err = c.Inspect(ctx, name)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		_, err = c.ForceUnlock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.ErrorIs(t, reentrant.CheckName(name), reentrant.ErrInvalid, "CheckName says what the calls say")
+	}
+	for _, p := range []string{"", "a{b", strings.Repeat("p", reentrant.MaxPrefixLen+1)} {
+		require.ErrorIs(t, reentrant.CheckPrefix(p), reentrant.ErrInvalid, "CheckPrefix(%q)", p)
 	}
 	_, err = c.TryLock(ctx, strings.Repeat("n", reentrant.MaxNameLen))
 	require.NoError(t, err, "a name of exactly the maximum length is valid")
@@ -80,7 +86,7 @@ func TestForeignValueLeftUntouched(t *testing.T) {
 			func() error { _, err := c.Inspect(t.Context(), name); return err },
 		} {
 			err := f()
-			require.ErrorIs(t, err, lua.ErrForeign)
+			require.ErrorIs(t, err, reentrant.ErrForeign)
 			require.ErrorContains(t, err, k.Lock)
 		}
 		require.Equal(t, []string{"mine"}, b.Client.LRange(t.Context(), k.Lock, 0, -1).Val())

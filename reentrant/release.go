@@ -52,7 +52,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	l.unlocked = true
 	if n < 0 {
 		err := l.gone()
-		l.cancel(l.own.lostErr("Unlock found it expired or taken by another ownership", nil))
+		l.cancel(l.own.lostErr(ErrGone, "Unlock found it expired, taken, forced or deleted", nil))
 		return err
 	}
 	l.cancel(ErrReleased)

@@ -238,9 +238,9 @@ func (o *ownership) renewed(r lua.ExtendResult) {
 		o.confirm(r.Sent, o.cfg.ttl)
 		o.c.emit(Event{Kind: Renewed, Name: o.key.name, Token: o.token})
 	case r.Err == nil:
-		o.lose(o.lostErr("renewal found it expired or taken by another ownership", nil))
+		o.lose(o.lostErr(ErrGone, "renewal found it expired, taken, forced or deleted", nil))
 	case lua.IsRefusal(r.Err):
-		o.lose(o.lostErr("renewal refused", r.Err))
+		o.lose(o.lostErr(ErrGone, "renewal refused", r.Err))
 	default:
 		o.mu.Lock()
 		o.lastErr = r.Err

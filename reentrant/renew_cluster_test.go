@@ -3,7 +3,6 @@
 package reentrant_test
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -24,7 +24,11 @@ func TestRenewerOnCluster(t *testing.T) {
 	var perNode sync.Map // addr -> *atomic.Int64
 	cc.OnNewNode(func(node *redis.Client) {
 		ctr, _ := perNode.LoadOrStore(node.Options().Addr, &atomic.Int64{})
-		node.AddHook(&pipeCounter{ctr.(*atomic.Int64)})
+		node.AddHook(testenv.Hook{Sent: func(_ []redis.Cmder, pipe bool) {
+			if pipe {
+				ctr.(*atomic.Int64).Add(1)
+			}
+		}})
 	})
 	c := newClient(t, cc, reentrant.WithTTL(ttl))
 	leases := lockMany(t, c, n)
@@ -41,17 +45,6 @@ func TestRenewerOnCluster(t *testing.T) {
 		return true
 	})
 	require.Equal(t, 3, nodes, "every node must have received renewal pipelines")
-}
-
-type pipeCounter struct{ n *atomic.Int64 }
-
-func (p *pipeCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (p *pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.n.Add(1)
-		return next(ctx, cmds)
-	}
 }
 
 // startCluster starts a Redis Cluster of n primaries on loopback and

@@ -108,16 +108,6 @@ func primaryWithReplica(t *testing.T) (primary, replica *redisproc.Server) {
 	primary = redisproc.Start(t)
 	replica = redisproc.Start(t, redisproc.WithReplicaOf(primary))
 	replica.WaitSync(t.Context())
-	rdb := primary.Client()
-	require.Eventually(t, func() bool {
-		// A write first: WAIT on a connection that wrote nothing only
-		// counts replicas, it does not wait for an acknowledgement.
-		pipe := rdb.Pipeline()
-		pipe.Incr(t.Context(), "rf:ready")
-		ack := pipe.Do(t.Context(), "WAIT", 1, 100)
-		_, err := pipe.Exec(t.Context())
-		n, _ := ack.Int64()
-		return err == nil && n == 1
-	}, 10*time.Second, 10*time.Millisecond, "the replica never acknowledged")
+	primary.WaitAcked(t.Context(), 1)
 	return primary, replica
 }

@@ -2,6 +2,7 @@ package reentrant
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -22,7 +23,9 @@ import (
 // Reentry never queues. docs/design.md describes the queue and its bounds.
 //
 // ctx bounds the wait only, whatever the go-redis client's timeouts: once
-// acquired, the lease lives until Unlock, loss or Close. When ctx ends
+// acquired, the lease lives until Unlock, loss or Close. A grant answered so
+// late that its lease would already be over (a failover, a stalled server)
+// is undone and the wait goes on. When ctx ends
 // first, the error matches both ErrNotAcquired and ctx.Err(); when the
 // retry strategy gives up, ErrNotAcquired. A Lock still waiting when the
 // Client closes returns ErrClosed. Other errors are as for
@@ -76,7 +79,7 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	defer c.wg.Done()
 	queued := time.Now() // no handoff to this waiter can come before
 	l, a, err := r.try(ctx, false)
-	if err != nil || l != nil {
+	if err = r.again(ctx, err); err != nil || l != nil {
 		return l, err
 	}
 	c.note.listen(w)
@@ -114,7 +117,7 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 			return nil, join(ErrClosed, r.leave())
 		}
 		l, a, err = r.try(ctx, poll)
-		if err != nil || l != nil {
+		if err = r.again(ctx, err); err != nil || l != nil {
 			return l, err // errors already classified, with any undo's outcome
 		}
 		switch {
@@ -129,6 +132,19 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 			timer.Reset(min(delay, keep)) // no stale tick survives a Reset since Go 1.23
 		}
 	}
+}
+
+// again returns nil for an attempt a waiting Lock should follow with
+// another: one granted so late (a failover, a stalled server) that its
+// lease would already be over, which was undone. The wait goes on while ctx
+// allows; the attempt's place in the queue may be lost. Other errors are
+// returned as they are.
+func (r *call) again(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, errTooLate) && ctx.Err() == nil {
+		r.c.debug("reentrant: acquisition answered too late and undone; waiting on", "name", r.name, "err", err)
+		return nil
+	}
+	return err
 }
 
 // takeHanded accepts the lock that a release handed to this waiter, as the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,15 +78,21 @@ func TestLockCancelEndsWait(t *testing.T) {
 	})
 }
 
+// renewalTTL is the lease of the tests that check renewal keeps a lock
+// past its TTL: renewed every 400 ms, a renewal may come 680 ms late
+// before the 1080 ms local deadline passes, room a machine with its CPU
+// saturated beside the suite keeps (300 ms and 600 ms TTLs once did not).
+const renewalTTL = 1200 * time.Millisecond
+
 func TestRenewalKeepsLease(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
 		name := testenv.Unique(t)
 		l, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
-		for range 10 {
-			time.Sleep(100 * time.Millisecond)
-			b.Expire(100 * time.Millisecond) // miniredis: let the clock run
+		for range 10 { // two and a half TTLs
+			time.Sleep(renewalTTL / 4)
+			b.Expire(renewalTTL / 4) // miniredis: let the clock run
 			require.NoError(t, l.Err())
 		}
 		st, err := c.Inspect(t.Context(), name)
@@ -129,7 +136,7 @@ func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 	name := testenv.Unique(t)
 	l, err := c.Lock(t.Context(), name)
 	require.NoError(t, err)
-	time.Sleep(600 * time.Millisecond) // at least one renewal succeeded
+	waitRenewed(t, l, 0)
 	require.NoError(t, lockRdb.Close())
 	select {
 	case <-l.Done():
@@ -193,13 +200,9 @@ func TestRedisClosedMidWait(t *testing.T) {
 // settle fails the test if goroutines started since before do not exit.
 func settle(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("goroutine leak: %d > %d\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testenv.Await(30*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("goroutine leak: %d > %d\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
 }
 
@@ -224,15 +227,15 @@ func TestLockShortDeadlinesAlwaysReportTheDeadline(t *testing.T) {
 // deadline keeps being renewed after that deadline and its cancellation.
 func TestLockContextBoundsOnlyTheWait(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
 		name := testenv.Unique(t)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
 		cancel()
 		for range 10 {
-			time.Sleep(100 * time.Millisecond)
-			b.Expire(100 * time.Millisecond)
+			time.Sleep(renewalTTL / 4)
+			b.Expire(renewalTTL / 4)
 		}
 		require.NoError(t, l.Err(), "the lease must outlive the context it was acquired with")
 		_, err = c.TryLock(t.Context(), name)
@@ -257,4 +260,54 @@ func TestDoCallbackEndsWithCallerContext(t *testing.T) {
 	st, err := c.Inspect(t.Context(), "x")
 	require.NoError(t, err)
 	require.False(t, st.Held, "Do must unlock even when its context was cancelled")
+}
+
+// delayFirst is a go-redis hook that holds the reply of the first script
+// call back for d, as a stalled server or a failover would.
+type delayFirst struct {
+	d    time.Duration
+	done atomic.Bool
+}
+
+func (h *delayFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *delayFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.done.CompareAndSwap(false, true) {
+			time.Sleep(h.d)
+		}
+		return err
+	}
+}
+func (h *delayFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A Lock whose acquisition is answered past the lease's safe window (the
+// grant is undone, since its lease would already be over) waits on within
+// its context, as Lock promises, instead of returning ErrNotAcquired; a
+// TryLock answers at once.
+func TestLockWaitsOnAfterALateAnswer(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		const ttl = 300 * time.Millisecond
+		rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		h := &delayFirst{d: ttl}
+		rdb.AddHook(h)
+		c := newClient(t, rdb, reentrant.WithTTL(ttl), reentrant.WithoutRenewal())
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, testenv.Unique(t))
+		require.NoError(t, err, "Lock must wait on after a late answer")
+		require.True(t, h.done.Load(), "the first answer was held back")
+		require.NoError(t, l.Unlock(ctx))
+
+		h2 := &delayFirst{d: ttl}
+		rdb2 := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+		t.Cleanup(func() { _ = rdb2.Close() })
+		rdb2.AddHook(h2)
+		c2 := newClient(t, rdb2, reentrant.WithTTL(ttl), reentrant.WithoutRenewal())
+		_, err = c2.TryLock(ctx, testenv.Unique(t))
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "TryLock answers at once")
+	})
 }

@@ -1,0 +1,143 @@
+package reentrant
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// forceAttempts bounds how often ForceUnlock reads the holder anew when the
+// lock changed hands between its read and its force.
+const forceAttempts = 3
+
+// ForceUnlock ends the current ownership of name, whoever holds it: the
+// operator's way out of a stuck lock, where deleting the lock's keys by
+// hand would be unsafe. The lock goes to the oldest waiter, as on a
+// release; the fencing counter is untouched, so the next ownership gets a
+// higher token and the forced holder's writes are refused by every fenced
+// store once the next holder has written. Redis records the forced token,
+// the time and this client's identity (see WithIdentity), which
+// [Client.Inspect] reports in [State.Forced]. The forced holder's lease
+// ends with ErrGone at its next renewal, Extend or Unlock.
+//
+// ForceUnlock returns the token of the ownership it ended. It is safe to
+// retry: it reads the holder's token and ends that ownership only, so a
+// repeat never ends the next holder's. It returns ErrNotHeld when the lock
+// is free; ErrInvalid for a nil ctx or a bad name; ErrClosed after Close;
+// lua.ErrForeign for a foreign value; the context's error when ctx ended
+// before Redis answered; Redis errors, wrapped.
+func (c *Client) ForceUnlock(ctx context.Context, name string) (fence.Token, error) {
+	tok, err := c.forceUnlock(ctx, name, fence.None)
+	return tok, opErr("force unlock", name, err)
+}
+
+// ForceUnlockToken is ForceUnlock of the ownership with token tok only: a
+// tool that showed an operator the holder (Inspect) and asked to confirm
+// ends the ownership that was shown, or none. It returns ErrNotHeld when
+// that ownership no longer holds the lock (it ended, or another holds it);
+// ErrInvalid for a zero tok; other errors as ForceUnlock. Forcing an
+// ownership that was forced already succeeds.
+func (c *Client) ForceUnlockToken(ctx context.Context, name string, tok fence.Token) error {
+	if tok == fence.None {
+		return opErr("force unlock", name, invalid("token 0"))
+	}
+	_, err := c.forceUnlock(ctx, name, tok)
+	return opErr("force unlock", name, err)
+}
+
+// forceUnlock forces want, or with want None the holder it reads.
+func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token) (fence.Token, error) {
+	for range forceAttempts {
+		tok := want
+		if tok == fence.None {
+			st, err := c.inspect(ctx, name)
+			if err != nil {
+				return fence.None, err
+			}
+			if st.Token == fence.None {
+				if st.Pending {
+					return fence.None, fmt.Errorf("%w: a Redlock hold is being acquired; try again", ErrNotHeld)
+				}
+				return fence.None, fmt.Errorf("%w: the lock is free", ErrNotHeld)
+			}
+			tok = st.Token
+		}
+		k := c.keys(name)
+		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.ForceResult, error) {
+			return retryBusy(c, ctx, func(ctx context.Context) (lua.ForceResult, error) {
+				if c.rl != nil {
+					return c.forceQuorum(ctx, k, tok)
+				}
+				return lua.Force(ctx, c.rdb, k, tok, c.cfg.identity, c.cfg.tokens)
+			})
+		}, nil)
+		if out.err != nil {
+			return fence.None, out.err
+		}
+		r := out.v
+		switch {
+		case r.Ended || r.Repeat:
+			c.cfg.log.Warn("reentrant: lock forced open", "name", name, "token", uint64(tok), "by", c.cfg.identity)
+			return tok, nil
+		case want != fence.None:
+			return fence.None, fmt.Errorf("%w: token %d no longer holds the lock (holder: %s)", ErrNotHeld, want, holderText(r.Holder))
+		case r.Holder == fence.None:
+			return fence.None, fmt.Errorf("%w: the lock is free", ErrNotHeld)
+		}
+		// The lock changed hands between the read and the force: read again.
+	}
+	return fence.None, fmt.Errorf("%w: the lock changed hands %d times while forcing it", ErrNotHeld, forceAttempts)
+}
+
+func holderText(t fence.Token) string {
+	if t == fence.None {
+		return "none"
+	}
+	return "token " + t.String()
+}
+
+// WithIdentity names this client in the records it leaves in Redis for
+// operators: who forced a lock open ([Client.ForceUnlock]), shown by
+// [Client.Inspect] and `redfence inspect` (client only; default
+// "<hostname>/<pid>"). s must be 1 to MaxMetadataLen bytes of valid UTF-8
+// without control characters.
+func WithIdentity(s string) Option {
+	return func(c *config) error {
+		if err := c.clientOnly("WithIdentity"); err != nil {
+			return err
+		}
+		if s == "" {
+			return invalid("empty identity")
+		}
+		if err := checkText("identity", s); err != nil {
+			return err
+		}
+		c.identity = s
+		return nil
+	}
+}
+
+// defaultIdentity is "<hostname>/<pid>", cut to what WithIdentity accepts.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	id := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, host+"/"+strconv.Itoa(os.Getpid()))
+	if len(id) > MaxMetadataLen || !utf8.ValidString(id) {
+		return "pid/" + strconv.Itoa(os.Getpid())
+	}
+	return id
+}
