@@ -15,6 +15,7 @@ import (
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage/memory"
 )
 
 const propPrefix = "rfprop"
@@ -49,8 +50,9 @@ type leaseRec struct {
 }
 
 // lockMachine drives several owners doing lock / reenter / unlock /
-// try-lock / extend / expire against one lock name and compares every
-// answer with lockModel.
+// try-lock / extend / expire / write to a fenced store, and an operator
+// deleting the lock's keys or forcing it open, against one lock name, and
+// compares every answer with lockModel.
 type lockMachine struct {
 	b      testenv.Backend
 	c      *reentrant.Client
@@ -60,10 +62,13 @@ type lockMachine struct {
 	queue  []*waiterRec // the model's queue, oldest first
 	m      lockModel
 	hist   []string // what the case did, for a failure's message
+
+	store   *memory.Store // a fenced store every lease writes to
+	highest fence.Token   // the model of store's highest accepted token
 }
 
 func newLockMachine(t *rapid.T, b testenv.Backend, c *reentrant.Client, owners int) *lockMachine {
-	lm := &lockMachine{b: b, c: c, name: fmt.Sprintf("prop-%d", time.Now().UnixNano()), m: lockModel{owner: -1}}
+	lm := &lockMachine{b: b, c: c, name: fmt.Sprintf("prop-%d", time.Now().UnixNano()), m: lockModel{owner: -1}, store: memory.New()}
 	for range owners {
 		lm.owners = append(lm.owners, reentrant.WithOwner(context.Background(), reentrant.NewOwner()))
 	}
@@ -198,6 +203,69 @@ func (lm *lockMachine) expire(t *rapid.T) {
 	lm.handOff(t)
 }
 
+// write puts a value in the fenced store with a lease's token, live or not:
+// the store accepts it iff no later token wrote before, and a live lease's
+// write, whose token is the highest issued, is never refused.
+func (lm *lockMachine) write(t *rapid.T) {
+	r := lm.pick(t)
+	tok := r.lease.Token()
+	err := lm.store.Put(context.Background(), "resource", []byte(r.lease.ID()), tok)
+	lm.hist = append(lm.hist, fmt.Sprintf("  write owner %d token %d live=%v: %v", r.owner, tok, r.live, err))
+	switch {
+	case tok < lm.highest:
+		if !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("write with token %d after %d: %v, want ErrStale", tok, lm.highest, err)
+		}
+	case err != nil:
+		t.Fatalf("write with token %d (highest %d, live=%v): %v", tok, lm.highest, r.live, err)
+	default:
+		lm.highest = tok
+	}
+	if r.live && err != nil {
+		t.Fatalf("a live lease's write was refused: %v", err)
+	}
+}
+
+// delete is an operator's DEL of the lock's keys (the hash and the queue),
+// what every Redis-lock tutorial shows for a stuck lock. The ownership is
+// gone, and the counter is not: the next ownership gets a higher token.
+// With waiters queued, their places would go too and their order with
+// them; the model's queue cannot say what follows, so it is not done then.
+func (lm *lockMachine) delete(t *rapid.T) {
+	if len(lm.queue) > 0 {
+		t.Skip("waiters queued")
+	}
+	k := lua.KeysFor(propPrefix, lm.name)
+	if err := lm.b.Client.Del(context.Background(), k.Lock, k.Queue).Err(); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	for _, r := range lm.leases {
+		r.live = false
+	}
+	lm.m.owner, lm.m.depth, lm.m.token = -1, 0, fence.None
+}
+
+// force is ForceUnlock: the holder's ownership ends, whoever holds it, and
+// the lock goes to the oldest waiter with a fresh token.
+func (lm *lockMachine) force(t *rapid.T) {
+	tok, err := lm.c.ForceUnlock(context.Background(), lm.name)
+	lm.hist = append(lm.hist, fmt.Sprintf("  force: token %d, %v", tok, err))
+	if lm.m.owner == -1 {
+		if !errors.Is(err, reentrant.ErrNotHeld) {
+			t.Fatalf("ForceUnlock of a free lock: %v, want ErrNotHeld", err)
+		}
+		return
+	}
+	if err != nil || tok != lm.m.token {
+		t.Fatalf("ForceUnlock: token %d, %v; want the holder's %d", tok, err, lm.m.token)
+	}
+	for _, r := range lm.leases {
+		r.live = false
+	}
+	lm.m.owner, lm.m.depth, lm.m.token = -1, 0, fence.None
+	lm.handOff(t)
+}
+
 // stop ends every waiter still queued when a case ends.
 func (lm *lockMachine) stop() {
 	for _, w := range lm.queue {
@@ -252,6 +320,9 @@ func lockMachineBody(b testenv.Backend, c *reentrant.Client) func(*rapid.T) {
 			"extend":  w("extend", lm.extend),
 			"replay":  w("replay", lm.replay),
 			"expire":  w("expire", lm.expire),
+			"write":   w("write", lm.write),
+			"delete":  w("delete", lm.delete),
+			"force":   w("force", lm.force),
 			"":        lm.check,
 		})
 	}

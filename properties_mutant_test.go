@@ -2,8 +2,11 @@ package redfence_test
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,6 +21,9 @@ import (
 // property test is able to fail.
 func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
 	catchesMutant(t, "MutantReleaseWithoutOwnerCheck", mutant.ReleaseWithoutOwnerCheck,
+		// Only the holder releases: broken, a dead lease's Unlock succeeds,
+		// or another owner's frees the lock under the model's holder.
+		regexp.MustCompile(`Unlock of a dead lease: .*want ErrNotHeld|state \{.*\}, model \{owner:`),
 		"the state machine accepted a release that skips the owner check")
 }
 
@@ -25,6 +31,7 @@ func TestLockPropertiesCatchBrokenRelease(t *testing.T) {
 // to the newest waiter instead of the oldest: the machine must notice.
 func TestLockPropertiesCatchUnfairHandoff(t *testing.T) {
 	catchesMutant(t, "MutantHandoffToNewestWaiter", mutant.HandoffToNewestWaiter,
+		regexp.MustCompile(`unfair handoff: the lock went to owner`),
 		"the state machine accepted a handoff to the newest waiter")
 }
 
@@ -34,18 +41,25 @@ func TestLockPropertiesCatchUnfairHandoff(t *testing.T) {
 // reentered between the two attempts. The replay action must notice.
 func TestLockPropertiesCatchReplayedRelease(t *testing.T) {
 	catchesMutant(t, "MutantReplayedReleaseTakesALevel", mutant.ReplayedReleaseTakesALevel,
+		// A replay changes nothing: broken, it takes a level, so the state
+		// leaves the model, or a live lease's own Unlock then finds its
+		// level gone.
+		regexp.MustCompile(`state \{.*\}, model \{owner:-?[0-9]+ depth:[0-9]+|Unlock of a live lease|Extend of a lease \(live=true\)`),
 		"the state machine accepted a replayed release that took another level")
 }
 
 // catchesMutant plants a broken script on miniredis and fails t unless the
-// lock machine reports a failure.
-func catchesMutant(t *testing.T, name string, plant func(testing.TB), msg string) {
+// lock machine reports the failure of invariant, the check the bug breaks.
+func catchesMutant(t *testing.T, name string, plant func(testing.TB), invariant *regexp.Regexp, msg string) {
 	m, rdb := testenv.Mini(t)
 	b := testenv.Backend{Name: "miniredis", Client: rdb, Mini: m}
 	plant(t)
 	rec := mustFail(t, name)
-	rapid.Check(rec, lockMachineBody(b, propClient(t, b)))
-	require.True(t, rec.failed, msg)
+	// The operator actions (write, delete, force) thin out the sequences a
+	// mutant needs (two waiters and a release, say): more cases keep the
+	// odds of meeting one high. A caught mutant stops at its first failure.
+	withChecks(t, 5, func() { rapid.Check(rec, lockMachineBody(b, propClient(t, b))) })
+	rec.caught(t, invariant, msg)
 }
 
 // failRecorder stands in for *testing.T where a check is expected to fail:
@@ -54,6 +68,7 @@ type failRecorder struct {
 	testing.TB
 	name   string
 	failed bool
+	msgs   []string // what the checks said, first failure first
 }
 
 func mustFail(t *testing.T, name string) *failRecorder {
@@ -72,13 +87,38 @@ func mustFail(t *testing.T, name string) *failRecorder {
 	return &failRecorder{TB: t, name: name}
 }
 
-func (r *failRecorder) Name() string          { return r.name }
-func (r *failRecorder) Logf(string, ...any)   {}
-func (r *failRecorder) Log(...any)            {}
-func (r *failRecorder) Errorf(string, ...any) { r.failed = true }
-func (r *failRecorder) Error(...any)          { r.failed = true }
-func (r *failRecorder) Fatalf(string, ...any) { r.failed = true }
-func (r *failRecorder) Fatal(...any)          { r.failed = true }
-func (r *failRecorder) Fail()                 { r.failed = true }
-func (r *failRecorder) FailNow()              { r.failed = true }
-func (r *failRecorder) Failed() bool          { return r.failed }
+func (r *failRecorder) Name() string              { return r.name }
+func (r *failRecorder) Logf(string, ...any)       {}
+func (r *failRecorder) Log(...any)                {}
+func (r *failRecorder) Errorf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
+func (r *failRecorder) Error(a ...any)            { r.fail(fmt.Sprint(a...)) }
+func (r *failRecorder) Fatalf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
+func (r *failRecorder) Fatal(a ...any)            { r.fail(fmt.Sprint(a...)) }
+
+func (r *failRecorder) fail(msg string) {
+	r.failed = true
+	r.msgs = append(r.msgs, msg)
+}
+
+// caught fails t unless the recorder failed with a message matching
+// invariant: a planted bug counts as caught only by the check of the
+// invariant it breaks, not by any failure.
+func (r *failRecorder) caught(t *testing.T, invariant *regexp.Regexp, what string) {
+	t.Helper()
+	require.True(t, r.failed, what)
+	for _, m := range r.msgs {
+		if invariant.MatchString(m) {
+			t.Logf("caught by %q", invariant.FindString(m))
+			return
+		}
+	}
+	t.Fatalf("%s: the checks failed, but none by the broken invariant %q; they said: %q", what, invariant, r.msgs)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+func (r *failRecorder) Fail()        { r.failed = true }
+func (r *failRecorder) FailNow()     { r.failed = true }
+func (r *failRecorder) Failed() bool { return r.failed }

@@ -63,7 +63,7 @@ func (lm *lockMachine) handOff(t *rapid.T) {
 	}
 	w := lm.queue[0]
 	lm.queue = lm.queue[1:]
-	r := lm.result(t, w)
+	r := lm.resultFirst(t, w)
 	if r.err != nil {
 		t.Fatalf("the oldest waiter (owner %d) got %v, want the lock", w.owner, r.err)
 	}
@@ -75,6 +75,33 @@ func (lm *lockMachine) handOff(t *rapid.T) {
 	lm.hist = append(lm.hist, fmt.Sprintf("  handoff owner %d token %d level %s", w.owner, r.lease.Token(), r.lease.ID()))
 	lm.leases = append(lm.leases, &leaseRec{owner: w.owner, lease: r.lease, live: true})
 	lm.awaitWaiters(t)
+}
+
+// resultFirst waits for the oldest waiter w's outcome, failing at once if
+// another queued waiter gets the lock first: the fairness invariant.
+func (lm *lockMachine) resultFirst(t *rapid.T, w *waiterRec) waitResult {
+	deadline := time.After(3 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-w.res:
+			return r
+		case <-deadline:
+			return lm.result(t, w) // reports the state
+		case <-tick.C:
+			for _, other := range lm.queue {
+				select {
+				case r := <-other.res:
+					other.res <- r // for its own turn, or for stop when the case ends
+					if r.err == nil {
+						t.Fatalf("unfair handoff: the lock went to owner %d (token %d) while owner %d waited longer", other.owner, r.lease.Token(), w.owner)
+					}
+				default:
+				}
+			}
+		}
+	}
 }
 
 // result waits for a waiter's outcome: it comes within a few polls (10 ms

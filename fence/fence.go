@@ -65,13 +65,6 @@ func Check(highest, t Token) error {
 	return nil
 }
 
-// IsZero reports whether t is the zero ("no token") value.
-func (t Token) IsZero() bool { return t == None }
-
-// Before reports whether t was issued to an earlier ownership than u,
-// that is, t < u.
-func (t Token) Before(u Token) bool { return t < u }
-
 // String formats t in decimal, as Redis stores it.
 func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redfence/redfence/internal/redisproc"
 	"github.com/redfence/redfence/reentrant"
-	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
 )
 
@@ -71,7 +70,9 @@ func runClusterFailover(t *testing.T, kind string) {
 	acquired := 0
 	for i, name := range names {
 		label := [...]string{"a", "b", "other"}[i]
-		r := faultRecord(t, faultCheck("cluster-failover/"+kind+"/"+label, all[name], map[string]*storage.Record{}))
+		// Each name's holders write to the key of the same name: its final
+		// record must be the highest accepted write.
+		r := faultRecord(t, faultCheck("cluster-failover/"+kind+"/"+label, all[name], faultFinal(t, store, []string{name})))
 		tally.add(r, all[name])
 		for _, op := range all[name] {
 			if op.Kind == faultLock && op.Outcome == faultOK && op.Start > settled {
@@ -96,8 +97,12 @@ func runClusterFailover(t *testing.T, kind string) {
 		if g.l != nil {
 			_ = g.l.Unlock(ctx)
 		}
-	case <-time.After(10 * time.Second):
-		waiter = "still waiting 10s after the release"
+		if g.err != nil {
+			t.Errorf("the held lock's waiter: %v", g.err)
+		}
+	case <-time.After(30 * time.Second):
+		waiter = "still waiting 30s after the release"
+		t.Errorf("the held lock's waiter never got it")
 	}
 	t.Logf("SUMMARY cluster-failover kind=%s took_ms=%d promoted=%s names=%d holders=%d %s %s acquisitions_after=%d",
 		kind, took.Milliseconds(), promoted.Addr(), len(names), len(names)*cfg.workers, &tally, &w.replies, acquired)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/redfence/redfence/internal/redisproc"
 	"github.com/redfence/redfence/internal/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 )
@@ -60,8 +59,20 @@ func (r *clusterReplies) watch(c *redis.ClusterClient) {
 		r.node, r.client = map[string]int{}, map[string]int{}
 	}
 	r.mu.Unlock()
-	c.AddHook(replyHook{r, r.client})
-	c.OnNewNode(func(n *redis.Client) { n.AddHook(replyHook{r, r.node}) })
+	c.AddHook(r.hook(r.client))
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(r.hook(r.node)) })
+}
+
+// hook counts, in where, the replies of each command a client sends.
+func (r *clusterReplies) hook(where map[string]int) testenv.Hook {
+	return testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
+		for _, cmd := range cmds {
+			if pipe {
+				err = cmd.Err()
+			}
+			r.count(where, err)
+		}
+	}}
 }
 
 func (r *clusterReplies) String() string {
@@ -78,56 +89,16 @@ func (r *clusterReplies) String() string {
 	return "replies_node=" + f(r.node) + " replies_to_redfence=" + f(r.client)
 }
 
-type replyHook struct {
-	r     *clusterReplies
-	where map[string]int
-}
-
-func (h replyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.r.count(h.where, err)
-		return err
-	}
-}
-
-func (h replyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			h.r.count(h.where, cmd.Err())
-		}
-		return err
-	}
-}
-
 // clusterSlotNames returns n lock names, unique to the test, whose keys
 // (under the default prefix) all share one slot, and that slot.
 func clusterSlotNames(t *testing.T, n int) ([]string, int) {
-	base := testenv.Unique(t)
-	slot := lua.Slot(lua.KeysFor("redfence", base).Lock)
-	names := []string{base}
-	for i := 0; len(names) < n; i++ {
-		name := fmt.Sprintf("%s-%d", base, i)
-		if lua.Slot(lua.KeysFor("redfence", name).Lock) == slot {
-			names = append(names, name)
-		}
-	}
-	return names, slot
+	return testenv.SameSlot(reentrant.DefaultPrefix, testenv.Unique(t), n)
 }
 
 // clusterNameOn returns a lock name, unique to the test, whose slot is
 // served by primary m.
 func clusterNameOn(t *testing.T, c *redisproc.Cluster, m *redisproc.Server) string {
-	base := testenv.Unique(t)
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("%s-%d", base, i)
-		if c.MasterOf(lua.Slot(lua.KeysFor("redfence", name).Lock)) == m {
-			return name
-		}
-	}
+	return testenv.NameWhere(reentrant.DefaultPrefix, testenv.Unique(t), func(slot int) bool { return c.MasterOf(slot) == m })
 }
 
 // clusterWorkers runs holders (faultHolder, as goroutines) on several
@@ -152,21 +123,14 @@ func clusterStartWorkers(t *testing.T, c *redisproc.Cluster, names []string, per
 		h := &faultHistory{}
 		w.hists[name] = h
 		for range perName {
-			opts := append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
 			cc := c.Client(clusterHolderOptions)
 			w.replies.watch(cc)
-			lc, err := reentrant.New(cc, opts...)
+			lc, err := reentrant.New(cc, cfg.lockOptions()...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = lc.Close() })
-			fh := &faultHolder{proc: proc, lock: lc, store: store, name: name, keys: []string{name}, steps: cfg.steps,
-				gap: cfg.gap, lockWait: cfg.lockWait, opTimeout: cfg.opTimeout, emit: h.add}
+			faultRunHolder(t, ctx, &w.wg, cfg.holder(proc, lc, store, name, []string{name}, h.add))
 			proc++
-			w.wg.Go(func() {
-				for r := 0; fh.round(ctx, r); r++ {
-				}
-			})
 		}
 	}
 	t.Cleanup(func() { w.stop(t) })
@@ -196,16 +160,7 @@ type clusterTally struct {
 }
 
 func (c *clusterTally) add(r faultReport, ops []faultOp) {
-	c.Ops += r.Ops
-	c.Acquisitions += r.Acquisitions
-	c.Accepted += r.Accepted
-	c.Refused += r.Refused
-	c.MutexViolations += r.MutexViolations
-	c.StaleAccepted += r.StaleAccepted
-	c.Unknown += r.Unknown
-	c.TokensRepeated += r.TokensRepeated
-	c.FencedOut += r.FencedOut
-	c.AfterLoss += r.AfterLoss
+	c.faultReport = faultMerge(c.Scenario, []faultReport{c.faultReport, r})
 	if c.errs == nil {
 		c.errs = map[string]int{}
 	}

@@ -4,9 +4,7 @@ package jepsen_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"testing"
 	"time"
 
@@ -46,21 +44,12 @@ func faultCleanRedis(t *testing.T, c faultHolderConfig) {
 // test ends, and returns its name.
 func faultPGTable(t *testing.T, url string) string {
 	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	table := "rf_jepsen_" + hex.EncodeToString(b[:])
+	table := testenv.SQLTable(t, "pgx", url, "jepsen")
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS "`+table+`"`); err != nil {
-			t.Errorf("drop %s: %v", table, err)
-		}
-		_ = db.Close()
-	})
+	t.Cleanup(func() { _ = db.Close() })
 	s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redfence/redfence/internal/netfault"
 	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/storage/memory"
 )
 
@@ -123,12 +124,7 @@ func runFaultNetwork(t *testing.T) faultReport {
 // faultCurrentHolder waits, at most d, until some holder holds the lock,
 // and returns it, or -1.
 func faultCurrentHolder(w *faultWorkers, d time.Duration) int {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if h := w.holding.Load(); h >= 0 {
-			return int(h)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return -1
+	h := int64(-1)
+	testenv.Await(d, func() bool { h = w.holding.Load(); return h >= 0 })
+	return int(h)
 }

@@ -166,7 +166,7 @@ func runFaultPause(t *testing.T, kind string) faultPauseRun {
 				if err := ev.child.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 					t.Fatalf("SIGSTOP holder %d: %v", ev.child.id, err)
 				}
-				if err := faultWaitStopped(ev.child.cmd.Process.Pid, 5*time.Second); err != nil {
+				if err := testenv.WaitStopped(ev.child.cmd.Process.Pid, 5*time.Second); err != nil {
 					t.Fatal(err)
 				}
 				// Queued while it is frozen: it goes on at SIGCONT.

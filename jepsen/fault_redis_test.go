@@ -33,31 +33,37 @@ func TestFaultRedisProcess(t *testing.T) {
 	}
 	strict := faultTokenModes[0]
 	t.Run("pause", func(t *testing.T) {
-		r, _ := runFaultRedis(t, "redis-pause", cycles, strict, func(s *redisproc.Server) {
+		var resumed int64
+		r, ops := runFaultRedis(t, "redis-pause", cycles, strict, func(s *redisproc.Server) {
 			s.Pause()
 			time.Sleep(down)
 			s.Resume()
+			resumed = faultNow()
 		})
 		faultRecord(t, r)
+		if !faultGrantedAfter(ops, resumed) {
+			t.Errorf("no acquisition after the last resume: the lock made no progress past the fault")
+		}
 	})
 	t.Run("kill-restart-aof-always", func(t *testing.T) {
-		r, _ := runFaultRedis(t, "redis-kill-restart/aof-always", cycles, strict, func(s *redisproc.Server) {
-			s.Kill()
-			time.Sleep(200 * time.Millisecond)
-			s.Restart()
+		var restarted int64
+		r, ops := runFaultRedis(t, "redis-kill-restart/aof-always", cycles, strict, func(s *redisproc.Server) {
+			s.Crash(200 * time.Millisecond)
+			restarted = faultNow()
 		}, redisproc.WithAOF("always"))
 		faultRecord(t, r)
 		if r.TokensRepeated != 0 {
 			t.Errorf("with appendfsync always, tokens %v were issued twice", r.Repeated)
+		}
+		if !faultGrantedAfter(ops, restarted) {
+			t.Errorf("no acquisition after the last restart: that no token repeated proves nothing")
 		}
 	})
 	for _, mode := range faultTokenModes {
 		t.Run("kill-restart-no-aof/"+mode.name, func(t *testing.T) {
 			var restarted int64
 			r, ops := runFaultRedis(t, "redis-kill-restart/no-aof"+mode.suffix, cycles, mode, func(s *redisproc.Server) {
-				s.Kill()
-				time.Sleep(200 * time.Millisecond)
-				s.Restart()
+				s.Crash(200 * time.Millisecond)
 				restarted = faultNow()
 			})
 			faultRecord(t, r)
@@ -70,8 +76,13 @@ func TestFaultRedisProcess(t *testing.T) {
 				}
 				return
 			}
-			if r.TokensRepeated == 0 || r.FencedOut == 0 {
-				t.Errorf("a restart without the AOF should reset the counter: want tokens repeated and writes fenced out, got %s", r)
+			// Every acquisition after the restart repeats a token (the
+			// counter starts again at 1); whether one of those holders
+			// also wrote after the store had seen a higher token, and was
+			// fenced out, is the scheduler's call, so it is reported, not
+			// required. No stale write was accepted either way (faultRecord).
+			if r.TokensRepeated == 0 {
+				t.Errorf("a restart without the AOF should reset the counter: want tokens repeated, got %s", r)
 			}
 			t.Logf("without the AOF the counter restarted: %d acquisitions got a token issued before, %d writes under them were refused (the store remembered token %d)",
 				r.TokensRepeated, r.FencedOut, r.Highest)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,13 +69,14 @@ func faultTable(rs []faultReport) string {
 	return b.String()
 }
 
-// faultReports collects every report of the run for TestFaultSummary.
+// faultReports collects every report of the run for the summary table
+// (fault_summary_test.go).
 var faultReports struct {
 	mu sync.Mutex
 	rs []faultReport
 }
 
-// faultKeep keeps r for TestFaultSummary's table.
+// faultKeep keeps r for the summary table.
 func faultKeep(r faultReport) {
 	faultReports.mu.Lock()
 	defer faultReports.mu.Unlock()
@@ -82,7 +84,7 @@ func faultKeep(r faultReport) {
 }
 
 // faultRecord logs r, keeps it for the summary and fails t if the oracle
-// found a stale write accepted or another anomaly.
+// found a stale write accepted or another anomaly, or nothing was acquired.
 func faultRecord(t *testing.T, r faultReport) faultReport {
 	t.Helper()
 	t.Log(r.String())
@@ -92,6 +94,9 @@ func faultRecord(t *testing.T, r faultReport) faultReport {
 	faultKeep(r)
 	if r.StaleAccepted != 0 {
 		t.Errorf("%s: %d stale writes accepted", r.Scenario, r.StaleAccepted)
+	}
+	if r.Acquisitions == 0 {
+		t.Errorf("%s: no acquisition at all: the scenario checked nothing", r.Scenario)
 	}
 	for _, a := range r.Anomalies {
 		t.Errorf("%s: %s", r.Scenario, a)
@@ -132,4 +137,35 @@ func faultDump(scenario string, ops []faultOp) {
 	}
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(scenario) + ".json"
 	_ = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+}
+
+// faultMerge sums the reports of independent locks (or runs) into one
+// for scenario; a report of that scenario already is a sum, whose
+// anomalies are named already.
+func faultMerge(scenario string, rs []faultReport) faultReport {
+	m := faultReport{Scenario: scenario}
+	for _, r := range rs {
+		m.Ops += r.Ops
+		m.Acquisitions += r.Acquisitions
+		m.Accepted += r.Accepted
+		m.Refused += r.Refused
+		m.MutexViolations += r.MutexViolations
+		m.StaleAccepted += r.StaleAccepted
+		m.Unknown += r.Unknown
+		m.NotReplicated += r.NotReplicated
+		m.TokensRepeated += r.TokensRepeated
+		m.FencedOut += r.FencedOut
+		m.AfterLoss += r.AfterLoss
+		m.Repeated = append(m.Repeated, r.Repeated...)
+		for _, a := range r.Anomalies {
+			if r.Scenario != scenario { // not a sum made earlier
+				a = r.Scenario + ": " + a
+			}
+			m.Anomalies = append(m.Anomalies, a)
+		}
+		m.Highest = max(m.Highest, r.Highest)
+	}
+	slices.Sort(m.Repeated)
+	m.Repeated = slices.Compact(m.Repeated) // the same token may repeat on several names
+	return m
 }

@@ -69,16 +69,9 @@ func faultWorkersSize() faultWorkersConfig {
 // short timeouts, so a frozen, dead or cut-off server turns into errors
 // within a lease, and one retry, which the lock scripts must survive.
 func faultRedisOptions(addr string) *redis.Options {
-	return &redis.Options{
-		Addr:                  addr,
-		DisableIdentity:       true,
-		DialTimeout:           250 * time.Millisecond,
-		ReadTimeout:           250 * time.Millisecond,
-		WriteTimeout:          250 * time.Millisecond,
-		PoolTimeout:           500 * time.Millisecond,
-		MaxRetries:            1,
-		ContextTimeoutEnabled: true,
-	}
+	o := &redis.Options{Addr: addr}
+	testenv.ShortTimeouts(250*time.Millisecond, 1)(o)
+	return o
 }
 
 // faultWorkers runs holders as goroutines, each with its own lock client,
@@ -101,25 +94,43 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	for i := range cfg.workers {
-		opts := append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
 		newLock := cfg.newLock
 		if newLock == nil {
 			newLock = func(i int, opts []reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb(i), opts...) }
 		}
-		lc, err := newLock(i, opts)
+		lc, err := newLock(i, cfg.lockOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = lc.Close() })
-		h := &faultHolder{proc: i, lock: lc, store: store, name: w.name, keys: w.keys, steps: cfg.steps, gap: cfg.gap,
-			lockWait: cfg.lockWait, opTimeout: cfg.opTimeout, emit: w.hist.add, holding: &w.holding}
-		w.wg.Go(func() {
-			for r := 0; h.round(ctx, r); r++ {
-			}
-		})
+		h := cfg.holder(i, lc, store, w.name, w.keys, w.hist.add)
+		h.holding = &w.holding
+		faultRunHolder(t, ctx, &w.wg, h)
 	}
 	t.Cleanup(func() { w.stop(t) })
 	return w
+}
+
+// lockOptions are the options of every holder's lock client: cfg's TTL,
+// polls at most a TTL apart, and cfg.lockOpts.
+func (cfg faultWorkersConfig) lockOptions() []reentrant.Option {
+	return append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
+}
+
+// holder is holder proc of lock name on lc, writing keys to store and
+// recording its calls with emit, paced as cfg says.
+func (cfg faultWorkersConfig) holder(proc int, lc *reentrant.Client, store storage.Store, name string, keys []string, emit func(faultOp)) *faultHolder {
+	return &faultHolder{proc: proc, lock: lc, store: store, name: name, keys: keys, steps: cfg.steps, gap: cfg.gap,
+		lockWait: cfg.lockWait, opTimeout: cfg.opTimeout, emit: emit}
+}
+
+// faultRunHolder runs h's rounds on wg until ctx ends, and closes its lock
+// client when the test ends.
+func faultRunHolder(t *testing.T, ctx context.Context, wg *sync.WaitGroup, h *faultHolder) {
+	t.Cleanup(func() { _ = h.lock.Close() })
+	wg.Go(func() {
+		for r := 0; h.round(ctx, r); r++ {
+		}
+	})
 }
 
 // stop ends the holders after their current section and returns the

@@ -95,8 +95,8 @@ func TestLinearizableCheckersCatchBrokenVariants(t *testing.T) {
 		}
 	})
 	t.Run("fencing counter reset", func(t *testing.T) {
-		// As when maxmemory-policy allkeys-lru evicts the lock hash, which
-		// holds the counter: the next fresh acquisition starts again at
+		// As when maxmemory-policy allkeys-lru evicts the lock's keys, its
+		// counter among them: the next fresh acquisition starts again at
 		// token 1.
 		_, c := testenv.Mini(t)
 		w := linLockWorld{rdb: c, store: memory.New(), names: linLockNames(t), opTimeout: 5 * time.Second}
@@ -111,9 +111,9 @@ func TestLinearizableCheckersCatchBrokenVariants(t *testing.T) {
 				case <-time.After(time.Millisecond):
 				}
 				for _, name := range w.names {
-					f := lua.KeysFor(reentrant.DefaultPrefix, name).Lock
-					if n, _ := c.HGet(context.Background(), f, "t").Int(); n >= 2 {
-						c.Del(context.Background(), f)
+					k := lua.KeysFor(reentrant.DefaultPrefix, name)
+					if n, _ := c.HGet(context.Background(), k.Lock, "t").Int(); n >= 2 {
+						c.Del(context.Background(), k.Lock, k.Counter)
 						resets.Add(1)
 					}
 				}

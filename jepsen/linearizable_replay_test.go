@@ -33,7 +33,8 @@ func TestLinearizableCatchesReplayedReleaseTakingALevel(t *testing.T) {
 	start := time.Now()
 	for i := 0; ; i++ {
 		m, c := testenv.Mini(t)
-		run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m})
+		_, n := linScale()
+		run, _ := linSharedOwnerRun(t, testenv.Backend{Name: "miniredis", Client: c, Mini: m}, n)
 		ops := run.locks.Operations()
 		last := i == 19 || time.Since(start) > 4*time.Minute
 		if r := history.Check(history.LockModel(), ops, 10*time.Second); r.Verdict == porcupine.Illegal || last {

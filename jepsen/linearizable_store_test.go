@@ -5,9 +5,7 @@ package jepsen_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
 	"path/filepath"
@@ -118,22 +116,13 @@ func linSQLStore(t *testing.T, driver, dsn string, d sqlstore.Dialect) storage.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	table := "rf_jepsen_" + hex.EncodeToString(b[:])
-	s, err := sqlstore.New(db, d, sqlstore.WithTable(table))
+	s, err := sqlstore.New(db, d, sqlstore.WithTable(testenv.SQLTable(t, driver, dsn, "jepsen")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatalf("%s: %v", driver, err)
 	}
-	t.Cleanup(func() {
-		// t.Context() is already cancelled when cleanups run.
-		if _, err := db.ExecContext(context.Background(), "DROP TABLE "+s.Table()); err != nil {
-			t.Errorf("drop %s: %v", s.Table(), err)
-		}
-	})
 	return s
 }
 

@@ -4,7 +4,6 @@ package jepsen_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -32,7 +31,7 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 	g := redisproc.StartSentinels(t, 1, 1)
 	rdb := g.Client()
 	trips := &sentinelTrips{}
-	rdb.AddHook(trips)
+	rdb.AddHook(trips.hook())
 	ctx := t.Context()
 	for _, mode := range faultTokenModes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -110,31 +109,21 @@ func TestSentinelReplicaAckClient(t *testing.T) {
 	}
 }
 
-// sentinelTrips is a go-redis hook that records each round trip: a command,
-// or a pipeline as its commands' names joined by spaces.
+// sentinelTrips records each round trip a client sends (through hook): a
+// command, or a pipeline as its commands' names joined by spaces.
 type sentinelTrips struct {
 	mu    sync.Mutex
 	trips []string
 }
 
-func (h *sentinelTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *sentinelTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.add(cmd.Name())
-		return next(ctx, cmd)
-	}
-}
-
-func (h *sentinelTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+func (h *sentinelTrips) hook() testenv.Hook {
+	return testenv.Hook{Sent: func(cmds []redis.Cmder, _ bool) {
 		names := make([]string, len(cmds))
 		for i, c := range cmds {
 			names[i] = c.Name()
 		}
 		h.add(strings.Join(names, " "))
-		return next(ctx, cmds)
-	}
+	}}
 }
 
 func (h *sentinelTrips) add(s string) {

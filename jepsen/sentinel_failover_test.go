@@ -220,29 +220,3 @@ func sentinelMillis(ds []time.Duration) []int64 {
 	}
 	return ms
 }
-
-// faultMerge sums the reports of independent locks into one.
-func faultMerge(scenario string, rs []faultReport) faultReport {
-	m := faultReport{Scenario: scenario}
-	for _, r := range rs {
-		m.Ops += r.Ops
-		m.Acquisitions += r.Acquisitions
-		m.Accepted += r.Accepted
-		m.Refused += r.Refused
-		m.MutexViolations += r.MutexViolations
-		m.StaleAccepted += r.StaleAccepted
-		m.Unknown += r.Unknown
-		m.NotReplicated += r.NotReplicated
-		m.TokensRepeated += r.TokensRepeated
-		m.FencedOut += r.FencedOut
-		m.AfterLoss += r.AfterLoss
-		m.Repeated = append(m.Repeated, r.Repeated...)
-		for _, a := range r.Anomalies {
-			m.Anomalies = append(m.Anomalies, r.Scenario+": "+a)
-		}
-		m.Highest = max(m.Highest, r.Highest)
-	}
-	slices.Sort(m.Repeated)
-	m.Repeated = slices.Compact(m.Repeated) // the same token may repeat on several names
-	return m
-}

@@ -2,13 +2,12 @@ package metrics_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"testing"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
@@ -129,11 +128,13 @@ func TestStaleGuard(t *testing.T) {
 		db, err := sql.Open("pgx", testenv.PostgresURL(t))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		table := "rf_metrics_" + hex.EncodeToString(b[:])
-		t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
-		guard(t, db, sqlstore.Postgres, table)
+		guard(t, db, sqlstore.Postgres, testenv.SQLTable(t, "pgx", testenv.PostgresURL(t), "metrics"))
+	})
+	t.Run("mysql", func(t *testing.T) {
+		db, err := sql.Open("mysql", testenv.MySQLDSN(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		guard(t, db, sqlstore.MySQL, testenv.SQLTable(t, "mysql", testenv.MySQLDSN(t), "metrics"))
 	})
 }
 

@@ -142,7 +142,8 @@ func writeExitStatus(w io.Writer) {
 }
 
 const exitStatusDoc = `  0    success, and help
-  1    runtime failure: Redis or a store unreachable or failing
+  1    runtime failure: Redis or a store unreachable or failing; unlock not
+       confirmed, or the lock changed hands before it was forced
   2    usage error: unknown command or flag, bad flag value, missing or extra argument
   3    demo: the safety check failed (a stale write was accepted, or another
        outcome fencing rules out)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	_ "github.com/go-sql-driver/mysql" // MySQL and MariaDB driver for --store mysql
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver for --store postgres
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // pure-Go SQLite driver for --store sqlite
@@ -44,13 +45,14 @@ fencing did not hold. With no flags it needs nothing installed: it runs on an
 embedded Redis (miniredis) and an in-memory store.`
 
 // demoStores are the --store values.
-var demoStores = []string{"memory", "redis", "postgres", "sqlite"}
+var demoStores = []string{"memory", "redis", "postgres", "sqlite", "mysql"}
 
 type demoConfig struct {
 	redisAddr   string
 	prefix      string
 	store       string
 	postgresURL string
+	mysqlDSN    string
 	redlock     bool
 }
 
@@ -63,11 +65,16 @@ func demoFlags(cfg *demoConfig) *flag.FlagSet {
 	fs.BoolVar(&cfg.redlock, "redlock", false, "lock on a Redlock of three embedded servers (miniredis) instead of one")
 	fs.StringVar(&cfg.postgresURL, "postgres", "",
 		"PostgreSQL `URL` for --store postgres (default: $"+postgresURLVar+")")
+	fs.StringVar(&cfg.mysqlDSN, "mysql", "",
+		"MySQL or MariaDB `DSN` for --store mysql, as github.com/go-sql-driver/mysql\nreads it, such as root@tcp(127.0.0.1:3306)/test (default: $"+mysqlDSNVar+")")
 	return fs
 }
 
-// postgresURLVar names the variable --postgres defaults to.
-const postgresURLVar = "REDFENCE_POSTGRES_URL"
+// The variables --postgres and --mysql default to.
+const (
+	postgresURLVar = "REDFENCE_POSTGRES_URL"
+	mysqlDSNVar    = "REDFENCE_MYSQL_DSN"
+)
 
 // demo runs the demo command.
 func demo(ctx context.Context, c *command, args []string, stdout io.Writer) error {
@@ -81,6 +88,9 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 	}
 	if cfg.postgresURL == "" {
 		cfg.postgresURL = os.Getenv(postgresURLVar)
+	}
+	if cfg.mysqlDSN == "" {
+		cfg.mysqlDSN = os.Getenv(mysqlDSNVar)
 	}
 	if err := cfg.check(); err != nil {
 		return err
@@ -127,6 +137,9 @@ func (cfg demoConfig) check() error {
 	}
 	if cfg.store == "postgres" && cfg.postgresURL == "" {
 		return usagef("demo", "--store postgres needs --postgres URL or $%s", postgresURLVar)
+	}
+	if cfg.store == "mysql" && cfg.mysqlDSN == "" {
+		return usagef("demo", "--store mysql needs --mysql DSN or $%s", mysqlDSNVar)
 	}
 	return nil
 }
@@ -180,6 +193,8 @@ func demoStore(ctx context.Context, cfg demoConfig, rdb *redis.Client) (storage.
 		return s, "Redis store", func() {}, err
 	case "postgres":
 		return sqlDemoStore(ctx, "pgx", cfg.postgresURL, sqlstore.Postgres, "PostgreSQL store", func() {})
+	case "mysql":
+		return sqlDemoStore(ctx, "mysql", cfg.mysqlDSN, sqlstore.MySQL, "MySQL store", func() {})
 	case "sqlite":
 		dir, err := os.MkdirTemp("", "redfence-demo-")
 		if err != nil {

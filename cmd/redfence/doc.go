@@ -2,8 +2,9 @@
 //
 // Usage:
 //
-//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite] [--postgres URL]
+//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite|mysql] [--postgres URL] [--mysql DSN]
 //	redfence inspect NAME --redis host:port [--prefix P] [--json]
+//	redfence unlock --force NAME --redis host:port [--prefix P] [--yes]
 //	redfence help [COMMAND]
 //
 // Flags take one dash or two and may come before or after NAME; -h or
@@ -19,7 +20,8 @@
 // nothing installed. --redis runs it on a real Redis, --redlock on a Redlock
 // of three embedded servers (reentrant.NewRedlock); --prefix sets the key
 // prefix of its locks (P:{NAME}) and of the redis store's records
-// (P:store:{KEY}:rec); --postgres defaults to $REDFENCE_POSTGRES_URL.
+// (P:store:{KEY}:rec); --postgres defaults to $REDFENCE_POSTGRES_URL, --mysql
+// (a github.com/go-sql-driver/mysql DSN) to $REDFENCE_MYSQL_DSN.
 //
 // inspect prints the state of one lock, read in one atomic step without
 // taking it. The text form has one line per field, labelled with the JSON
@@ -45,15 +47,27 @@
 //	                      held); "" if none
 //	waiters     int       Lock calls queued for the name
 //	ended       [object]  ownerships known to have ended, lowest token first, each
-//	                      {"token": int, "owner": string, "how": "released" or
-//	                      "expired"}; [] if none
+//	                      {"token": int, "owner": string, "how": "released",
+//	                      "expired" or "forced"}; [] if none
+//	forced      object    the last forced unlock (redfence unlock --force), as
+//	                      {"token": int, "at": string (RFC 3339), "by": string};
+//	                      null if none
 //
 // Fields may be added; none is renamed or removed.
+//
+// unlock --force ends the current ownership of one lock, whoever holds it,
+// and hands the lock to the next waiter (reentrant.Client.ForceUnlock):
+// the safe way out of a stuck lock, where deleting its keys by hand could
+// make tokens repeat. It shows the holder and asks for confirmation on a
+// terminal; --yes skips the question and is required when stdin is not a
+// terminal. It ends only the ownership it showed; a free lock is left
+// alone.
 //
 // Exit status:
 //
 //	0    success, and help
-//	1    runtime failure: Redis or a store unreachable or failing
+//	1    runtime failure: Redis or a store unreachable or failing; unlock not
+//	     confirmed, or the lock changed hands before it was forced
 //	2    usage error: unknown command or flag, bad flag value (such as an
 //	     invalid --prefix or --redis), missing or extra argument
 //	3    demo: the safety check failed (a stale write was accepted, or another

@@ -41,8 +41,11 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
                         held); "" if none
   waiters     int       Lock calls queued for the name
   ended       [object]  ownerships known to have ended, lowest token first, each
-                        {"token": int, "owner": string, "how": "released" or
-                        "expired"}; [] if none
+                        {"token": int, "owner": string, "how": "released",
+                        "expired" or "forced"}; [] if none
+  forced      object    the last forced unlock (redfence unlock --force), as
+                        {"token": int, "at": string (RFC 3339), "by": string};
+                        null if none
 Fields may be added; none is renamed or removed.`
 
 type inspectConfig struct {
@@ -74,23 +77,11 @@ func inspect(ctx context.Context, c *command, args []string, stdout io.Writer) e
 		return usagef(c.name, "missing --redis host:port")
 	}
 	name := pos[0]
-	if err := reentrant.CheckName(name); err != nil {
-		return usagef(c.name, "invalid lock NAME: %v", err)
-	}
-	if err := checkAddr(c.name, cfg.redisAddr); err != nil {
-		return err
-	}
-	if err := checkPrefix(c.name, cfg.prefix); err != nil {
-		return err
-	}
-
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
-	defer rdb.Close()
-	locks, err := reentrant.New(rdb, reentrant.WithPrefix(cfg.prefix))
+	locks, closeLocks, err := openLocks(c, name, cfg.redisAddr, cfg.prefix)
 	if err != nil {
 		return err
 	}
-	defer locks.Close()
+	defer closeLocks()
 	st, err := locks.Inspect(ctx, name)
 	if err != nil {
 		return err
@@ -130,13 +121,25 @@ type lockView struct {
 	LastOwner string      `json:"last_owner" text:"none"`
 	Waiters   int64       `json:"waiters"`
 	Ended     []endedView `json:"ended" text:"none"`
+	Forced    *forcedView `json:"forced" text:"none"`
+}
+
+// forcedView is a reentrant.State's Forced as inspect prints it.
+type forcedView struct {
+	Token uint64 `json:"token"`
+	At    string `json:"at"` // RFC 3339, UTC, milliseconds
+	By    string `json:"by"`
+}
+
+func (f forcedView) String() string {
+	return fmt.Sprintf("token %d at %s by %s", f.Token, f.At, textString(f.By))
 }
 
 // endedView is a reentrant.Ended as inspect prints it.
 type endedView struct {
 	Token uint64 `json:"token"`
 	Owner string `json:"owner"`
-	How   string `json:"how"` // "released" or "expired"
+	How   string `json:"how"` // "released", "expired" or "forced"
 }
 
 func (e endedView) String() string {
@@ -159,9 +162,15 @@ func newLockView(prefix string, st reentrant.State) lockView {
 		Ended:     []endedView{},
 	}
 	v.Lease, v.TTL, v.TTLMillis = lease(st)
+	if f := st.Forced; f != nil {
+		v.Forced = &forcedView{Token: uint64(f.Token), At: f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), By: f.By}
+	}
 	for _, e := range st.Ended {
 		how := "released"
-		if e.Expired {
+		switch {
+		case e.Forced:
+			how = "forced"
+		case e.Expired:
 			how = "expired"
 		}
 		v.Ended = append(v.Ended, endedView{Token: uint64(e.Token), Owner: string(e.Owner), How: how})
@@ -239,4 +248,26 @@ func textString(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+// openLocks checks a command's lock NAME, --redis and --prefix (usage
+// errors) and returns a lock client on that Redis, built with opts too,
+// and what closes it.
+func openLocks(c *command, name, addr, prefix string, opts ...reentrant.Option) (*reentrant.Client, func(), error) {
+	if err := reentrant.CheckName(name); err != nil {
+		return nil, nil, usagef(c.name, "invalid lock NAME: %v", err)
+	}
+	if err := checkAddr(c.name, addr); err != nil {
+		return nil, nil, err
+	}
+	if err := checkPrefix(c.name, prefix); err != nil {
+		return nil, nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	locks, err := reentrant.New(rdb, append([]reentrant.Option{reentrant.WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return locks, func() { _ = locks.Close(); _ = rdb.Close() }, nil
 }

@@ -171,7 +171,7 @@ func TestJSONFieldsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("doc.go")
 	require.NoError(t, err)
 	var names []string
-	for _, typ := range []reflect.Type{reflect.TypeFor[lockView](), reflect.TypeFor[endedView]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[lockView](), reflect.TypeFor[endedView](), reflect.TypeFor[forcedView]()} {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")

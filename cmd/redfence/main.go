@@ -62,6 +62,14 @@ var commands = []*command{
 		flags:    func() *flag.FlagSet { return inspectFlags(new(inspectConfig)) },
 		run:      inspect,
 	},
+	{
+		name:     "unlock",
+		synopsis: "unlock --force NAME [flags]",
+		summary:  "force the lock NAME open: the safe way out of a stuck lock",
+		doc:      unlockDoc,
+		flags:    func() *flag.FlagSet { return unlockFlags(new(unlockConfig)) },
+		run:      unlock,
+	},
 }
 
 func lookup(name string) *command {

@@ -40,6 +40,9 @@ func TestDemo(t *testing.T) {
 		{"embedded/postgres", func(t *testing.T) []string {
 			return []string{"--store", "postgres", "--postgres", testenv.PostgresURL(t)}
 		}},
+		{"embedded/mysql", func(t *testing.T) []string {
+			return []string{"--store", "mysql", "--mysql", testenv.MySQLDSN(t)}
+		}},
 		{"redis/redis", func(t *testing.T) []string {
 			return []string{"--redis", testenv.RedisAddr(t), "--store", "redis", "--prefix", "redfence-cli-test"}
 		}},
@@ -172,11 +175,11 @@ func TestFlagsParsed(t *testing.T) {
 	var d demoConfig
 	fs := demoFlags(&d)
 	pos, help, err := parseArgs(lookup("demo"), fs,
-		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock"}, nil)
+		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock", "--mysql", "u@tcp(h:3)/d"}, nil)
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Empty(t, pos)
-	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", redlock: true}, d)
+	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", mysqlDSN: "u@tcp(h:3)/d", redlock: true}, d)
 	requireAllSet(t, fs)
 
 	var i inspectConfig
@@ -186,6 +189,15 @@ func TestFlagsParsed(t *testing.T) {
 	require.False(t, help)
 	require.Equal(t, []string{"lock-a"}, pos)
 	require.Equal(t, inspectConfig{redisAddr: "h:2", prefix: "q", json: true}, i)
+	requireAllSet(t, fs)
+
+	var u unlockConfig
+	fs = unlockFlags(&u)
+	pos, help, err = parseArgs(lookup("unlock"), fs, []string{"--force", "lock-b", "--redis", "h:3", "--prefix", "r", "--yes"}, nil)
+	require.NoError(t, err)
+	require.False(t, help)
+	require.Equal(t, []string{"lock-b"}, pos)
+	require.Equal(t, unlockConfig{redisAddr: "h:3", prefix: "r", force: true, yes: true}, u)
 	requireAllSet(t, fs)
 
 	// "--" ends the flags: a name may start with a dash.
@@ -205,7 +217,7 @@ func requireAllSet(t *testing.T, fs *flag.FlagSet) {
 // Every way of asking for help prints, to stdout and with status 0, every
 // flag of the commands it covers, with its default, and the exit statuses.
 func TestHelp(t *testing.T) {
-	all := []string{"demo", "inspect"}
+	all := []string{"demo", "inspect", "unlock"}
 	for _, c := range []struct {
 		args []string
 		cmds []string
@@ -221,6 +233,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"demo", "--store", "redis", "-help"}, []string{"demo"}},
 		{[]string{"inspect", "--help"}, []string{"inspect"}},
 		{[]string{"inspect", "NAME", "-h"}, []string{"inspect"}},
+		{[]string{"unlock", "--force", "NAME", "--help"}, []string{"unlock"}},
+		{[]string{"help", "unlock"}, []string{"unlock"}},
 	} {
 		code, out, errOut := cli(t, t.Context(), c.args...)
 		require.Equal(t, exitOK, code, "%q", c.args)

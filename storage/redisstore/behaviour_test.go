@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -45,7 +44,7 @@ func TestForeignValue(t *testing.T) {
 			if err := fn(rk); err != nil {
 				t.Fatal(err)
 			}
-			before := snapshot(t, c, rk)
+			before := testenv.Snapshot(t, c, rk)
 			errs := map[string]error{
 				"Put":    s.Put(ctx, key, []byte("mine"), 100),
 				"Delete": s.Delete(ctx, key, 100),
@@ -60,7 +59,7 @@ func TestForeignValue(t *testing.T) {
 					t.Errorf("%s: %s = %v; the server's reply must keep its type", name, op, err)
 				}
 			}
-			if after := snapshot(t, c, rk); after != before {
+			if after := testenv.Snapshot(t, c, rk); after != before {
 				t.Errorf("%s: foreign value changed: %s -> %s", name, before, after)
 			}
 		}
@@ -104,26 +103,6 @@ func TestSameRequestTwice(t *testing.T) {
 			t.Fatalf("refused write changed the record: %v -> %v", before, after)
 		}
 	})
-}
-
-// snapshot describes a key's type and content (DUMP would do, but
-// miniredis only dumps strings).
-func snapshot(t *testing.T, c *redis.Client, rk string) string {
-	t.Helper()
-	ctx := t.Context()
-	typ := c.Type(ctx, rk).Val()
-	var content any
-	switch typ {
-	case "string":
-		content = c.Get(ctx, rk).Val()
-	case "list":
-		content = c.LRange(ctx, rk, 0, -1).Val()
-	case "hash":
-		content = c.HGetAll(ctx, rk).Val()
-	default:
-		t.Fatalf("snapshot of %s key %q not supported", typ, rk)
-	}
-	return fmt.Sprintf("%s %v", typ, content)
 }
 
 func equalMaps(a, b map[string]string) bool {

@@ -24,14 +24,14 @@ import (
 // reflection, so a key the lock's layout gains later is checked as well.
 //
 // Why no store key can ever collide, whatever the prefixes, names and keys:
-// a lock key is P + ":{" + E(N) + "}" + S with S one of "" and ":q" (and
+// a lock key is P + ":{" + E(N) + "}" + S with S one of "", ":q" and ":t" (and
 // older layouts used ":fence", ":released" and ":rel:" + anything, which
 // the test still keeps apart), and a store key is Q + ":{" + E(K) +
 // "}:rec". Neither prefix holds a brace (both packages refuse one) and the
 // escaping E leaves no brace in a name or key, so in either kind of key the
 // first '{' opens the tag and the first '}' after it closes it. Reading a
 // key that way recovers its suffix after the tag unambiguously, and ":rec"
-// is none of the lock's suffixes: not "" or ":q". Two keys with different suffixes are different strings.
+// is none of the lock's suffixes: not "", ":q" or ":t". Two keys with different suffixes are different strings.
 func lockCollision(rk string, k lua.Keys) string {
 	v := reflect.ValueOf(k)
 	for i := range v.NumField() {

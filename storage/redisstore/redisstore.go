@@ -16,7 +16,7 @@
 // The ":rec" suffix keeps records apart from the keys of redfence's locks
 // whatever prefixes and names are chosen, even a store prefix equal to the
 // lock client's and a key equal to a lock name. A lock's keys are
-// "<prefix>:{<escaped name>}" followed by nothing (the lock hash) or ":q"
+// "<prefix>:{<escaped name>}" followed by nothing (the lock hash), ":t" (its counter) or ":q"
 // (its wait queue). Neither kind of prefix may hold a brace and escaped
 // names and keys hold none, so the first '}' of any of these keys ends its
 // tag, and what follows it tells a record from every lock key. A record
@@ -51,17 +51,11 @@ import (
 
 var _ storage.Store = (*Store)(nil)
 
-const (
-	// DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
-	DefaultPrefix = "redfence:store"
-
-	// MaxKeyLen is the longest key, in bytes, a Store accepts: the limit
-	// of every adapter, storage.MaxKeyLen. Escaping can triple a key's
-	// length inside Redis, which stays far below Redis's own limit.
-	//
-	// Deprecated: use storage.MaxKeyLen.
-	MaxKeyLen = storage.MaxKeyLen
-)
+// DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
+// Keys are limited to storage.MaxKeyLen bytes, as in every adapter;
+// escaping can triple a key's length inside Redis, which stays far below
+// Redis's own limit.
+const DefaultPrefix = "redfence:store"
 
 // Store is a [storage.Store] in Redis. It is safe for concurrent use by
 // multiple goroutines and, sharing one Redis, by multiple processes. A Store
@@ -102,7 +96,7 @@ func New(c redis.Scripter, opts ...Option) (*Store, error) {
 }
 
 // recordSuffix follows the hash tag of every record. A lock's keys end
-// their tag with "" or ":q" (package lua);
+// their tag with "", ":t" or ":q" (package lua);
 // without a suffix of its own a record would be the very key of the lock
 // hash when prefixes and names coincide, and taking the lock would wipe it.
 const recordSuffix = ":rec"

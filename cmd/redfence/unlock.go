@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"unicode"
+
+	"github.com/redfence/redfence/reentrant"
+)
+
+const unlockDoc = `Forces the lock NAME open: ends its current ownership, whoever holds it, and
+hands the lock to the next waiter (reentrant.Client.ForceUnlock). This is the
+safe way out of a stuck lock. Never DEL a lock's keys or FLUSHDB a lock's
+Redis instead: that can make tokens repeat (see docs/safety.md).
+
+The fencing counter is untouched, so the next holder gets a higher token and
+every fenced store refuses the forced holder's late writes once the next
+holder has written. The forced holder learns it at its next renewal (its
+lease ends with ErrGone). Redis records who forced which token and when;
+inspect shows it under "forced".
+
+unlock shows the holder and asks for confirmation on a terminal; --yes skips
+the question, and is required when stdin is not a terminal. It ends only the
+ownership it showed: if the lock changed hands meanwhile, nothing is forced
+and the exit status is 1, as when the question is not answered yes. A free
+lock is left alone (status 0). --force is required: unlock has no other
+mode.`
+
+type unlockConfig struct {
+	redisAddr string
+	prefix    string
+	force     bool
+	yes       bool
+}
+
+func unlockFlags(cfg *unlockConfig) *flag.FlagSet {
+	fs := newFlagSet("unlock")
+	fs.StringVar(&cfg.redisAddr, "redis", "", "the Redis server at `host:port` (required)")
+	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+	fs.BoolVar(&cfg.force, "force", false, "end the current ownership, whoever holds it (required)")
+	fs.BoolVar(&cfg.yes, "yes", false, "do not ask for confirmation")
+	return fs
+}
+
+// The terminal unlock asks on; tests replace them.
+var (
+	stdin           io.Reader = os.Stdin
+	stdinIsTerminal           = func() bool {
+		fi, err := os.Stdin.Stat()
+		return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	}
+)
+
+// errNotConfirmed reports an unlock the operator did not confirm.
+var errNotConfirmed = errors.New("not confirmed: nothing was changed")
+
+// unlock runs the unlock command.
+func unlock(ctx context.Context, c *command, args []string, stdout io.Writer) error {
+	var cfg unlockConfig
+	pos, help, err := parseArgs(c, unlockFlags(&cfg), args, stdout)
+	switch {
+	case help || err != nil:
+		return err
+	case len(pos) == 0:
+		return usagef(c.name, "missing lock NAME")
+	case len(pos) > 1:
+		return usagef(c.name, "unlock takes one lock NAME, got %q", pos)
+	case !cfg.force:
+		return usagef(c.name, "unlock needs --force: it ends another process's ownership of the lock")
+	case cfg.redisAddr == "":
+		return usagef(c.name, "missing --redis host:port")
+	case !cfg.yes && !stdinIsTerminal():
+		return usagef(c.name, "stdin is not a terminal: give --yes to force the lock without confirmation")
+	}
+	name := pos[0]
+	locks, closeLocks, err := openLocks(c, name, cfg.redisAddr, cfg.prefix, reentrant.WithIdentity(operator()))
+	if err != nil {
+		return err
+	}
+	defer closeLocks()
+	st, err := locks.Inspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	if st.Token == 0 {
+		fmt.Fprintf(stdout, "lock %q is free: nothing to force\n", name)
+		return nil
+	}
+	fmt.Fprintf(stdout, "lock %q is held by %s with token %d (depth %d, lease %s, metadata %s, %d waiting)\n",
+		name, textString(st.Owner), st.Token, st.Depth, st.TTL.Truncate(1e6), textString(st.Meta), st.Waiters)
+	if !cfg.yes {
+		fmt.Fprintf(stdout, "Force it open? Writes with token %d will be refused once the next holder writes. [y/N] ", st.Token)
+		line, _ := bufio.NewReader(stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			fmt.Fprintln(stdout)
+			return errNotConfirmed
+		}
+	}
+	if err := locks.ForceUnlockToken(ctx, name, st.Token); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "forced: the ownership with token %d ended; the lock went to the next waiter, if any\n", st.Token)
+	return nil
+}
+
+// operator names who runs the command, for the record Redis keeps.
+func operator() string {
+	who := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = u.Username
+	}
+	host, _ := os.Hostname()
+	id := "redfence unlock by " + who + "@" + host
+	if len(id) > reentrant.MaxMetadataLen {
+		id = id[:reentrant.MaxMetadataLen]
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(id, "?"))
+}

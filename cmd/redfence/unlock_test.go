@@ -1,0 +1,118 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage/memory"
+)
+
+// asTerminal makes unlock see a terminal whose operator types answer.
+func asTerminal(t *testing.T, answer string) {
+	t.Helper()
+	oldIn, oldTerm := stdin, stdinIsTerminal
+	stdin, stdinIsTerminal = strings.NewReader(answer), func() bool { return true }
+	t.Cleanup(func() { stdin, stdinIsTerminal = oldIn, oldTerm })
+}
+
+// unlock --force ends the holder's ownership and hands the lock to the
+// waiter, after a confirmation on a terminal, or with --yes; inspect then
+// shows who forced which token. A "no", a non-terminal without --yes and a
+// missing --force change nothing.
+func TestUnlockForce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, addr, prefix, name := t.Context(), b.Client.Options().Addr, "cli-unlock", testenv.Unique(t)
+		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix), reentrant.WithTTL(1500*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = locks.Close() })
+		args := []string{"unlock", "--force", name, "--redis", addr, "--prefix", prefix}
+
+		// Free: nothing to force.
+		code, out, errOut := cli(t, ctx, append(args, "--yes")...)
+		require.Equal(t, exitOK, code, errOut)
+		require.Contains(t, out, "is free: nothing to force")
+
+		held, err := locks.Lock(ctx, name, reentrant.WithMetadata("stuck job"))
+		require.NoError(t, err)
+		stale := held.Token()
+
+		// Refusals leave the holder alone.
+		asTerminal(t, "n\n")
+		code, out, _ = cli(t, ctx, args...)
+		require.Equal(t, exitFailure, code)
+		require.Contains(t, out, "token "+stale.String())
+		require.Contains(t, out, "stuck job")
+		stdinIsTerminal = func() bool { return false }
+		code, _, errOut = cli(t, ctx, args...)
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, errOut, "--yes")
+		code, _, errOut = cli(t, ctx, "unlock", name, "--redis", addr, "--prefix", prefix, "--yes")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, errOut, "--force")
+		require.NoError(t, held.Err(), "nothing was forced")
+
+		// A waiter queues; the operator confirms on a terminal.
+		got := make(chan *reentrant.Lease, 1)
+		go func() {
+			l, err := locks.Lock(ctx, name)
+			if err != nil {
+				t.Errorf("the waiter: %v", err)
+			}
+			got <- l
+		}()
+		require.Eventually(t, func() bool {
+			st, err := locks.Inspect(ctx, name)
+			return err == nil && st.Waiters == 1
+		}, 20*time.Second, 10*time.Millisecond)
+		asTerminal(t, "yes\n")
+		code, out, errOut = cli(t, ctx, args...)
+		require.Equal(t, exitOK, code, errOut)
+		require.Contains(t, out, "forced: the ownership with token "+stale.String()+" ended")
+
+		var next *reentrant.Lease
+		select {
+		case next = <-got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the waiter never got the forced lock")
+		}
+		require.NotNil(t, next)
+		require.Greater(t, next.Token(), stale)
+		store := memory.New()
+		require.NoError(t, store.Put(ctx, "r", []byte("new"), next.Token()))
+		require.ErrorIs(t, store.Put(ctx, "r", []byte("late"), stale), fence.ErrStale)
+		select {
+		case <-held.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the forced lease never ended")
+		}
+		require.ErrorIs(t, held.Err(), reentrant.ErrGone)
+
+		v := inspectBoth(t, addr, prefix, name)
+		require.NotNil(t, v.Forced)
+		require.Equal(t, uint64(stale), v.Forced.Token)
+		require.Contains(t, v.Forced.By, "redfence unlock by ")
+		at, err := time.Parse(time.RFC3339, v.Forced.At)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), at, time.Hour)
+		require.Contains(t, v.Ended, endedView{Token: uint64(stale), Owner: string(held.Owner()), How: "forced"})
+		_, text, _ := cli(t, ctx, "inspect", name, "--redis", addr, "--prefix", prefix)
+		require.Contains(t, text, "forced      token "+stale.String()+" at ")
+
+		// --yes forces without asking; the current holder this time.
+		stdinIsTerminal = func() bool { return false }
+		code, _, errOut = cli(t, ctx, append(args, "--yes")...)
+		require.Equal(t, exitOK, code, errOut)
+		select {
+		case <-next.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the second forced lease never ended")
+		}
+		require.ErrorIs(t, next.Err(), reentrant.ErrGone)
+	})
+}
