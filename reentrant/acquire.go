@@ -116,6 +116,9 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 		return nil, a, err
 	}
 	l, err := r.c.newLease(ctx, r, a)
+	if a.settle != nil {
+		a.settle(l)
+	}
 	return l, a, err
 }
 
@@ -123,6 +126,9 @@ type acquired struct {
 	lua.Acquired
 	sent   time.Time     // when the request left: the lease's clock starts here
 	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
+	// settle, when set (a Redlock grant), must be given the lease made of
+	// it, or nil: the nodes that granted late wait for it (acquireQuorum).
+	settle func(*Lease)
 }
 
 // acquire runs one attempt, sent again while a Cluster answers that it is

@@ -36,11 +36,17 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	}
 	r.attempted = true
 	req := r.req
-	// Nodes that answer after the outcome is decided wait for it: on
-	// success a late grant is kept (raised to the token if pending), else
-	// undone.
-	decided, final := make(chan struct{}), fence.None
-	defer close(decided)
+	// Nodes that answer after the outcome is decided wait until the client
+	// has acted on it (the lease made, or not): a late grant is kept
+	// (raised to the token if pending) while the lease it belongs to is
+	// live, else undone.
+	st := &settled{done: make(chan struct{})}
+	final := fence.None
+	defer func() {
+		if final == fence.None {
+			st.settle(nil)
+		}
+	}()
 	ch := fan(c, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
 		return lua.QAcquire(ctx, rdb, r.keys, &req)
 	})
@@ -50,12 +56,16 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		no := count(got, func(x nodeReply[lua.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
 	}, func(x nodeReply[lua.QAcquired]) {
-		<-decided
+		<-st.done
 		switch {
-		case final == fence.None || x.err != nil || !x.v.OK:
+		case st.lease == nil || x.err != nil || !x.v.OK:
 			r.undoNode(x.i, req)
 		case x.v.Pending:
-			r.raiseInBackground(x.i, req.Level, final)
+			r.raiseLate(x.i, req, final, st.lease)
+		case st.lease.live() != nil:
+			// A reentry's level that reached this node after the lease
+			// was unlocked (its release may have come first) or lost.
+			r.undoNode(x.i, req)
 		}
 	})
 
@@ -111,16 +121,16 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	if votes := tokens[best]; votes > 0 {
 		if votes >= maj {
 			for _, i := range pending {
-				r.raiseInBackground(i, req.Level, best)
+				r.raiseLate(i, req, best, nil)
 			}
 			final = best
-			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
+			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
 		}
 		if raised := r.raise(ctx, pending, best, maj-votes); votes+raised < maj {
 			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
 		}
 		final = best
-		return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent}, nil
+		return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
 	}
 
 	// Fresh: one above every counter of the granting majority and no lower
@@ -137,7 +147,7 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		return fail(fmt.Sprintf("a majority answered after %v, past the lease's safe window of %v", late.Round(time.Millisecond), window))
 	}
 	final = tok
-	return acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent}, nil
+	return acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent, settle: st.settle}, nil
 }
 
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
@@ -191,30 +201,43 @@ func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) 
 // errSkipped is the reply of a node a fanned-out call does not concern.
 var errSkipped = errors.New("reentrant: node not concerned")
 
-// raiseInBackground raises node i's pending hold of level to tok, best
-// effort: a node left pending only lets the level expire there. A node
-// raised once the ownership is no longer live here (its Unlock may have
-// reached the node before the grant did) is released at once: it keeps
-// the token in its counter, which is the point, and not the lock.
-func (r *call) raiseInBackground(i int, level string, tok fence.Token) {
+// settled is what became of a Redlock attempt once the client acted on
+// it: lease is the lease it made (nil if none), set before done is closed.
+type settled struct {
+	done  chan struct{}
+	lease *Lease
+}
+
+func (s *settled) settle(l *Lease) {
+	s.lease = l
+	close(s.done)
+}
+
+// raiseLate raises node i's pending hold of req's level to tok in the
+// background, best effort: a node left pending only lets the level expire
+// there. With a lease (a grant that answered after the attempt was
+// decided), a node raised once that lease is no longer in force (its
+// Unlock may have reached the node before the grant did) is released at
+// once: it keeps the token in its counter, which is the point, and not
+// the lock; one the raise refused is abandoned. Without one the attempt is still deciding, and a lease that
+// fails to come of it undoes the level everywhere (newLease).
+func (r *call) raiseLate(i int, req lua.Request, tok fence.Token, l *Lease) {
 	c := r.c
 	rdb := c.rl.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		if ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok); ok && !c.live(r.owner, r.name, tok) {
-			_, _ = lua.Release(ctx, rdb, r.keys, string(r.owner), tok, level, lua.Tokens{})
+		ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), req.Level, tok)
+		switch {
+		case l == nil || l.live() == nil:
+		case ok:
+			_, _ = lua.Release(ctx, rdb, r.keys, string(r.owner), tok, req.Level, lua.Tokens{})
+		default:
+			// Not raised (the node learnt the token from the release's
+			// bump): the pending level goes.
+			_, _ = lua.Abandon(ctx, rdb, r.keys, &req)
 		}
 	})
-}
-
-// live reports whether owner's ownership of name with token tok is live in
-// this client's bookkeeping.
-func (c *Client) live(owner Owner, name string, tok fence.Token) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o := c.owns[ownKey{owner, name}]
-	return o != nil && o.token == tok && o.ctx.Err() == nil
 }
 
 // undoNode removes, in the background, the level req may have taken on

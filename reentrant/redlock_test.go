@@ -102,8 +102,8 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 					in, err := c.TryLock(l.Context(), name)
 					if err != nil {
 						// Seen twice with the CPU saturated, on 5 miniredis
-						// nodes, and not explained yet: say what each node
-						// held.
+						// nodes, before late grants waited for their lease
+						// (TestRedlockLateGrants): say what each node held.
 						for j, node := range s.nodes {
 							st, ierr := lua.Inspect(t.Context(), node, lua.KeysFor(prefix, name))
 							t.Logf("node %d: %+v %v", j, st, ierr)
