@@ -27,7 +27,7 @@ const CleanupBudget = 200 * time.Millisecond
 // ErrInvalid for a nil ctx, a bad name, owner or option; ErrClosed after
 // Close; ErrEvictionPolicy when the server may evict the fencing counter;
 // the context's error with ErrNotAcquired when ctx ended first;
-// lua.ErrForeign when a key holds a value this library did not write; and
+// ErrForeign when a key holds a value this library did not write; and
 // Redis errors, wrapped.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	start := time.Now()
@@ -111,7 +111,7 @@ func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
 // otherwise the attempt's reply. poll says the attempt is a waiter's
 // periodic poll, which seldom acquires.
 func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
-	a, err := r.acquire(ctx, poll)
+	a, err := r.c.be.acquire(ctx, r, poll)
 	if err != nil || !a.OK {
 		return nil, a, err
 	}
@@ -127,116 +127,11 @@ type acquired struct {
 	sent   time.Time     // when the request left: the lease's clock starts here
 	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
 	// settle, when set (a Redlock grant), must be given the lease made of
-	// it, or nil: the nodes that granted late wait for it (acquireQuorum).
+	// it, or nil: the nodes that granted late wait for it (quorum.acquire).
 	settle func(*Lease)
-}
-
-// acquire runs one attempt, sent again while a Cluster answers that it is
-// busy (see retryBusy). The lease's clock starts when the attempt that ran
-// was sent, before the server could have started the TTL, so local expiry
-// errs on the early side.
-//
-// When the attempt fails in a way that leaves its outcome unknown (no
-// reply, the read timed out, the caller's context ended first), the script
-// may still have run and left the owner a level of the lock with no lease to
-// show for it, or a waiter in the queue. acquire then undoes exactly that
-// level and queue entry, if they exist: within CleanupBudget when the
-// caller is still there, in the background otherwise.
-func (r *call) acquire(ctx context.Context, poll bool) (acquired, error) {
-	c := r.c
-	if c.rl != nil {
-		return r.acquireQuorum(ctx)
-	}
-	type reply struct {
-		a     lua.Acquired
-		acked int
-		sent  time.Time // when the last attempt left
-	}
-	// left says whether an attempt whose caller has gone left something to
-	// undo: a level, or (a waiter's) a place in the queue.
-	left := func(rep reply, err error) bool {
-		if err != nil {
-			return mayHaveRun(err, c.retries)
-		}
-		return rep.a.OK || r.req.Waiter != nil
-	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		return retryBusy(c, ctx, func(ctx context.Context) (reply, error) {
-			sent := time.Now()
-			a, acked, err := r.runAcquire(ctx, poll)
-			return reply{a, acked, sent}, err
-		})
-	}, func(rep reply, err error) {
-		if left(rep, err) {
-			r.undoInBackground()
-		}
-	})
-	rep, err := out.v, out.err
-	switch {
-	case out.ended && !out.known:
-		return acquired{}, join(ErrNotAcquired, err)
-	case out.ended:
-		// The caller has gone: whatever the attempt did is undone.
-		if left(rep, err) {
-			err = join(err, r.undo())
-		}
-		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
-	case err == nil && rep.a.TooDeep:
-		return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, rep.a.Depth)
-	case err == nil && rep.a.OK && rep.acked < c.cfg.ackReplicas:
-		return acquired{}, join(
-			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
-			r.undo())
-	case err == nil:
-		return acquired{Acquired: rep.a, sent: rep.sent}, nil
-	case mayHaveRun(err, c.retries):
-		if uerr := r.undo(); uerr != nil {
-			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, r.cfg.ttl, uerr)
-		}
-	}
-	if cerr := ctxErr(ctx); cerr != nil {
-		return acquired{}, join(ErrNotAcquired, cerr, err)
-	}
-	return acquired{}, err
-}
-
-// runAcquire runs the acquire script, followed by WAIT on the same
-// connection when replica acknowledgement is on; acked is the number of
-// replicas that acknowledged (0 when it is off). An attempt expected to
-// acquire sends both in one round trip. A waiter's poll (poll) sends WAIT
-// only once the script granted the lock: a WAIT after a poll that changed
-// nothing would still block for its whole timeout while a replica lags.
-func (r *call) runAcquire(ctx context.Context, poll bool) (a lua.Acquired, acked int, err error) {
-	c := r.c
-	if c.cfg.ackReplicas == 0 {
-		a, err = lua.Acquire(ctx, c.rdb, r.keys, &r.req)
-		return a, 0, err
-	}
-	var node *redis.Client
-	switch rdb := c.rdb.(type) {
-	case *redis.Client:
-		node = rdb
-	case *redis.ClusterClient:
-		if node, err = rdb.MasterForKey(ctx, r.keys.Lock); err != nil {
-			return a, 0, err
-		}
-	}
-	if !poll {
-		a, n, err := lua.AcquireAcked(ctx, node, r.keys, &r.req, c.cfg.ackReplicas, c.cfg.ackTimeout)
-		return a, int(n), err
-	}
-	conn := node.Conn()
-	defer conn.Close()
-	if a, err = lua.Acquire(ctx, conn, r.keys, &r.req); err != nil || !a.OK {
-		return a, 0, err
-	}
-	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
-	if err != nil {
-		// The script granted the lock; whether the replicas have it is
-		// unknown, so the caller must undo it, whatever the error says.
-		return lua.Acquired{}, 0, &grantedError{err}
-	}
-	return a, n, nil
+	// split: a Redlock attempt refused with some nodes granting it, most
+	// likely a tie between waiters that tried at once.
+	split bool
 }
 
 // checkAckClient rejects WithReplicaAck on a client where WAIT cannot follow

@@ -41,12 +41,9 @@ import (
 // MOVED, CLUSTERDOWN) and failed dials. docs/design.md, "Redis Cluster",
 // has the details.
 type Client struct {
-	rdb     redis.UniversalClient
-	rl      *quorum // Redlock's nodes (NewRedlock); nil on one deployment
+	be      backend // one deployment (New) or a Redlock's nodes (NewRedlock)
 	cfg     config
-	note    *notifier
 	ren     *renewer
-	retries bool // the go-redis client may re-send a command on its own
 	checked atomic.Bool
 
 	reqPrefix string
@@ -88,30 +85,28 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := checkAckClient(rdb, cfg); err != nil {
 		return nil, err
 	}
-	return build(rdb, nil, cfg, retries(rdb)), nil
+	c, id := build(cfg)
+	c.be = newSingle(c, rdb, id)
+	return c, nil
 }
 
-// build makes a Client on rdb (with rl, a Redlock's nodes) once its
-// configuration is checked: a random ID names its channel and prefixes its
+// build makes a Client, without its backend, once its configuration is
+// checked: a random ID, returned, names its channel and prefixes its
 // request IDs.
-func build(rdb redis.UniversalClient, rl *quorum, cfg config, retries bool) *Client {
+func build(cfg config) (*Client, string) {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	bg, stop := context.WithCancel(context.Background())
 	c := &Client{
-		rdb:       rdb,
-		rl:        rl,
 		cfg:       cfg,
-		note:      newNotifier(rdb, cfg.prefix, id),
-		retries:   retries,
 		reqPrefix: id + ":",
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[ownKey]*ownership),
 	}
 	c.ren = newRenewer(c)
-	return c
+	return c, id
 }
 
 // TTL returns the lease of this client's locks, unless a call sets its own
@@ -144,7 +139,7 @@ func (c *Client) Close() error {
 		o.end(ErrLeaseClosed)
 	}
 	c.stopBg()
-	err := c.note.close()
+	err := c.be.close()
 	c.wg.Wait()
 	return err
 }

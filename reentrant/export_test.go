@@ -24,9 +24,10 @@ func RenewAllNow(c *Client) int {
 // SetShardLinger sets how long c's shard subscriptions outlive their last
 // waiter (5 s otherwise). c must be a Cluster client that has not waited yet.
 func SetShardLinger(c *Client, d time.Duration) {
-	c.note.mu.Lock()
-	defer c.note.mu.Unlock()
-	c.note.shards.linger = d
+	note := c.be.(*single).note
+	note.mu.Lock()
+	defer note.mu.Unlock()
+	note.shards.linger = d
 }
 
 // LocalDeadline returns the local deadline of l's ownership: the send time

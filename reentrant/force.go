@@ -31,7 +31,7 @@ const forceAttempts = 3
 // retry: it reads the holder's token and ends that ownership only, so a
 // repeat never ends the next holder's. It returns ErrNotHeld when the lock
 // is free; ErrInvalid for a nil ctx or a bad name; ErrClosed after Close;
-// lua.ErrForeign for a foreign value; the context's error when ctx ended
+// ErrForeign for a foreign value; the context's error when ctx ended
 // before Redis answered; Redis errors, wrapped.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (fence.Token, error) {
 	tok, err := c.forceUnlock(ctx, name, fence.None)
@@ -72,10 +72,7 @@ func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token)
 		k := c.keys(name)
 		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.ForceResult, error) {
 			return retryBusy(c, ctx, func(ctx context.Context) (lua.ForceResult, error) {
-				if c.rl != nil {
-					return c.forceQuorum(ctx, k, tok)
-				}
-				return lua.Force(ctx, c.rdb, k, tok, c.cfg.identity, c.cfg.tokens)
+				return c.be.force(ctx, k, tok)
 			})
 		}, nil)
 		if out.err != nil {

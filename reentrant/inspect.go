@@ -17,7 +17,7 @@ type Ended = lua.Ended
 
 // Inspect reads name's state in one atomic step. It needs no ownership and
 // changes nothing. It returns ErrInvalid for a nil ctx or a bad name,
-// ErrClosed after Close, lua.ErrForeign for a foreign value, the context's
+// ErrClosed after Close, ErrForeign for a foreign value, the context's
 // error when ctx ended before Redis answered, and Redis errors, wrapped.
 func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 	s, err := c.inspect(ctx, name)
@@ -36,10 +36,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
 		return retryBusy(c, ctx, func(ctx context.Context) (lua.State, error) {
-			if c.rl != nil {
-				return c.inspectQuorum(ctx, c.keys(name))
-			}
-			return lua.Inspect(ctx, c.rdb, c.keys(name))
+			return c.be.inspect(ctx, c.keys(name))
 		})
 	}, nil)
 	return out.v, out.err

@@ -107,11 +107,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
 		return retryBusy(l.c, ctx, func(ctx context.Context) (reply, error) {
 			sent := time.Now()
-			if l.c.rl != nil {
-				held, err := l.c.extendQuorum(ctx, l.keys, l.owner, l.token, ttl)
-				return reply{held, sent}, err
-			}
-			held, err := lua.Extend(ctx, l.c.rdb, l.keys, string(l.owner), l.token, ttl, l.c.cfg.tokens)
+			held, err := l.c.be.extend(ctx, l.keys, l.owner, l.token, ttl)
 			return reply{held, sent}, err
 		})
 	}, nil)
@@ -143,10 +139,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
 		return retryBusy(l.c, ctx, func(ctx context.Context) (lua.State, error) {
-			if l.c.rl != nil {
-				return l.c.inspectQuorum(ctx, l.keys)
-			}
-			return lua.Inspect(ctx, l.c.rdb, l.keys)
+			return l.c.be.inspect(ctx, l.keys)
 		})
 	}, nil)
 	st, err := out.v, out.err

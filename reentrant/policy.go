@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,7 +29,7 @@ func (c *Client) checkPolicy(ctx context.Context) error {
 		return nil
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, c.askPolicy(ctx)
+		return struct{}{}, c.be.askPolicy(ctx)
 	}, nil)
 	if out.err != nil {
 		if out.ended {
@@ -40,26 +39,6 @@ func (c *Client) checkPolicy(ctx context.Context) error {
 	}
 	c.checked.Store(true)
 	return nil
-}
-
-func (c *Client) askPolicy(ctx context.Context) error {
-	if c.rl != nil {
-		return c.askPolicies(ctx)
-	}
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		var errs []error
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			if err := policyOf(ctx, node); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
-		return join(append(errs, err)...)
-	}
-	return policyOf(ctx, c.rdb)
 }
 
 // policyOf reads one server's policy with CONFIG GET, or from INFO where
@@ -84,14 +63,14 @@ func configPolicy(ctx context.Context, rdb redis.Cmdable) (string, error) {
 		return m["maxmemory-policy"], nil
 	}
 	if cerr != nil && !isReply(cerr) {
-		return "", fmt.Errorf("reentrant: reading the server's maxmemory-policy: %w", cerr)
+		return "", fmt.Errorf("reading the server's maxmemory-policy: %w", cerr)
 	}
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		if isReply(err) {
 			return "", nil
 		}
-		return "", fmt.Errorf("reentrant: reading the server's maxmemory-policy: %w", err)
+		return "", fmt.Errorf("reading the server's maxmemory-policy: %w", err)
 	}
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {

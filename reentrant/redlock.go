@@ -32,8 +32,10 @@ import (
 // than a node takes to restart and never step back further (docs/safety.md,
 // "Redlock").
 //
-// Waiting polls with a random delay: there is no wait queue and no handoff,
-// so waiting is not fair. WithReplicaAck, WithTimeTokens (Redlock's tokens
+// A waiting Lock tries again when a release is published on a node (each
+// client keeps one pub/sub connection per node while it has waiters) or
+// after a random delay. There is no wait queue and no handoff, so waiting
+// is not fair: see docs/deployments.md. WithReplicaAck, WithTimeTokens (Redlock's tokens
 // follow the clocks already, and its counters never expire),
 // WithCounterIdleExpiry and WithHandoffTimeout make no sense here and are
 // refused with ErrInvalid, as are fewer than 3 nodes, an even number of
@@ -64,13 +66,22 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}
-	// The notifier is never registered with: Redlock waiters poll.
-	return build(nodes[0], &quorum{nodes: append([]redis.UniversalClient(nil), nodes...)}, cfg, true), nil
+	c, _ := build(cfg)
+	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...)}
+	for _, rdb := range q.nodes {
+		q.wakes = append(q.wakes, newWakes(c, rdb))
+	}
+	c.be = q
+	return c, nil
 }
 
-// quorum is a Redlock client's set of nodes.
+// quorum is the backend of a Client built by NewRedlock: every operation
+// runs the single-node script on every node at once (fanOut) and is decided
+// by a majority of their replies (collect).
 type quorum struct {
+	c     *Client
 	nodes []redis.UniversalClient
+	wakes []*wakes // one per node, where its waiters hear of releases
 }
 
 func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
@@ -85,14 +96,14 @@ type nodeReply[T any] struct {
 	err error
 }
 
-// fan runs f on every node at once, each bounded by d and by the client
+// fanOut runs f on every node at once, each bounded by d and by the client
 // closing, and returns where their replies arrive (buffered: a reply nobody
 // reads is dropped with its goroutine). Once the client is closed, f is not
 // run and the node's reply is ErrClosed.
-func fan[T any](c *Client, d time.Duration, f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) <-chan nodeReply[T] {
-	nodes := c.rl.nodes
-	out := make(chan nodeReply[T], len(nodes))
-	for i, rdb := range nodes {
+func fanOut[T any](q *quorum, d time.Duration, f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) <-chan nodeReply[T] {
+	c := q.c
+	out := make(chan nodeReply[T], len(q.nodes))
+	for i, rdb := range q.nodes {
 		if !c.goBackground(func() {
 			ctx, cancel := context.WithTimeout(c.bg, d)
 			defer cancel()
@@ -106,12 +117,12 @@ func fan[T any](c *Client, d time.Duration, f func(ctx context.Context, i int, r
 	return out
 }
 
-// gather reads the replies of fan until decided says the outcome is known,
+// collect reads the replies of fanOut until decided says the outcome is known,
 // every node answered, or ctx ends; it returns the replies it read, one per
 // node (nil for those still out), and whether every node answered. A reply
 // read after that goes to late, if not nil, in the background.
-func gather[T any](c *Client, ctx context.Context, ch <-chan nodeReply[T], decided func(got []*nodeReply[T]) bool, late func(nodeReply[T])) ([]*nodeReply[T], bool) {
-	got := make([]*nodeReply[T], len(c.rl.nodes))
+func collect[T any](q *quorum, ctx context.Context, ch <-chan nodeReply[T], decided func(got []*nodeReply[T]) bool, late func(nodeReply[T])) ([]*nodeReply[T], bool) {
+	got := make([]*nodeReply[T], len(q.nodes))
 	left := len(got)
 read:
 	for left > 0 && !decided(got) {
@@ -125,7 +136,7 @@ read:
 	}
 	if left > 0 && late != nil {
 		n := left
-		c.goBackground(func() {
+		q.c.goBackground(func() {
 			for range n {
 				late(<-ch)
 			}
@@ -145,20 +156,50 @@ func count[T any](got []*nodeReply[T], ok func(nodeReply[T]) bool) int {
 	return n
 }
 
-// askPolicies checks every node's eviction policy, waiting for the nodes at
+// askPolicy checks every node's eviction policy, waiting for the nodes at
 // most a quarter of the TTL: any node that may evict fails the check; one
 // that does not answer in time is not checked (this client checks once).
-func (c *Client) askPolicies(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.lease.ttl/4)
+func (q *quorum) askPolicy(ctx context.Context) error {
+	d := q.c.cfg.lease.ttl / 4
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	ch := fan(c, c.cfg.lease.ttl/4, func(ctx context.Context, _ int, rdb redis.UniversalClient) (struct{}, error) {
+	ch := fanOut(q, d, func(ctx context.Context, _ int, rdb redis.UniversalClient) (struct{}, error) {
 		return struct{}{}, policyOf(ctx, rdb)
 	})
-	got, _ := gather(c, ctx, ch, func([]*nodeReply[struct{}]) bool { return false }, nil)
+	got, _ := collect(q, ctx, ch, func([]*nodeReply[struct{}]) bool { return false }, nil)
 	for _, r := range got {
 		if r != nil && errors.Is(r.err, ErrEvictionPolicy) {
 			return r.err
 		}
 	}
 	return nil
+}
+
+// transient is false: a node's failure is one vote, and the majority rule
+// already decides without it.
+func (q *quorum) transient(error) bool { return false }
+
+func (q *quorum) reload(context.Context) {}
+
+// undo, undoInBackground and leave remove, in the background, the level
+// and queue entry r's attempt may have taken on every node: a node that
+// does not answer keeps them until the lease ends there.
+func (q *quorum) undo(r *call) error {
+	q.undoAll(r, r.req)
+	return nil
+}
+
+func (q *quorum) undoInBackground(r *call) { q.undoAll(r, r.req) }
+
+func (q *quorum) leave(r *call) error {
+	q.undoAll(r, r.req)
+	return nil
+}
+
+func (q *quorum) close() error {
+	var errs []error
+	for _, w := range q.wakes {
+		errs = append(errs, w.close())
+	}
+	return join(errs...)
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,13 +16,13 @@ import (
 	"github.com/redfence/redfence/lua"
 )
 
-// acquireQuorum makes one Redlock attempt. It returns the lease's reply
+// acquire makes one Redlock attempt. It returns the lease's reply
 // (OK with the token and depth), or not OK with the shortest holder's TTL
 // a node reported, having released on every node what the attempt took.
 // Nodes that answer after the outcome is decided are undone in the
 // background, so a stopped node never delays the attempt past a majority.
-func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
-	c, q := r.c, r.c.rl
+func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error) {
+	c := q.c
 	maj, n := q.majority(), len(q.nodes)
 	sent := time.Now()
 	window := r.cfg.window()
@@ -47,11 +46,11 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 			st.settle(nil)
 		}
 	}()
-	ch := fan(c, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
+	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
 		return lua.QAcquire(ctx, rdb, r.keys, &req)
 	})
 	granted := func(x nodeReply[lua.QAcquired]) bool { return x.err == nil && x.v.OK }
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[lua.QAcquired]) bool {
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.QAcquired]) bool {
 		ok := count(got, granted)
 		no := count(got, func(x nodeReply[lua.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
@@ -59,13 +58,13 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		<-st.done
 		switch {
 		case st.lease == nil || x.err != nil || !x.v.OK:
-			r.undoNode(x.i, req)
+			q.undoNode(r, x.i, req)
 		case x.v.Pending:
-			r.raiseLate(x.i, req, final, st.lease)
+			q.raiseLate(r, x.i, req, final, st.lease)
 		case st.lease.live() != nil:
 			// A reentry's level that reached this node after the lease
 			// was unlocked (its release may have come first) or lost.
-			r.undoNode(x.i, req)
+			q.undoNode(r, x.i, req)
 		}
 	})
 
@@ -77,9 +76,9 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		case x == nil:
 		case x.err != nil:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
-			r.undoNode(i, req) // it may have run
+			q.undoNode(r, i, req) // it may have run
 		case x.v.TooDeep:
-			r.undoQuorum(req)
+			q.undoAll(r, req)
 			return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, x.v.Depth)
 		case x.v.OK:
 			ok = append(ok, i)
@@ -88,11 +87,11 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 		}
 	}
 	fail := func(why string) (acquired, error) {
-		r.undoQuorum(req)
+		q.undoAll(r, req)
 		if cerr := ctxErr(ctx); cerr != nil || len(errs) > n-maj {
 			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, join(errs...))
 		}
-		return acquired{Acquired: lua.Acquired{HolderTTL: max(holder, 0)}}, nil
+		return acquired{Acquired: lua.Acquired{HolderTTL: max(holder, 0)}, split: len(ok) > 0}, nil
 	}
 	if len(ok) < maj {
 		return fail(fmt.Sprintf("%d of %d nodes granted it", len(ok), n))
@@ -121,12 +120,12 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	if votes := tokens[best]; votes > 0 {
 		if votes >= maj {
 			for _, i := range pending {
-				r.raiseLate(i, req, best, nil)
+				q.raiseLate(r, i, req, best, nil)
 			}
 			final = best
 			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
 		}
-		if raised := r.raise(ctx, pending, best, maj-votes); votes+raised < maj {
+		if raised := q.raise(ctx, r, pending, best, maj-votes); votes+raised < maj {
 			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
 		}
 		final = best
@@ -139,7 +138,7 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 	// node that remembered the last one restarted empty and the others
 	// that remember are out of reach (docs/safety.md, "Redlock").
 	tok := max(top+1, clock)
-	raised := r.raise(ctx, ok, tok, maj)
+	raised := q.raise(ctx, r, ok, tok, maj)
 	if raised < maj {
 		return fail(fmt.Sprintf("token %d raised on %d of %d nodes", tok, raised, n))
 	}
@@ -152,9 +151,8 @@ func (r *call) acquireQuorum(ctx context.Context) (acquired, error) {
 
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
 // confirmed it before ctx ended, need did, or need no longer could.
-func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) int {
-	c := r.c
-	on := make([]bool, len(c.rl.nodes))
+func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token, need int) int {
+	on := make([]bool, len(q.nodes))
 	for _, i := range idx {
 		on[i] = true
 	}
@@ -163,14 +161,14 @@ func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) 
 		d = time.Until(dl)
 	}
 	level := r.req.Level
-	ch := fan(c, d, func(ctx context.Context, i int, rdb redis.UniversalClient) (bool, error) {
+	ch := fanOut(q, d, func(ctx context.Context, i int, rdb redis.UniversalClient) (bool, error) {
 		if !on[i] {
 			return false, errSkipped
 		}
 		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
-	got, all := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
+	got, all := collect(q, ctx, ch, func(got []*nodeReply[bool]) bool {
 		no := count(got, func(x nodeReply[bool]) bool { return x.err != errSkipped && !yes(x) })
 		return count(got, yes) >= need || len(idx)-no < need
 	}, nil)
@@ -199,7 +197,7 @@ func (r *call) raise(ctx context.Context, idx []int, tok fence.Token, need int) 
 }
 
 // errSkipped is the reply of a node a fanned-out call does not concern.
-var errSkipped = errors.New("reentrant: node not concerned")
+var errSkipped = errors.New("node not concerned")
 
 // settled is what became of a Redlock attempt once the client acted on
 // it: lease is the lease it made (nil if none), set before done is closed.
@@ -221,9 +219,8 @@ func (s *settled) settle(l *Lease) {
 // once: it keeps the token in its counter, which is the point, and not
 // the lock; one the raise refused is abandoned. Without one the attempt is still deciding, and a lease that
 // fails to come of it undoes the level everywhere (newLease).
-func (r *call) raiseLate(i int, req lua.Request, tok fence.Token, l *Lease) {
-	c := r.c
-	rdb := c.rl.nodes[i]
+func (q *quorum) raiseLate(r *call, i int, req lua.Request, tok fence.Token, l *Lease) {
+	c, rdb := q.c, q.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
@@ -242,9 +239,8 @@ func (r *call) raiseLate(i int, req lua.Request, tok fence.Token, l *Lease) {
 
 // undoNode removes, in the background, the level req may have taken on
 // node i; a node that does not answer keeps it until its lease ends.
-func (r *call) undoNode(i int, req lua.Request) {
-	c := r.c
-	rdb := c.rl.nodes[i]
+func (q *quorum) undoNode(r *call, i int, req lua.Request) {
+	c, rdb := q.c, q.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
 		defer cancel()
@@ -254,54 +250,10 @@ func (r *call) undoNode(i int, req lua.Request) {
 	})
 }
 
-// undoQuorum removes, in the background, the level req may have taken on
+// undoAll removes, in the background, the level req may have taken on
 // every node.
-func (r *call) undoQuorum(req lua.Request) {
-	for i := range r.c.rl.nodes {
-		r.undoNode(i, req)
+func (q *quorum) undoAll(r *call, req lua.Request) {
+	for i := range q.nodes {
+		q.undoNode(r, i, req)
 	}
-}
-
-// lockQuorum is Lock on a Redlock: attempts until one acquires or ctx ends,
-// each after a random delay (the retry strategy's, with WithRetry).
-func (r *call) lockQuorum(ctx context.Context) (*Lease, error) {
-	var last error // the last attempt's, when too few nodes answered
-	for polls := 1; ; polls++ {
-		l, a, err := r.try(ctx, polls > 1)
-		switch {
-		case l != nil:
-			return l, err
-		case err != nil && (!errors.Is(err, ErrNotAcquired) || ctx.Err() != nil):
-			return nil, err
-		}
-		last = err
-		d := r.quorumDelay(polls, a.HolderTTL)
-		if d <= 0 {
-			return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, join(ErrNotAcquired, ctx.Err(), last)
-		case <-r.c.bg.Done():
-			t.Stop()
-			return nil, ErrClosed
-		case <-t.C:
-		}
-	}
-}
-
-// quorumDelay is how long a Redlock waiter sleeps before attempt n+1: the
-// retry strategy's backoff, or a random delay up to the holder's TTL,
-// bounded by the client's maximum retry delay.
-func (r *call) quorumDelay(n int, holderTTL time.Duration) time.Duration {
-	if r.cfg.retry != nil {
-		return r.cfg.retry.Backoff(n)
-	}
-	d := r.c.cfg.maxRetryDelay
-	if holderTTL > 0 && holderTTL < d {
-		d = holderTTL
-	}
-	return time.Millisecond + rand.N(max(d, time.Millisecond))
 }

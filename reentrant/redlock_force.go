@@ -10,21 +10,22 @@ import (
 	"github.com/redfence/redfence/lua"
 )
 
-// forceQuorum runs force.lua for tok on every node. It reports the
+// force runs force.lua for tok on every node. It reports the
 // ownership ended when a majority ended it (or had already), and otherwise,
 // once so many nodes say it does not hold the lock that no majority can,
 // the holder a node reported (the highest).
-func (c *Client) forceQuorum(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error) {
-	maj, n := c.rl.majority(), len(c.rl.nodes)
-	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.ForceResult, error) {
-		return lua.Force(ctx, rdb, k, tok, c.cfg.identity, lua.Tokens{})
+func (q *quorum) force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error) {
+	maj, n := q.majority(), len(q.nodes)
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.ForceResult, error) {
+		return lua.Force(ctx, rdb, k, tok, q.c.cfg.identity, lua.Tokens{})
 	})
 	yes := func(x nodeReply[lua.ForceResult]) bool { return x.err == nil && (x.v.Ended || x.v.Repeat) }
 	no := func(x nodeReply[lua.ForceResult]) bool { return x.err == nil && !x.v.Ended && !x.v.Repeat }
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[lua.ForceResult]) bool {
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.ForceResult]) bool {
 		return count(got, yes) >= maj || count(got, no) > n-maj
 	}, nil)
 	if count(got, yes) >= maj {
+		q.published(k)
 		return lua.ForceResult{Ended: true}, nil
 	}
 	if count(got, no) > n-maj {

@@ -14,14 +14,14 @@ import (
 	"github.com/redfence/redfence/lua"
 )
 
-// releaseQuorum runs release.lua on every node. It returns the depth left
+// release runs release.lua on every node. It returns the depth left
 // that a majority confirmed (the highest of theirs), -1 when so many nodes
 // say the ownership is gone that no majority can confirm, or an error when
 // neither is known by the time ctx ends. Nodes that answer later still
 // release their level; one that never answers lets it expire.
-func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
-	maj, n := c.rl.majority(), len(c.rl.nodes)
-	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+func (q *quorum) release(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
+	maj, n := q.majority(), len(q.nodes)
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 		left, err := lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
 		if err == nil && left < 0 {
 			// A node whose phase 2 never landed holds the level pending:
@@ -42,7 +42,7 @@ func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok
 	})
 	yes := func(x nodeReply[int64]) bool { return x.err == nil && x.v >= 0 }
 	gone := func(x nodeReply[int64]) bool { return x.err == nil && x.v < 0 }
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[int64]) bool {
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[int64]) bool {
 		return count(got, yes) >= maj || count(got, gone) > n-maj
 	}, nil)
 	if count(got, yes) >= maj {
@@ -52,6 +52,9 @@ func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok
 				left = max(left, x.v)
 			}
 		}
+		if left == 0 {
+			q.published(k)
+		}
 		return left, nil
 	}
 	if count(got, gone) > n-maj {
@@ -60,16 +63,16 @@ func (c *Client) releaseQuorum(ctx context.Context, k lua.Keys, owner Owner, tok
 	return 0, join(fmt.Errorf("released on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }
 
-// extendQuorum runs extend.lua on every node and reports whether a majority
+// extend runs extend.lua on every node and reports whether a majority
 // extended the ownership; sent is when the requests left.
-func (c *Client) extendQuorum(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
-	maj, n := c.rl.majority(), len(c.rl.nodes)
-	ch := fan(c, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+func (q *quorum) extend(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
+	maj, n := q.majority(), len(q.nodes)
+	ch := fanOut(q, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
 		return lua.Extend(ctx, rdb, k, string(owner), tok, ttl, lua.Tokens{})
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	no := func(x nodeReply[bool]) bool { return x.err == nil && !x.v }
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[bool]) bool {
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[bool]) bool {
 		return count(got, yes) >= maj || count(got, no) > n-maj
 	}, nil)
 	switch {
@@ -81,14 +84,14 @@ func (c *Client) extendQuorum(ctx context.Context, k lua.Keys, owner Owner, tok 
 	return false, join(fmt.Errorf("extended on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }
 
-// extendBatchQuorum is lua.ExtendBatch on a Redlock: one pipeline per node,
+// extendBatch is lua.ExtendBatch on a Redlock: one pipeline per node,
 // all at once; each ownership is held when a majority extended it, lost when
 // so many nodes say it is gone that no majority can, and an error otherwise.
 // Sent is when the first pipeline left, before any node could extend.
-func (c *Client) extendBatchQuorum(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
-	maj, n := c.rl.majority(), len(c.rl.nodes)
+func (q *quorum) extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
+	maj, n := q.majority(), len(q.nodes)
 	sent := time.Now()
-	ch := fan(c, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]lua.ExtendResult, error) {
+	ch := fanOut(q, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]lua.ExtendResult, error) {
 		return lua.ExtendBatch(ctx, rdb, reqs, lua.Tokens{}), nil
 	})
 	yes := make([]int, len(reqs))
@@ -149,19 +152,19 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 	return d
 }
 
-// inspectQuorum reads the lock on every node. When a majority agree on a
+// inspect reads the lock on every node. When a majority agree on a
 // holder (owner and token), that is the state, with the shortest TTL among
 // them and the deepest hold; otherwise the lock is reported free, with the
 // highest LastToken a node reported. Ended and Meta come from one of the
 // agreeing nodes.
-func (c *Client) inspectQuorum(ctx context.Context, k lua.Keys) (lua.State, error) {
-	maj, n := c.rl.majority(), len(c.rl.nodes)
-	ch := fan(c, c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.State, error) {
+func (q *quorum) inspect(ctx context.Context, k lua.Keys) (lua.State, error) {
+	maj, n := q.majority(), len(q.nodes)
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.State, error) {
 		return lua.Inspect(ctx, rdb, k)
 	})
 	// Done once a majority agree on a holder, or on the lock being free:
 	// a stopped node is not waited for.
-	got, _ := gather(c, ctx, ch, func(got []*nodeReply[lua.State]) bool {
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.State]) bool {
 		votes := map[[2]string]int{}
 		for _, x := range got {
 			if x != nil && x.err == nil {
@@ -215,11 +218,11 @@ func (c *Client) inspectQuorum(ctx context.Context, k lua.Keys) (lua.State, erro
 		st.LastToken = max(st.LastToken, last)
 		return st, nil
 	}
-	return lua.State{Name: got0(got).Name, LastToken: last}, nil
+	return lua.State{Name: firstState(got).Name, LastToken: last}, nil
 }
 
-// got0 returns the first state a node answered, for the lock's name.
-func got0(got []*nodeReply[lua.State]) lua.State {
+// firstState returns the first state a node answered, for the lock's name.
+func firstState(got []*nodeReply[lua.State]) lua.State {
 	for _, x := range got {
 		if x != nil && x.err == nil {
 			return x.v

@@ -5,11 +5,7 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
-
-	"github.com/redfence/redfence/lua"
 )
 
 // Unlock gives up this lease's level of the hold, and releases the lock,
@@ -39,10 +35,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
 		return retryBusy(l.c, ctx, func(ctx context.Context) (int64, error) {
-			if l.c.rl != nil {
-				return l.c.releaseQuorum(ctx, l.keys, l.owner, l.token, l.level)
-			}
-			return lua.Release(ctx, l.c.rdb, l.keys, string(l.owner), l.token, l.level, l.c.cfg.tokens)
+			return l.c.be.release(ctx, l.keys, l.owner, l.token, l.level)
 		})
 	}, nil)
 	n, err := out.v, out.err
@@ -67,81 +60,10 @@ func (l *Lease) unlock(ctx context.Context) error {
 // have left, waiting at most CleanupBudget/2 for Redis; past that the undo
 // goes on in the background. It returns nil once Redis confirmed they are
 // gone (or never were).
-func (r *call) undo() error {
-	c := r.c
-	if c.rl != nil {
-		r.undoQuorum(r.req) // a node that does not answer keeps the level until its lease ends
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
-	defer cancel()
-	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
-		return retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
-			return lua.Abandon(context.WithoutCancel(ctx), c.rdb, r.keys, &r.req)
-		})
-	}, func(_ bool, err error) {
-		if err != nil {
-			r.undoInBackground()
-		}
-	})
-	switch {
-	case !out.known:
-		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.req.Level)
-		return errors.New("the undo is still in flight")
-	case out.err != nil:
-		r.undoInBackground()
-		return fmt.Errorf("the undo failed and is retried in the background: %w", out.err)
-	}
-	c.debug("reentrant: undone", "name", r.name, "level", r.req.Level, "removed", out.v)
-	return nil
-}
+func (r *call) undo() error { return r.c.be.undo(r) }
 
-// undoInBackground retries removing r's level and queue entry until Redis
-// confirms it, the lease it belonged to would have expired anyway, or the
-// client closes.
-func (r *call) undoInBackground() {
-	c, req := r.c, r.req
-	if c.rl != nil {
-		r.undoQuorum(r.req)
-		return
-	}
-	giveUp := time.Now().Add(r.cfg.ttl)
-	c.goBackground(func() {
-		for delay := 10 * time.Millisecond; time.Now().Before(giveUp); delay = min(2*delay, time.Second) {
-			_, err := lua.Abandon(c.bg, c.rdb, r.keys, &req)
-			if err == nil || lua.IsRefusal(err) {
-				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
-				return
-			}
-			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", delay)
-			select {
-			case <-c.bg.Done():
-				return
-			case <-time.After(delay):
-			}
-		}
-		c.cfg.log.Warn("reentrant: gave up undoing an acquisition; its level expires with the lease",
-			"name", r.name, "level", req.Level)
-	})
-}
+// undoInBackground removes r's level and queue entry without waiting.
+func (r *call) undoInBackground() { r.c.be.undoInBackground(r) }
 
-// leave takes a waiter of a closing client out of the queue (and gives on a
-// lock just handed to it), waiting at most CleanupBudget/2 for Redis with
-// a client that honours its context; nothing is left in the background.
-// Should it fail, the waiter's place is handed over in its turn and
-// expires after the claim time.
-func (r *call) leave() error {
-	if r.c.rl != nil {
-		r.undoQuorum(r.req)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
-	defer cancel()
-	_, err := retryBusy(r.c, ctx, func(ctx context.Context) (bool, error) {
-		return lua.Abandon(ctx, r.c.rdb, r.keys, &r.req)
-	})
-	if err != nil {
-		return fmt.Errorf("leaving the queue: %w", err)
-	}
-	return nil
-}
+// leave takes a waiter of a closing client out of the queue.
+func (r *call) leave() error { return r.c.be.leave(r) }

@@ -184,7 +184,7 @@ func (r *renewer) renew(batch []*ownership) {
 	}
 	ctx, cancel := context.WithTimeout(r.c.bg, longest)
 	defer cancel()
-	res := r.c.extendBatch(ctx, reqs)
+	res := r.c.be.extendBatch(ctx, reqs)
 	r.again(ctx, reqs, res)
 	for i, o := range batch {
 		o.renewed(res[i])
@@ -203,14 +203,14 @@ func (r *renewer) again(ctx context.Context, reqs []lua.ExtendReq, res []lua.Ext
 	for delay := busyMin; ; delay = min(2*delay, busyMax) {
 		var idx []int
 		for i := range res {
-			if r.c.transient(res[i].Err) {
+			if r.c.be.transient(res[i].Err) {
 				idx = append(idx, i)
 			}
 		}
 		if len(idx) == 0 {
 			return
 		}
-		r.c.reload(ctx)
+		r.c.be.reload(ctx)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -222,7 +222,7 @@ func (r *renewer) again(ctx context.Context, reqs []lua.ExtendReq, res []lua.Ext
 		for j, i := range idx {
 			retry[j] = reqs[i]
 		}
-		for j, x := range r.c.extendBatch(ctx, retry) {
+		for j, x := range r.c.be.extendBatch(ctx, retry) {
 			res[idx[j]] = x
 		}
 	}
@@ -248,13 +248,4 @@ func (o *ownership) renewed(r lua.ExtendResult) {
 		o.c.cfg.log.Warn("reentrant: renewal failed", "name", o.key.name, "token", uint64(o.token), "err", r.Err)
 		o.c.emit(Event{Kind: RenewFailed, Name: o.key.name, Token: o.token, Err: r.Err})
 	}
-}
-
-// extendBatch sends the renewals of reqs: one pipeline, or on a Redlock one
-// per node.
-func (c *Client) extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
-	if c.rl != nil {
-		return c.extendBatchQuorum(ctx, reqs)
-	}
-	return lua.ExtendBatch(ctx, c.rdb, reqs, c.cfg.tokens)
 }

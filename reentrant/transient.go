@@ -2,9 +2,7 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,17 +55,6 @@ func busy(err error) bool {
 	return false
 }
 
-// transient reports an error to try again after: busy, or on a Cluster a
-// connection that could not be made.
-func (c *Client) transient(err error) bool {
-	if busy(err) {
-		return true
-	}
-	var op *net.OpError
-	_, cluster := c.rdb.(*redis.ClusterClient)
-	return cluster && errors.As(err, &op) && op.Op == "dial"
-}
-
 // retryBusy runs f, and again while it fails with a transient error, ctx
 // is live and less than busyLimit has passed, sleeping between attempts
 // with backoff and jitter. It returns f's last result, its error joined
@@ -76,10 +63,10 @@ func retryBusy[T any](c *Client, ctx context.Context, f func(context.Context) (T
 	give := time.Now().Add(busyLimit)
 	for delay := busyMin; ; delay = min(2*delay, busyMax) {
 		v, err := f(ctx)
-		if !c.transient(err) {
+		if !c.be.transient(err) {
 			return v, err
 		}
-		c.reload(ctx)
+		c.be.reload(ctx)
 		d := delay/2 + rand.N(delay/2+1)
 		if time.Now().Add(d).After(give) {
 			return v, err
@@ -92,14 +79,5 @@ func retryBusy[T any](c *Client, ctx context.Context, f func(context.Context) (T
 			return v, join(ctx.Err(), err)
 		case <-t.C:
 		}
-	}
-}
-
-// reload has a Cluster client learn the slots' owners anew, as go-redis
-// does by itself after MOVED, but not after CLUSTERDOWN or a failed dial,
-// nor on the connections of WithReplicaAck, which go to one node.
-func (c *Client) reload(ctx context.Context) {
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		cc.ReloadState(ctx)
 	}
 }

@@ -42,13 +42,14 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if err != nil {
 		return nil, err
 	}
-	if c.rl != nil {
-		if !c.track() {
-			return nil, ErrClosed
-		}
-		defer c.wg.Done()
-		return r.lockQuorum(ctx)
-	}
+	return c.be.lock(ctx, r)
+}
+
+// lock waits in the lock's queue: registered with the notifier before its
+// first attempt, it is woken by the handoff a release publishes, and polls
+// for a holder that died or a handoff never claimed.
+func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
+	c, name := s.c, r.name
 	var first time.Duration // the strategy's first backoff, asked once
 	if s := r.cfg.retry; s != nil {
 		first = s.Backoff(1)
@@ -62,7 +63,7 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	}
 	// Registered before the first request, so that a handoff published
 	// right after it finds this waiter.
-	w, err := c.note.register(ctx, r.keys.Lock, r.req.Level)
+	w, err := s.note.register(ctx, r.keys.Lock, r.req.Level)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, 
 	if err = r.again(ctx, err); err != nil || l != nil {
 		return l, err
 	}
-	c.note.listen(w)
+	s.note.listen(w)
 	polls := 1
 	delay := first
 	if r.cfg.retry == nil {

@@ -1,0 +1,269 @@
+package reentrant
+
+// The single backend: locks on one Redis deployment (standalone, Sentinel
+// or Cluster, through go-redis's UniversalClient), waiting in the lock's
+// queue for a handoff.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// single is the backend of a Client built by New.
+type single struct {
+	c       *Client
+	rdb     redis.UniversalClient
+	note    *notifier
+	retries bool // the go-redis client may re-send a command on its own
+}
+
+func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
+	return &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id), retries: retries(rdb)}
+}
+
+func (s *single) release(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
+	return lua.Release(ctx, s.rdb, k, string(owner), tok, level, s.c.cfg.tokens)
+}
+
+func (s *single) extend(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
+	return lua.Extend(ctx, s.rdb, k, string(owner), tok, ttl, s.c.cfg.tokens)
+}
+
+// extendBatch sends the renewals in one pipeline.
+func (s *single) extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
+	return lua.ExtendBatch(ctx, s.rdb, reqs, s.c.cfg.tokens)
+}
+
+func (s *single) inspect(ctx context.Context, k lua.Keys) (lua.State, error) {
+	return lua.Inspect(ctx, s.rdb, k)
+}
+
+func (s *single) force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error) {
+	return lua.Force(ctx, s.rdb, k, tok, s.c.cfg.identity, s.c.cfg.tokens)
+}
+
+// askPolicy asks the server, or on a Cluster every primary.
+func (s *single) askPolicy(ctx context.Context) error {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		var errs []error
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			if err := policyOf(ctx, node); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
+		return join(append(errs, err)...)
+	}
+	return policyOf(ctx, s.rdb)
+}
+
+// transient reports an error to try again after: busy, or on a Cluster a
+// connection that could not be made.
+func (s *single) transient(err error) bool {
+	if busy(err) {
+		return true
+	}
+	var op *net.OpError
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	return cluster && errors.As(err, &op) && op.Op == "dial"
+}
+
+// reload has a Cluster client learn the slots' owners anew, as go-redis
+// does by itself after MOVED, but not after CLUSTERDOWN or a failed dial,
+// nor on the connections of WithReplicaAck, which go to one node.
+func (s *single) reload(ctx context.Context) {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
+}
+
+func (s *single) close() error { return s.note.close() }
+
+// acquire runs one attempt, sent again while a Cluster answers that it is
+// busy (see retryBusy). The lease's clock starts when the attempt that ran
+// was sent, before the server could have started the TTL, so local expiry
+// errs on the early side.
+//
+// When the attempt fails in a way that leaves its outcome unknown (no
+// reply, the read timed out, the caller's context ended first), the script
+// may still have run and left the owner a level of the lock with no lease to
+// show for it, or a waiter in the queue. acquire then undoes exactly that
+// level and queue entry, if they exist: within CleanupBudget when the
+// caller is still there, in the background otherwise.
+func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, error) {
+	c := s.c
+	type reply struct {
+		a     lua.Acquired
+		acked int
+		sent  time.Time // when the last attempt left
+	}
+	// left says whether an attempt whose caller has gone left something to
+	// undo: a level, or (a waiter's) a place in the queue.
+	left := func(rep reply, err error) bool {
+		if err != nil {
+			return mayHaveRun(err, s.retries)
+		}
+		return rep.a.OK || r.req.Waiter != nil
+	}
+	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (reply, error) {
+			sent := time.Now()
+			a, acked, err := s.runAcquire(ctx, r, poll)
+			return reply{a, acked, sent}, err
+		})
+	}, func(rep reply, err error) {
+		if left(rep, err) {
+			r.undoInBackground()
+		}
+	})
+	rep, err := out.v, out.err
+	switch {
+	case out.ended && !out.known:
+		return acquired{}, join(ErrNotAcquired, err)
+	case out.ended:
+		// The caller has gone: whatever the attempt did is undone.
+		if left(rep, err) {
+			err = join(err, r.undo())
+		}
+		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
+	case err == nil && rep.a.TooDeep:
+		return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, rep.a.Depth)
+	case err == nil && rep.a.OK && rep.acked < c.cfg.ackReplicas:
+		return acquired{}, join(
+			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
+			r.undo())
+	case err == nil:
+		return acquired{Acquired: rep.a, sent: rep.sent}, nil
+	case mayHaveRun(err, s.retries):
+		if uerr := r.undo(); uerr != nil {
+			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, r.cfg.ttl, uerr)
+		}
+	}
+	if cerr := ctxErr(ctx); cerr != nil {
+		return acquired{}, join(ErrNotAcquired, cerr, err)
+	}
+	return acquired{}, err
+}
+
+// runAcquire runs the acquire script, followed by WAIT on the same
+// connection when replica acknowledgement is on; acked is the number of
+// replicas that acknowledged (0 when it is off). An attempt expected to
+// acquire sends both in one round trip. A waiter's poll (poll) sends WAIT
+// only once the script granted the lock: a WAIT after a poll that changed
+// nothing would still block for its whole timeout while a replica lags.
+func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a lua.Acquired, acked int, err error) {
+	c := s.c
+	if c.cfg.ackReplicas == 0 {
+		a, err = lua.Acquire(ctx, s.rdb, r.keys, &r.req)
+		return a, 0, err
+	}
+	var node *redis.Client
+	switch rdb := s.rdb.(type) {
+	case *redis.Client:
+		node = rdb
+	case *redis.ClusterClient:
+		if node, err = rdb.MasterForKey(ctx, r.keys.Lock); err != nil {
+			return a, 0, err
+		}
+	}
+	if !poll {
+		a, n, err := lua.AcquireAcked(ctx, node, r.keys, &r.req, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		return a, int(n), err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	if a, err = lua.Acquire(ctx, conn, r.keys, &r.req); err != nil || !a.OK {
+		return a, 0, err
+	}
+	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
+	if err != nil {
+		// The script granted the lock; whether the replicas have it is
+		// unknown, so the caller must undo it, whatever the error says.
+		return lua.Acquired{}, 0, &grantedError{err}
+	}
+	return a, n, nil
+}
+
+// undo removes the level, and the queue entry, that an attempt of r may
+// have left, waiting at most CleanupBudget/2 for Redis; past that the undo
+// goes on in the background. It returns nil once Redis confirmed they are
+// gone (or never were).
+func (s *single) undo(r *call) error {
+	c := s.c
+	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
+	defer cancel()
+	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
+			return lua.Abandon(context.WithoutCancel(ctx), s.rdb, r.keys, &r.req)
+		})
+	}, func(_ bool, err error) {
+		if err != nil {
+			s.undoInBackground(r)
+		}
+	})
+	switch {
+	case !out.known:
+		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.req.Level)
+		return errors.New("the undo is still in flight")
+	case out.err != nil:
+		s.undoInBackground(r)
+		return fmt.Errorf("the undo failed and is retried in the background: %w", out.err)
+	}
+	c.debug("reentrant: undone", "name", r.name, "level", r.req.Level, "removed", out.v)
+	return nil
+}
+
+// undoInBackground retries removing r's level and queue entry until Redis
+// confirms it, the lease it belonged to would have expired anyway, or the
+// client closes.
+func (s *single) undoInBackground(r *call) {
+	c, req := s.c, r.req
+	giveUp := time.Now().Add(r.cfg.ttl)
+	c.goBackground(func() {
+		for delay := 10 * time.Millisecond; time.Now().Before(giveUp); delay = min(2*delay, time.Second) {
+			_, err := lua.Abandon(c.bg, s.rdb, r.keys, &req)
+			if err == nil || lua.IsRefusal(err) {
+				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
+				return
+			}
+			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", delay)
+			select {
+			case <-c.bg.Done():
+				return
+			case <-time.After(delay):
+			}
+		}
+		c.cfg.log.Warn("reentrant: gave up undoing an acquisition; its level expires with the lease",
+			"name", r.name, "level", req.Level)
+	})
+}
+
+// leave takes a waiter of a closing client out of the queue (and gives on a
+// lock just handed to it), waiting at most CleanupBudget/2 for Redis with
+// a client that honours its context; nothing is left in the background.
+// Should it fail, the waiter's place is handed over in its turn and
+// expires after the claim time.
+func (s *single) leave(r *call) error {
+	c := s.c
+	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
+	defer cancel()
+	_, err := retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
+		return lua.Abandon(ctx, s.rdb, r.keys, &r.req)
+	})
+	if err != nil {
+		return fmt.Errorf("leaving the queue: %w", err)
+	}
+	return nil
+}
