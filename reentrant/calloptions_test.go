@@ -178,6 +178,11 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Equal(t, `reentrant: lock "`+name+`": not acquired: context deadline exceeded`, err.Error())
+		var op *reentrant.OpError
+		require.ErrorAs(t, err, &op)
+		require.Equal(t, "lock", op.Op)
+		require.Equal(t, name, op.Name)
+		require.ErrorIs(t, op.Err, reentrant.ErrNotAcquired)
 
 		_, err = c.TryLock(t.Context(), name)
 		require.Equal(t, `reentrant: trylock "`+name+`": not acquired: held by another owner or others wait for it`, err.Error())

@@ -33,7 +33,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.own.cfg.ttl)
 		defer cancel()
-		err = joinWith(listSep, []error{err, l.Unlock(uctx)})
+		err = joinWith("; ", []error{err, l.Unlock(uctx)})
 	}()
 	return fn(fctx, l.Token())
 }

@@ -10,73 +10,74 @@ import (
 )
 
 // The errors of this package. Test them with errors.Is; each method's doc
-// names the ones it returns. Every error a method returns is one line of
-// the form `reentrant: <operation> "<lock name>": <what>: <cause>`, and
-// wraps the Redis error it came from, so errors.As finds go-redis's and
-// net's errors.
+// names the ones it returns. Every error a method returns is an *OpError,
+// one line of the form `reentrant: <operation> "<lock name>": <what>:
+// <cause>`, and wraps the Redis error it came from, so errors.As finds
+// go-redis's and net's errors. A lease's context ends with one of these
+// errors as its cause, not wrapped.
 var (
 	// ErrNotAcquired reports that the lock is held by another owner: at
 	// once from TryLock, or from Lock with the context's error when the
 	// context ended the wait, or when its retry strategy gave up.
-	ErrNotAcquired = errors.New("reentrant: not acquired")
+	ErrNotAcquired = errors.New("not acquired")
 
 	// ErrNotHeld reports that the caller does not hold the lock it tried to
 	// release, extend or check: the lease was already unlocked, expired, or
 	// another ownership took the lock since.
-	ErrNotHeld = errors.New("reentrant: not held")
+	ErrNotHeld = errors.New("not held")
 
 	// ErrLost is what a lease's context is cancelled with when the lease
 	// ends other than by Unlock; the cause is one of ErrGone,
 	// ErrUnconfirmed or ErrLeaseClosed, each of which is ErrLost.
 	// errors.Is(ErrLost, ErrNotHeld) holds.
-	ErrLost error = &subError{"reentrant: lease lost", []error{ErrNotHeld}}
+	ErrLost error = &subError{"lease lost", []error{ErrNotHeld}}
 
 	// ErrGone is the cause of a lease lost because Redis says its ownership
 	// no longer holds the lock: its lease ran out there, another ownership
 	// took it, an operator forced it ([Client.ForceUnlock]) or deleted the
 	// lock's keys. errors.Is(ErrGone, ErrLost) holds.
-	ErrGone error = &subError{"reentrant: lease lost: ownership gone from Redis", []error{ErrLost}}
+	ErrGone error = &subError{"lease lost: ownership gone from Redis", []error{ErrLost}}
 
 	// ErrUnconfirmed is the cause of a lease lost because no renewal was
 	// confirmed before its local deadline (the TTL less the safety margin,
 	// on this process's clock): Redis was unreachable, slow or failing
 	// over. Redis may still hold the lock for it until the TTL runs out
 	// there. errors.Is(ErrUnconfirmed, ErrLost) holds.
-	ErrUnconfirmed error = &subError{"reentrant: lease lost: no renewal confirmed in time", []error{ErrLost}}
+	ErrUnconfirmed error = &subError{"lease lost: no renewal confirmed in time", []error{ErrLost}}
 
 	// ErrLeaseClosed is the cause of a lease ended by [Client.Close]: its
 	// renewal stopped, so the holder must stop too, although Redis keeps
 	// the lock until Unlock or the TTL. errors.Is holds for both ErrLost
 	// and ErrClosed.
-	ErrLeaseClosed error = &subError{"reentrant: lease lost: client closed", []error{ErrLost, ErrClosed}}
+	ErrLeaseClosed error = &subError{"lease lost: client closed", []error{ErrLost, ErrClosed}}
 
 	// ErrReleased is the cause a lease's context is cancelled with after a
 	// successful Unlock.
-	ErrReleased = errors.New("reentrant: lease released")
+	ErrReleased = errors.New("lease released")
 
 	// ErrTooDeep reports a reentry that would hold the lock deeper than
 	// WithMaxDepth allows. Nothing changed: the hold keeps its depth.
-	ErrTooDeep = errors.New("reentrant: reentry too deep")
+	ErrTooDeep = errors.New("reentry too deep")
 
 	// ErrInvalid reports a bad argument: an empty or over-long name, a TTL
 	// out of range, a nil client, an option value out of range.
-	ErrInvalid = errors.New("reentrant: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
 
 	// ErrNotReplicated reports an acquisition that fewer replicas than
 	// WithReplicaAck asks for acknowledged in time. It was undone: no lease
 	// and no token were handed out.
-	ErrNotReplicated = errors.New("reentrant: not acknowledged by enough replicas")
+	ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 
 	// ErrEvictionPolicy reports a server whose maxmemory-policy may evict
 	// the fencing counter (allkeys-lru, allkeys-lfu, allkeys-random): tokens
 	// would restart at 1. Lock and TryLock return it before acquiring
 	// anything unless the client was built WithEvictionAllowed or
 	// WithTimeTokens.
-	ErrEvictionPolicy = errors.New("reentrant: server may evict the fencing counter")
+	ErrEvictionPolicy = errors.New("server may evict the fencing counter")
 
 	// ErrClosed reports a call on a Client after Close, and is the cause a
 	// lease's context is cancelled with when its Client closes.
-	ErrClosed = errors.New("reentrant: client closed")
+	ErrClosed = errors.New("client closed")
 
 	// ErrForeign reports a lock key (the lock's hash, its counter or its
 	// queue) holding a value redfence did not write: another program's
@@ -109,97 +110,53 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// opError is an error of one operation on one lock. It prints on one line,
-// the operation and the lock first, then each cause; errors.Is and
-// errors.As see every cause.
-type opError struct {
-	op, name string
-	errs     []error
+// OpError is the error of one operation on one lock, shaped like
+// os.PathError: "reentrant: <Op> "<Name>": <Err>". errors.Is and errors.As
+// see through it to Err and its causes.
+type OpError struct {
+	Op   string // "lock", "trylock", "unlock", "extend", "ttl", "inspect", "force unlock", "do"
+	Name string // the lock's name, as given
+	Err  error
 }
 
+func (e *OpError) Error() string {
+	return "reentrant: " + e.Op + " " + strconv.Quote(e.Name) + ": " + e.Err.Error()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
 // opErr returns nil when err is nil, and otherwise err as an error of op on
-// the lock name. The causes of a join become the opError's own.
+// the lock name (err itself when it is that already).
 func opErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if e, ok := err.(*opError); ok && e.op == op && e.name == name {
+	if e, ok := err.(*OpError); ok && e.Op == op && e.Name == name {
 		return err
 	}
-	e := &opError{op: op, name: name, errs: []error{err}}
-	if j, ok := err.(*joined); ok && j.sep == causeSep {
-		e.errs = j.errs
-	}
-	return e
+	return &OpError{Op: op, Name: name, Err: err}
 }
 
-// The separators of a join: a cause follows what it caused; independent
-// failures (fn's and Unlock's in Do) are listed.
-const (
-	causeSep = ": "
-	listSep  = "; "
-)
+// join returns the non-nil errs as one error, each followed by its cause
+// ("a: b: c"), as fmt.Errorf's %w verbs make it: errors.Is and errors.As
+// see every one. It returns nil if there are none, and the only one as it
+// is.
+func join(errs ...error) error { return joinWith(": ", errs) }
 
-// joined is errors.Join on one line: errs printed in order, separated by
-// sep, each without this package's prefix.
-type joined struct {
-	errs []error
-	sep  string
-}
-
-// join returns the non-nil errs as one error with causes separated by
-// ": ", nil if there are none, and the only one as it is.
-func join(errs ...error) error { return joinWith(causeSep, errs) }
-
+// joinWith is join with another separator: "; " lists independent
+// failures (fn's and Unlock's in Do).
 func joinWith(sep string, errs []error) error {
-	var j joined
+	var args []any
 	for _, err := range errs {
 		if err != nil {
-			j.errs = append(j.errs, err)
+			args = append(args, err)
 		}
 	}
-	switch len(j.errs) {
+	switch len(args) {
 	case 0:
 		return nil
 	case 1:
-		return j.errs[0]
+		return args[0].(error)
 	}
-	j.sep = sep
-	return &j
-}
-
-func (j *joined) Error() string {
-	parts := make([]string, len(j.errs))
-	for i, err := range j.errs {
-		parts[i] = oneLine(err)
-	}
-	return strings.Join(parts, j.sep)
-}
-
-func (j *joined) Unwrap() []error { return j.errs }
-
-func (e *opError) Error() string {
-	var b strings.Builder
-	b.WriteString("reentrant: ")
-	b.WriteString(e.op)
-	b.WriteByte(' ')
-	b.WriteString(strconv.Quote(e.name))
-	for _, err := range e.errs {
-		b.WriteString(": ")
-		b.WriteString(oneLine(err))
-	}
-	return b.String()
-}
-
-func (e *opError) Unwrap() []error { return e.errs }
-
-// oneLine is err's message on one line, without this package's prefix
-// unless err names its own operation and lock.
-func oneLine(err error) string {
-	s := err.Error()
-	if _, ok := err.(*opError); !ok {
-		s = strings.TrimPrefix(s, "reentrant: ")
-	}
-	s = strings.ReplaceAll(s, "\nreentrant: ", "; ")
-	return strings.ReplaceAll(s, "\n", "; ")
+	return fmt.Errorf(strings.Repeat("%w"+sep, len(args)-1)+"%w", args...)
 }
