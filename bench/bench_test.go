@@ -44,7 +44,7 @@ func testEnv(t *testing.T, addr string, sys system, cfg config) *env {
 		_ = rdb.Close()
 		_ = admin.Close()
 	})
-	return &env{cfg: cfg, sys: sys, lk: lk, rdb: rdb, reqs: reqs, admin: admin}
+	return &env{cfg: cfg, sys: sys, lk: lk, rdb: rdb, rdbs: []*redis.Client{rdb}, reqs: reqs, admin: admin, admins: []*redis.Client{admin}}
 }
 
 var briefly = config{
@@ -178,5 +178,69 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestRedlockNodes runs the benchmark on three nodes: redislock is left
+// out, redfence runs as a Redlock and redsync on every node, and the
+// server figures are summed over the nodes (redsync's pair is SET NX and
+// the release script on each of the three, at least 12 commands; one node
+// alone would show 4).
+func TestRedlockNodes(t *testing.T) {
+	addrs := []string{testServer(t), testServer(t), testServer(t)}
+	var out, logw strings.Builder
+	all, err := pick(systems(), "redislock,redsync,redfence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wls, err := pickWorkloads("w1,w3,mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := briefly
+	cfg.check = 2 * time.Second // 32 critical sections on a Redlock of a loaded machine
+	if err := run(t.Context(), cfg, addrs, all, wls, &out, &logw); err != nil {
+		t.Fatalf("run: %v\n%s", err, logw.String())
+	}
+	rep := out.String()
+	for _, want := range []string{"Redlock on 3 independent masters", "| floor |", "redsync", "redfence"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+	if strings.Contains(rep, "| redislock |") || !strings.Contains(logw.String(), "redislock runs on one node only") {
+		t.Errorf("redislock was not left out:\n%s\n%s", rep, logw.String())
+	}
+	if strings.Contains(rep, "per held lock") {
+		t.Errorf("the memory workload ran on several nodes:\n%s", rep)
+	}
+
+	reqs := new(atomic.Int64)
+	var rdbs, admins []*redis.Client
+	for _, addr := range addrs {
+		rdb, admin := newClient(addr, reqs), redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _, _ = rdb.Close(), admin.Close() })
+		rdbs, admins = append(rdbs, rdb), append(admins, admin)
+	}
+	lk, err := redsyncSystem().openN(rdbs, briefly.ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{cfg: briefly, sys: redsyncSystem(), lk: lk, rdb: rdbs[0], rdbs: rdbs, reqs: reqs, admin: admins[0], admins: admins}
+	ms, err := uncontended(t.Context(), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range ms {
+		if m.name == "server commands per pair" {
+			found = true
+			if m.value < 12 {
+				t.Errorf("redsync on 3 nodes: %.2f server commands per pair, want at least 12 (summed over the nodes)", m.value)
+			}
+		}
+	}
+	if !found {
+		t.Error("W1 reported no server commands per pair")
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // machine describes where the figures came from.
-func machine(ctx context.Context, admin *redis.Client) []string {
+func machine(ctx context.Context, admin *redis.Client, nodes int) []string {
 	srv := map[string]string{}
 	if info, err := admin.Info(ctx, "server", "memory").Result(); err == nil {
 		srv = infoFields(info)
@@ -23,7 +23,7 @@ func machine(ctx context.Context, admin *redis.Client) []string {
 		"CPU: " + cpuModel(),
 		fmt.Sprintf("cores: %d (GOMAXPROCS %d), shared by redis-server and the clients", runtime.NumCPU(), runtime.GOMAXPROCS(0)),
 		"kernel: " + firstLine("/proc/sys/kernel/osrelease"),
-		fmt.Sprintf("redis-server %s (%s), one instance on loopback, no persistence", srv["redis_version"], srv["mem_allocator"]),
+		fmt.Sprintf("redis-server %s (%s), %s on loopback, no persistence", srv["redis_version"], srv["mem_allocator"], instances(nodes)),
 		"go: " + runtime.Version(),
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -64,4 +64,11 @@ func firstLine(path string) string {
 	b, _ := io.ReadAll(io.LimitReader(f, 256))
 	line, _, _ := strings.Cut(string(b), "\n")
 	return line
+}
+
+func instances(n int) string {
+	if n == 1 {
+		return "one instance"
+	}
+	return fmt.Sprintf("%d instances", n)
 }

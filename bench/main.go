@@ -47,12 +47,19 @@ func bench() int {
 	flag.BoolVar(&cfg.linger, "linger", true, "memory: wait until released state that expires later has expired, for systems that have such state, and measure again")
 	wl := flag.String("workloads", "w1,w2,w3,mem,renew", "workloads to run, comma-separated")
 	sl := flag.String("systems", "floor,redislock,redsync,redfence", "systems to run, comma-separated; floor always runs")
+	nodes := flag.Int("nodes", 1, "independent masters to start (1, or an odd number from 3): above 1, redfence runs as a Redlock (NewRedlock) and redsync on every node, floor stays on the first node as the baseline, redislock, memory and renewal are left out")
 	addr := flag.String("addr", "", "use the redis-server at this address instead of starting one; it must be empty and it will be FLUSHALLed, so give only a server you own")
 	bin := flag.String("redis-server", "", "the redis-server to start (default $"+serverVar+", else redis-server from PATH)")
 	flag.Parse()
 
 	if err := cfg.validate(); err != nil {
 		return usage(err)
+	}
+	switch {
+	case *nodes != 1 && (*nodes < 3 || *nodes%2 == 0):
+		return usage(fmt.Errorf("-nodes %d: 1, or an odd number from 3", *nodes))
+	case *nodes != 1 && *addr != "":
+		return usage(errors.New("-nodes starts its own servers; give it without -addr"))
 	}
 	sys, err := pick(systems(), *sl)
 	if err != nil {
@@ -64,20 +71,24 @@ func bench() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	addrs := []string{*addr}
 	if *addr == "" {
 		path, err := serverBinary(*bin)
 		if err != nil {
 			return usage(err)
 		}
-		s, err := startServer(path)
-		if err != nil {
-			return usage(err)
+		addrs = addrs[:0]
+		for range *nodes {
+			s, err := startServer(path)
+			if err != nil {
+				return usage(err)
+			}
+			defer s.stop()
+			addrs = append(addrs, s.addr)
+			fmt.Fprintf(os.Stderr, "bench: started %s on %s (pid %d)\n", path, s.addr, s.cmd.Process.Pid)
 		}
-		defer s.stop()
-		*addr = s.addr
-		fmt.Fprintf(os.Stderr, "bench: started %s on %s (pid %d)\n", path, s.addr, s.cmd.Process.Pid)
 	}
-	if err := run(ctx, cfg, *addr, sys, wls, os.Stdout, os.Stderr); err != nil {
+	if err := run(ctx, cfg, addrs, sys, wls, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: FAIL:", err)
 		return 1
 	}
@@ -129,31 +140,53 @@ func pickWorkloads(csv string) ([]workload, error) {
 }
 
 // run checks every system's mutual exclusion, then runs cfg.rounds rounds
-// of every workload on every system against the empty server at addr, and
-// writes the report to out; progress goes to logw.
-func run(ctx context.Context, cfg config, addr string, sys []system, wls []workload, out, logw io.Writer) error {
-	admin := redis.NewClient(&redis.Options{Addr: addr})
-	defer admin.Close()
-	if n, err := admin.DBSize(ctx).Result(); err != nil {
-		return err
-	} else if n != 0 {
-		return fmt.Errorf("the server at %s holds %d keys; the benchmark empties its server with FLUSHALL, so it runs only on an empty one", addr, n)
+// of every workload on every system against the empty servers at addrs
+// (one, or a Redlock's nodes), and writes the report to out; progress goes
+// to logw.
+func run(ctx context.Context, cfg config, addrs []string, all []system, wls []workload, out, logw io.Writer) error {
+	admins := make([]*redis.Client, len(addrs))
+	for i, addr := range addrs {
+		admins[i] = redis.NewClient(&redis.Options{Addr: addr})
+		defer admins[i].Close()
+		if n, err := admins[i].DBSize(ctx).Result(); err != nil {
+			return err
+		} else if n != 0 {
+			return fmt.Errorf("the server at %s holds %d keys; the benchmark empties its server with FLUSHALL, so it runs only on an empty one", addr, n)
+		}
 	}
-	envs := make([]*env, len(sys))
-	for i, s := range sys {
+	admin := admins[0]
+	var sys []system
+	var envs []*env
+	for _, s := range all {
 		reqs := new(atomic.Int64)
-		rdb := newClient(addr, reqs)
-		defer rdb.Close()
-		lk, err := s.open(rdb, cfg.ttl)
+		rdbs := make([]*redis.Client, len(addrs))
+		for i, addr := range addrs {
+			rdbs[i] = newClient(addr, reqs)
+			defer rdbs[i].Close()
+		}
+		var lk locker
+		var err error
+		switch {
+		case len(addrs) == 1 || s.name == "floor":
+			lk, err = s.open(rdbs[0], cfg.ttl)
+		case s.openN != nil:
+			lk, err = s.openN(rdbs, cfg.ttl)
+		default:
+			fmt.Fprintf(logw, "bench: %s runs on one node only: left out\n", s.name)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		defer lk.close()
-		envs[i] = &env{cfg: cfg, sys: s, lk: lk, rdb: rdb, reqs: reqs, admin: admin}
+		sys = append(sys, s)
+		envs = append(envs, &env{cfg: cfg, sys: s, lk: lk, rdb: rdbs[0], rdbs: rdbs, reqs: reqs, admin: admin, admins: admins})
 	}
 	for _, e := range envs {
-		if err := admin.FlushAll(ctx).Err(); err != nil {
-			return err
+		for _, a := range admins {
+			if err := a.FlushAll(ctx).Err(); err != nil {
+				return err
+			}
 		}
 		if err := checkExclusion(ctx, e.lk, "exclusion", cfg.check); err != nil {
 			return fmt.Errorf("%s: %w", e.sys.name, err)
@@ -181,12 +214,17 @@ func run(ctx context.Context, cfg config, addr string, sys []system, wls []workl
 			}
 		}
 	}
-	if err := admin.FlushAll(ctx).Err(); err != nil {
-		return err
+	for _, a := range admins {
+		if err := a.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(out, "# redfence peer benchmark")
+	if len(addrs) > 1 {
+		fmt.Fprintf(out, "\nRedlock on %d independent masters: redfence is reentrant.NewRedlock and redsync uses every node; floor runs on the first node only, the one-node baseline. Server figures are summed over the nodes.\n", len(addrs))
+	}
 	fmt.Fprintln(out)
-	for _, l := range machine(ctx, admin) {
+	for _, l := range machine(ctx, admin, len(addrs)) {
 		fmt.Fprintln(out, "- "+l)
 	}
 	fmt.Fprintf(out, "- settings: rounds %d; TTL %v; W1 %d pairs; W2 %d goroutines, W3 %d goroutines holding %v, %v each; "+

@@ -26,6 +26,9 @@ const (
 // (mem_clients_normal) are subtracted; the key tables' own growth is
 // counted, since a lock pays for it.
 func memory(ctx context.Context, e *env) ([]metric, error) {
+	if e.multi() {
+		return nil, nil
+	}
 	n := e.cfg.names
 	restore, err := pauseLatencyTracking(ctx, e)
 	if err != nil {

@@ -25,6 +25,17 @@ func redfenceSystem() system {
 			}
 			return &redfenceLocker{c}, nil
 		},
+		openN: func(rdbs []*redis.Client, ttl time.Duration) (locker, error) {
+			nodes := make([]redis.UniversalClient, len(rdbs))
+			for i, rdb := range rdbs {
+				nodes[i] = rdb
+			}
+			c, err := reentrant.NewRedlock(nodes, reentrant.WithTTL(ttl))
+			if err != nil {
+				return nil, err
+			}
+			return &redfenceLocker{c}, nil
+		},
 		// With its default strict counter, reentrant keeps each name's
 		// hash (the fencing counter and the last owner) forever. With
 		// WithTimeTokens it expires after WithCounterIdleExpiry (at least

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +27,17 @@ func redsyncSystem() system {
 		name: "redsync",
 		open: func(rdb *redis.Client, ttl time.Duration) (locker, error) {
 			return &redsyncLocker{rs: redsync.New(goredis.NewPool(rdb)), opts: []redsync.Option{
+				redsync.WithExpiry(ttl),
+				redsync.WithTries(math.MaxInt32),
+				redsync.WithRetryDelay(floorPoll),
+			}}, nil
+		},
+		openN: func(rdbs []*redis.Client, ttl time.Duration) (locker, error) {
+			pools := make([]redsyncredis.Pool, len(rdbs))
+			for i, rdb := range rdbs {
+				pools[i] = goredis.NewPool(rdb)
+			}
+			return &redsyncLocker{rs: redsync.New(pools...), opts: []redsync.Option{
 				redsync.WithExpiry(ttl),
 				redsync.WithTries(math.MaxInt32),
 				redsync.WithRetryDelay(floorPoll),

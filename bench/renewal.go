@@ -38,6 +38,9 @@ func renewal(ctx context.Context, e *env) ([]metric, error) {
 		take func(ctx context.Context, i int) (renewed, error)
 		done func() error
 	)
+	if e.multi() {
+		return nil, nil
+	}
 	switch e.sys.name {
 	case "redfence":
 		c, err := reentrant.New(e.rdb, reentrant.WithTTL(e.cfg.renewTTL))

@@ -29,28 +29,34 @@ type serverSnap struct {
 
 // resetStats zeroes commandstats (CONFIG RESETSTAT) and returns a snapshot
 // taken right after, for the CPU baseline.
-func resetStats(ctx context.Context, admin *redis.Client) (serverSnap, error) {
-	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
-		return serverSnap{}, err
+func resetStats(ctx context.Context, admins ...*redis.Client) (serverSnap, error) {
+	for _, admin := range admins {
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			return serverSnap{}, err
+		}
 	}
-	return readStats(ctx, admin)
+	return readStats(ctx, admins...)
 }
 
-func readStats(ctx context.Context, admin *redis.Client) (serverSnap, error) {
-	info, err := admin.Info(ctx, "commandstats", "cpu").Result()
-	if err != nil {
-		return serverSnap{}, err
-	}
+// readStats reads the servers' statistics, summed over admins.
+func readStats(ctx context.Context, admins ...*redis.Client) (serverSnap, error) {
 	s := serverSnap{calls: map[string]int64{}}
-	f := infoFields(info)
-	s.cpu = parseFloat(f["used_cpu_sys"]) + parseFloat(f["used_cpu_user"])
-	for k, v := range f {
-		cmd, ok := strings.CutPrefix(k, "cmdstat_")
-		if !ok {
-			continue
+	for _, admin := range admins {
+		info, err := admin.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			return serverSnap{}, err
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-		s.calls[cmd], _ = strconv.ParseInt(calls, 10, 64)
+		f := infoFields(info)
+		s.cpu += parseFloat(f["used_cpu_sys"]) + parseFloat(f["used_cpu_user"])
+		for k, v := range f {
+			cmd, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			s.calls[cmd] += n
+		}
 	}
 	return s, nil
 }

@@ -30,6 +30,11 @@ type unlocker interface {
 type system struct {
 	name string
 	open func(rdb *redis.Client, ttl time.Duration) (locker, error)
+	// openN opens it on several independent masters (Redlock), with -nodes
+	// above 1; nil for a system that runs on one node only, which is then
+	// left out, but for floor, which stays on the first node as the
+	// baseline.
+	openN func(rdbs []*redis.Client, ttl time.Duration) (locker, error)
 	// linger is how long per-name state left by a release stays before
 	// Redis expires it (none of the four systems has such state now);
 	// 0 when a release leaves nothing that expires later.

@@ -25,15 +25,23 @@ type config struct {
 
 // env is what a workload run gets: one system, its go-redis client and the
 // counter of the commands that client sent, and the admin client that
-// reads and resets the server's statistics.
+// reads and resets the server's statistics. With -nodes above 1, rdbs and
+// admins hold one client per node (rdb and admin are the first node's),
+// and the server figures are summed over the nodes.
 type env struct {
-	cfg   config
-	sys   system
-	lk    locker
-	rdb   *redis.Client
-	reqs  *atomic.Int64
-	admin *redis.Client
+	cfg    config
+	sys    system
+	lk     locker
+	rdb    *redis.Client
+	rdbs   []*redis.Client
+	reqs   *atomic.Int64
+	admin  *redis.Client
+	admins []*redis.Client
 }
+
+// multi reports a run on several nodes (Redlock), where the memory and
+// renewal workloads are not run.
+func (e *env) multi() bool { return len(e.admins) > 1 }
 
 // A workload measures one thing on one system per call. run may skip a
 // system by returning no metrics.
@@ -66,11 +74,13 @@ type window struct {
 // that an earlier run's garbage is not charged to this one, and starts the
 // clocks.
 func begin(ctx context.Context, e *env) (*window, error) {
-	if err := e.admin.FlushAll(ctx).Err(); err != nil {
-		return nil, err
+	for _, a := range e.admins {
+		if err := a.FlushAll(ctx).Err(); err != nil {
+			return nil, err
+		}
 	}
 	runtime.GC()
-	snap, err := resetStats(ctx, e.admin)
+	snap, err := resetStats(ctx, e.admins...)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +97,7 @@ type windowEnd struct {
 
 func (w *window) end(ctx context.Context) (windowEnd, error) {
 	elapsed, cpu, reqs := time.Since(w.t), processCPU()-w.cpu, w.e.reqs.Load()-w.reqs
-	after, err := readStats(ctx, w.e.admin)
+	after, err := readStats(ctx, w.e.admins...)
 	if err != nil {
 		return windowEnd{}, err
 	}
