@@ -216,7 +216,7 @@ type clusterWaited struct {
 // clusterHoldAndWait takes name with one client (TTL 600 ms) and has a
 // second, built with waitOpts, wait for it: the scenarios follow a held lock
 // and its waiter across an event. The clients close when the test ends.
-func clusterHoldAndWait(t *testing.T, ctx context.Context, c *redisproc.Cluster, name string, waitOpts ...reentrant.Option) (*reentrant.Lease, <-chan clusterWaited) {
+func clusterHoldAndWait(t *testing.T, ctx context.Context, c *redisproc.Cluster, name string, waitOpts ...reentrant.ClientOption) (*reentrant.Lease, <-chan clusterWaited) {
 	t.Helper()
 	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(600*time.Millisecond))
 	if err != nil {

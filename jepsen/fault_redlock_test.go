@@ -87,7 +87,7 @@ func runFaultRedlock(t *testing.T, scenario string, n, bad, cycles int, aof bool
 	}
 	store := memory.New()
 	cfg := faultWorkersSize()
-	cfg.newLock = func(_ int, lockOpts []reentrant.Option) (*reentrant.Client, error) {
+	cfg.newLock = func(_ int, lockOpts []reentrant.ClientOption) (*reentrant.Client, error) {
 		nodes := make([]redis.UniversalClient, n)
 		for i, s := range srvs {
 			nodes[i] = s.Client(func(o *redis.Options) { *o = *faultRedisOptions(proxies[i].Addr()) })
@@ -140,7 +140,7 @@ func TestFaultRedlockRestartEmpty(t *testing.T) {
 			store := memory.New()
 			cfg := faultWorkersSize()
 			cfg.workers = 4
-			cfg.newLock = func(holder int, lockOpts []reentrant.Option) (*reentrant.Client, error) {
+			cfg.newLock = func(holder int, lockOpts []reentrant.ClientOption) (*reentrant.Client, error) {
 				nodes := make([]redis.UniversalClient, n)
 				for i, s := range srvs {
 					addr := s.Addr()

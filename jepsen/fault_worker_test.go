@@ -21,26 +21,26 @@ import (
 type faultWorkersConfig struct {
 	workers, steps int
 	gap, ttl       time.Duration
-	lockWait       time.Duration      // bound of one Lock
-	opTimeout      time.Duration      // bound of one write or unlock
-	lockOpts       []reentrant.Option // added to every lock client's
+	lockWait       time.Duration            // bound of one Lock
+	opTimeout      time.Duration            // bound of one write or unlock
+	lockOpts       []reentrant.ClientOption // added to every lock client's
 	// newLock, when set, builds worker i's lock client with opts in place
 	// of reentrant.New on rdb(i) (a Redlock's, say).
-	newLock func(i int, opts []reentrant.Option) (*reentrant.Client, error)
+	newLock func(i int, opts []reentrant.ClientOption) (*reentrant.Client, error)
 }
 
 // faultTokenMode is a token mode that the scenarios losing the fencing
 // counter (a restart without the AOF, a failover) run in, so that the
 // summary shows their repeated tokens side by side.
 type faultTokenMode struct {
-	name   string             // the subtest's
-	suffix string             // appended to the scenario's name in reports
-	opts   []reentrant.Option // added to every lock client's
+	name   string                   // the subtest's
+	suffix string                   // appended to the scenario's name in reports
+	opts   []reentrant.ClientOption // added to every lock client's
 }
 
 var faultTokenModes = []faultTokenMode{
 	{name: "counter"},
-	{name: "time", suffix: "/time", opts: []reentrant.Option{reentrant.WithTimeTokens()}},
+	{name: "time", suffix: "/time", opts: []reentrant.ClientOption{reentrant.WithTimeTokens()}},
 }
 
 func (m faultTokenMode) time() bool { return m.suffix != "" }
@@ -96,7 +96,9 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 	for i := range cfg.workers {
 		newLock := cfg.newLock
 		if newLock == nil {
-			newLock = func(i int, opts []reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb(i), opts...) }
+			newLock = func(i int, opts []reentrant.ClientOption) (*reentrant.Client, error) {
+				return reentrant.New(rdb(i), opts...)
+			}
 		}
 		lc, err := newLock(i, cfg.lockOptions())
 		if err != nil {
@@ -112,8 +114,8 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 
 // lockOptions are the options of every holder's lock client: cfg's TTL,
 // polls at most a TTL apart, and cfg.lockOpts.
-func (cfg faultWorkersConfig) lockOptions() []reentrant.Option {
-	return append([]reentrant.Option{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
+func (cfg faultWorkersConfig) lockOptions() []reentrant.ClientOption {
+	return append([]reentrant.ClientOption{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
 }
 
 // holder is holder proc of lock name on lc, writing keys to store and

@@ -116,7 +116,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 					_, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
-				"qraise": func() error { _, err := lua.QRaise(ctx, rdb, k, "o", "r", 1); return err },
+				"qraise": func() error { _, err := lua.QRaise(ctx, rdb, k, "o", "r", 1, false); return err },
 			}
 			for name, call := range calls {
 				err := call()

@@ -7,6 +7,9 @@
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID of the acquisition (as qacquire.lua)
 -- ARGV[3]  the token (decimal, below 2^53)
+-- ARGV[4]  "held" when the same ownership holds the token on other nodes
+--          (a reentry whose hold is gone here, while this node's counter
+--          may already be the token), else ""
 --
 -- With ARGV[2] "" (a bump, sent by a release to a node the holder's grant
 -- never reached): when the lock is free here (or its lease ran out, which
@@ -15,8 +18,10 @@
 -- already as high). It issues nothing: the token was handed out already.
 --
 -- Returns 1 when the caller holds the lock here at that level and either
--- it was pending and the token is above the counter (t and the counter become the token and the
--- pending mark goes), or t already is the token (a repeated call).
+-- it was pending and the token is above the counter, or equal to it with
+-- ARGV[4] "held" (t and the counter become the token and the pending mark
+-- goes), or t already is the token (a repeated call). "held" never lets a
+-- token below the counter through: a later ownership exists then.
 -- Returns 0 otherwise: the hold is gone (expired, taken by another), the
 -- level is not there, or the token is not above the counter; nothing is
 -- written then. Error "FOREIGN <key>" as the other scripts.
@@ -54,7 +59,7 @@ if not h.p then
   end
   return 0
 end
-if tok <= c then
+if tok < c or (tok == c and ARGV[4] ~= 'held') then
   return 0
 end
 if h.ts then

@@ -49,12 +49,19 @@ func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (QAcq
 }
 
 // QRaise runs qraise.lua, phase 2 of a Redlock acquisition on one node: it
-// reports whether the node now holds r's level with token tok.
-func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, tok fence.Token) (bool, error) {
+// reports whether the node now holds the owner's level with token tok.
+// held says that the ownership holds tok on other nodes already (a reentry
+// that found its hold gone on this one): a counter that already reached tok
+// is accepted then, where a fresh token must be above it.
+func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, tok fence.Token, held bool) (bool, error) {
 	if tok == fence.None {
 		return false, fmt.Errorf("%w: token 0", ErrReply)
 	}
-	v, err := qraiseScript.Run(ctx, rdb, []string{k.Lock, k.Counter}, owner, level, tok.String()).Result()
+	mode := ""
+	if held {
+		mode = "held"
+	}
+	v, err := qraiseScript.Run(ctx, rdb, []string{k.Lock, k.Counter}, owner, level, tok.String(), mode).Result()
 	if err != nil {
 		return false, scriptErr(err)
 	}
@@ -65,5 +72,5 @@ func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string
 // already handed out, so that the node remembers it too; it reports whether
 // it raised it (see qraise.lua).
 func QBump(ctx context.Context, rdb redis.Scripter, k Keys, tok fence.Token) (bool, error) {
-	return QRaise(ctx, rdb, k, "", "", tok)
+	return QRaise(ctx, rdb, k, "", "", tok, false)
 }

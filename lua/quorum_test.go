@@ -29,7 +29,7 @@ func TestQuorumPhases(t *testing.T) {
 			return a
 		}
 		raise := func(owner, level string, tok int) bool {
-			ok, err := lua.QRaise(ctx, rdb, k, owner, level, fenceTok(tok))
+			ok, err := lua.QRaise(ctx, rdb, k, owner, level, fenceTok(tok), false)
 			require.NoError(t, err)
 			return ok
 		}
@@ -96,7 +96,7 @@ func TestQuorumPendingUndone(t *testing.T) {
 		// on a slow machine.)
 		_, err = lua.QAcquire(ctx, rdb, k, r)
 		require.NoError(t, err)
-		ok, err := lua.QRaise(ctx, rdb, k, "o1", "r1", 3)
+		ok, err := lua.QRaise(ctx, rdb, k, "o1", "r1", 3, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = lua.Release(ctx, rdb, k, "o1", 3, "r1", lua.Tokens{})
@@ -118,3 +118,37 @@ func TestQuorumPendingUndone(t *testing.T) {
 }
 
 func fenceTok(n int) fence.Token { return fence.Token(n) }
+
+// A reentry raises a pending hold to the token its ownership holds
+// elsewhere even where the counter already reached that token (held); a
+// fresh raise must be above the counter, and no raise goes below it.
+func TestQuorumRaiseHeld(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		take := func(level string) {
+			a, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
+			require.NoError(t, err)
+			require.True(t, a.OK && a.Pending)
+		}
+		raise := func(level string, tok int, held bool) bool {
+			ok, err := lua.QRaise(ctx, rdb, k, "o1", level, fenceTok(tok), held)
+			require.NoError(t, err)
+			return ok
+		}
+		take("r1")
+		require.True(t, raise("r1", 7, false))
+		// The hold goes (an operator deletes the hash); the counter stays 7.
+		require.NoError(t, rdb.Del(ctx, k.Lock).Err())
+		take("r2")
+		require.False(t, raise("r2", 7, false), "a fresh token must be above the counter")
+		require.False(t, raise("r2", 6, true), "never below the counter, held or not")
+		require.True(t, raise("r2", 7, true), "the ownership's own token, which the counter holds already")
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.True(t, st.Held && !st.Pending)
+		require.EqualValues(t, 7, st.Token)
+		c, err := rdb.Get(ctx, k.Counter).Int()
+		require.NoError(t, err)
+		require.Equal(t, 7, c, "the counter is unchanged")
+	})
+}

@@ -128,7 +128,7 @@ func (m *Metrics) lockSet(k reentrant.EventKind, name string) attribute.Set {
 
 // Option returns the client option that sends the client's events to m:
 // reentrant.New(rdb, m.Option()) is reentrant.WithObserver(m.Observe).
-func (m *Metrics) Option() reentrant.Option { return reentrant.WithObserver(m.Observe) }
+func (m *Metrics) Option() reentrant.ClientOption { return reentrant.WithObserver(m.Observe) }
 
 // Observe records e on the lock instruments; events of unknown kinds are
 // ignored. Without WithLockNameAttribute it does not allocate in this

@@ -115,9 +115,9 @@ func BenchmarkRenew10k(b *testing.B) {
 
 // benchClient returns a client of the real Redis without renewal (no
 // background traffic in the figures), a fresh lock name and a context.
-func benchClient(b *testing.B, opts ...reentrant.Option) (*reentrant.Client, string, context.Context) {
+func benchClient(b *testing.B, opts ...reentrant.ClientOption) (*reentrant.Client, string, context.Context) {
 	b.Helper()
-	c, err := reentrant.New(testenv.Redis(b), append([]reentrant.Option{reentrant.WithPrefix(prefix), reentrant.WithoutRenewal()}, opts...)...)
+	c, err := reentrant.New(testenv.Redis(b), append([]reentrant.ClientOption{reentrant.WithPrefix(prefix), reentrant.WithoutRenewal()}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,16 +29,11 @@ import (
 )
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
-// Cluster, through go-redis's UniversalClient), or, built by [NewRedlock],
-// on a majority of N independent masters. It is safe for concurrent use. Close it to stop renewals and its pub/sub connections; closing it
-// does not close the go-redis client.
-//
-// Its waiters listen on one pub/sub connection; on a Redis 7 Cluster, on one
-// per slot in which it has waiters, each kept 5 s past the slot's last
-// waiter. On a Cluster, every call retries, within its context, the replies
-// by which a moving slot or an election refuses a command (TRYAGAIN, ASK,
-// MOVED, CLUSTERDOWN) and failed dials. docs/design.md, "Redis Cluster",
-// has the details.
+// Cluster), built by [New], or on a majority of independent masters, built
+// by [NewRedlock]. It is safe for concurrent use. Close stops its renewals
+// and its pub/sub connections, not the go-redis clients it was given.
+// docs/design.md describes its connections and how it rides out a Cluster's
+// slot moves and elections.
 type Client struct {
 	be      backend // one deployment (New) or a Redlock's nodes (NewRedlock)
 	cfg     config
@@ -55,14 +49,14 @@ type Client struct {
 	stopBg context.CancelFunc
 
 	mu     sync.Mutex
-	owns   map[ownKey]*ownership
+	owns   map[holdKey]*ownership
 	closed bool
 	wg     sync.WaitGroup // background goroutines; Add only under mu while !closed
 }
 
-// ownKey names one owner's hold on one name in the client's bookkeeping. A
+// holdKey names one owner's hold on one name in the client's bookkeeping. A
 // struct, not a joined string, so that no two pairs can collide.
-type ownKey struct {
+type holdKey struct {
 	owner Owner
 	name  string
 }
@@ -71,7 +65,7 @@ type ownKey struct {
 // (also a typed nil such as a nil *redis.Client), an option is nil, or an
 // option's value is out of range; nothing is clamped. New sends no command:
 // the server's eviction policy is checked before the first acquisition.
-func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+func New(rdb redis.UniversalClient, opts ...ClientOption) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
@@ -103,15 +97,11 @@ func build(cfg config) (*Client, string) {
 		reqPrefix: id + ":",
 		bg:        bg,
 		stopBg:    stop,
-		owns:      make(map[ownKey]*ownership),
+		owns:      make(map[holdKey]*ownership),
 	}
 	c.ren = newRenewer(c)
 	return c, id
 }
-
-// TTL returns the lease of this client's locks, unless a call sets its own
-// (see WithTTL).
-func (c *Client) TTL() time.Duration { return c.cfg.lease.ttl }
 
 // Close ends every lease of this client with cause ErrLeaseClosed (which is
 // both ErrLost and ErrClosed), stops its
@@ -133,7 +123,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	owns := c.owns
-	c.owns = map[ownKey]*ownership{}
+	c.owns = map[holdKey]*ownership{}
 	c.mu.Unlock()
 	for _, o := range owns {
 		o.end(ErrLeaseClosed)

@@ -190,9 +190,9 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, c := range []struct {
 			name   string
-			opts   []reentrant.Option
+			opts   []reentrant.ClientOption
 			claims int64
-		}{{"renewed", nil, 0}, {"without renewal", []reentrant.Option{reentrant.WithoutRenewal()}, 1}} {
+		}{{"renewed", nil, 0}, {"without renewal", []reentrant.ClientOption{reentrant.WithoutRenewal()}, 1}} {
 			t.Run(c.name, func(t *testing.T) {
 				var n atomic.Int64
 				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
@@ -217,7 +217,7 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 				// handoff.
 				const ttl, handoff = 2 * time.Minute, 8 * time.Second
 				claim := handoff / 2
-				opts := append([]reentrant.Option{reentrant.WithTTL(ttl), reentrant.WithPrefix(pfx),
+				opts := append([]reentrant.ClientOption{reentrant.WithTTL(ttl), reentrant.WithPrefix(pfx),
 					reentrant.WithHandoffTimeout(handoff)}, c.opts...)
 				holder, waiter := newClient(t, b.Client, opts...), newClient(t, rdb, opts...)
 				name := testenv.Unique(t)

@@ -3,11 +3,6 @@ package reentrant
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/lua"
@@ -98,43 +93,4 @@ func holderText(t fence.Token) string {
 		return "none"
 	}
 	return "token " + t.String()
-}
-
-// WithIdentity names this client in the records it leaves in Redis for
-// operators: who forced a lock open ([Client.ForceUnlock]), shown by
-// [Client.Inspect] and `redfence inspect` (client only; default
-// "<hostname>/<pid>"). s must be 1 to MaxMetadataLen bytes of valid UTF-8
-// without control characters.
-func WithIdentity(s string) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithIdentity"); err != nil {
-			return err
-		}
-		if s == "" {
-			return invalid("empty identity")
-		}
-		if err := checkText("identity", s); err != nil {
-			return err
-		}
-		c.identity = s
-		return nil
-	}
-}
-
-// defaultIdentity is "<hostname>/<pid>", cut to what WithIdentity accepts.
-func defaultIdentity() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	id := strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, host+"/"+strconv.Itoa(os.Getpid()))
-	if len(id) > MaxMetadataLen || !utf8.ValidString(id) {
-		return "pid/" + strconv.Itoa(os.Getpid())
-	}
-	return id
 }

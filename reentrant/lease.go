@@ -115,7 +115,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return out.err
 	}
 	if !out.v.held {
-		return l.gone()
+		return l.goneFromRedis()
 	}
 	l.own.confirm(out.v.sent, ttl)
 	return nil
@@ -147,7 +147,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	if st.Owner != string(l.owner) || st.Token != l.token {
-		return 0, l.gone()
+		return 0, l.goneFromRedis()
 	}
 	return st.TTL, nil
 }
@@ -173,9 +173,9 @@ func (l *Lease) live() error {
 	return nil
 }
 
-// gone ends the lease's ownership, which Redis says it no longer holds, and
+// goneFromRedis ends the lease's ownership, which Redis says it no longer holds, and
 // returns the ErrNotHeld that Unlock, Extend and TTL report then.
-func (l *Lease) gone() error {
+func (l *Lease) goneFromRedis() error {
 	l.own.lose(l.own.lostErr(ErrGone, "Redis says it expired, was taken, forced or deleted", nil))
 	return fmt.Errorf("%w: token %d expired or another ownership took the lock", ErrNotHeld, l.token)
 }
@@ -184,7 +184,7 @@ func (l *Lease) gone() error {
 // reply came so late that its lease would already be over is not handed
 // out: the level is undone and the caller told it was not acquired.
 func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, error) {
-	key := ownKey{r.owner, r.name}
+	key := holdKey{r.owner, r.name}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -54,39 +54,6 @@ type Event struct {
 	Err   error         // NotAcquired, RenewFailed, Lost: why
 }
 
-// WithLogger makes the client log to l (client only): lost leases and
-// failed renewals at Warn, undo steps and retries at Debug. Default: no
-// logging. A nil l is ErrInvalid.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithLogger"); err != nil {
-			return err
-		}
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.log = l
-		return nil
-	}
-}
-
-// WithObserver calls f with every Event of the client (client only), for
-// metrics: package github.com/redfence/redfence/metrics records them with
-// OpenTelemetry. f runs on the goroutine that caused the event, so it must
-// be quick and must not call the Client. A nil f is ErrInvalid.
-func WithObserver(f func(Event)) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithObserver"); err != nil {
-			return err
-		}
-		if f == nil {
-			return invalid("nil observer")
-		}
-		c.observe = f
-		return nil
-	}
-}
-
 // emit reports e to the observer, if any.
 func (c *Client) emit(e Event) {
 	if c.cfg.observe != nil {

@@ -2,7 +2,12 @@ package reentrant
 
 import (
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redfence/redfence/lua"
 )
@@ -43,17 +48,35 @@ const (
 	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
 )
 
-// Option configures a Client (given to [New]) or one call (given to
-// [Client.Lock], [Client.TryLock] or [Client.Do], where it overrides the
-// client's default for that call only). Each option's doc says whether it
-// applies per call; a client-only option given to a call, or an option
-// given an out-of-range value, makes New or the call fail with ErrInvalid.
-// Nothing is clamped.
-type Option func(*config) error
+// ClientOption configures a Client: it is given to [New] or [NewRedlock].
+// An option given an out-of-range value makes New fail with ErrInvalid;
+// nothing is clamped.
+type ClientOption interface {
+	applyClient(*config) error
+}
+
+// CallOption configures one lock call: given to [Client.Lock],
+// [Client.TryLock] or [Client.Do], it overrides the client's default for
+// that call only; given to New or NewRedlock (every CallOption is a
+// ClientOption), it sets that default. An out-of-range value makes the
+// call fail with ErrInvalid.
+type CallOption interface {
+	ClientOption
+	applyCall(*leaseConfig) error
+}
+
+// clientOption is a ClientOption that is not a CallOption.
+type clientOption func(*config) error
+
+func (f clientOption) applyClient(c *config) error { return f(c) }
+
+// callOption sets what one call may set for itself.
+type callOption func(*leaseConfig) error
+
+func (f callOption) applyClient(c *config) error    { return f(&c.lease) }
+func (f callOption) applyCall(l *leaseConfig) error { return f(l) }
 
 type config struct {
-	call bool // applying options to one call, not to a client
-
 	prefix        string
 	jitter        time.Duration
 	maxRetryDelay time.Duration
@@ -100,28 +123,17 @@ func defaults() config {
 	}
 }
 
-// clientOnly returns the error of a client option given to a call.
-func (c *config) clientOnly(name string) error {
-	if c.call {
-		return invalid("%s applies to a Client, not to one call: give it to New", name)
-	}
-	return nil
-}
-
 // WithPrefix sets the key prefix (client only; default "redfence"): the
 // lock named N lives at PREFIX:{N}. It must be 1 to 256 bytes without '{'
 // or '}'.
-func WithPrefix(p string) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithPrefix"); err != nil {
-			return err
-		}
+func WithPrefix(p string) ClientOption {
+	return clientOption(func(c *config) error {
 		if err := CheckPrefix(p); err != nil {
 			return err
 		}
 		c.prefix = p
 		return nil
-	}
+	})
 }
 
 // WithTTL sets the lease (per call or per client; default 30 s): how long
@@ -129,38 +141,38 @@ func WithPrefix(p string) Option {
 // milliseconds from MinTTL to MaxTTL. A reentry's TTL can lengthen the
 // lease, never shorten it; renewals use the TTL of the call that started
 // the ownership.
-func WithTTL(d time.Duration) Option {
-	return func(c *config) error {
+func WithTTL(d time.Duration) CallOption {
+	return callOption(func(l *leaseConfig) error {
 		if err := checkTTL(d); err != nil {
 			return err
 		}
-		c.lease.ttl = d
+		l.ttl = d
 		return nil
-	}
+	})
 }
 
 // WithRenewInterval sets how often a held lock's lease is renewed (per
 // call or per client; default TTL/3). It must be positive and shorter than
 // the TTL less the safety margin. One goroutine per Client renews every
 // lease, in one pipeline per Redis node.
-func WithRenewInterval(d time.Duration) Option {
-	return func(c *config) error {
+func WithRenewInterval(d time.Duration) CallOption {
+	return callOption(func(l *leaseConfig) error {
 		if d <= 0 {
 			return invalid("renew interval %v is not positive", d)
 		}
-		c.lease.renew, c.lease.renewSet = d, true
+		l.renew, l.renewSet = d, true
 		return nil
-	}
+	})
 }
 
 // WithoutRenewal turns renewal off (per call or per client): the lease's
 // context ends at the TTL less the safety margin unless [Lease.Extend]
 // moves it.
-func WithoutRenewal() Option {
-	return func(c *config) error {
-		c.lease.renew, c.lease.renewSet = 0, true
+func WithoutRenewal() CallOption {
+	return callOption(func(l *leaseConfig) error {
+		l.renew, l.renewSet = 0, true
 		return nil
-	}
+	})
 }
 
 // WithSafetyMargin sets how long before Redis could expire the lock a
@@ -168,76 +180,64 @@ func WithoutRenewal() Option {
 // client; default TTL/10). It covers clock-rate drift between this host and
 // Redis and the time work needs to notice its context ended. It must be
 // positive and shorter than the TTL less the renew interval.
-func WithSafetyMargin(d time.Duration) Option {
-	return func(c *config) error {
+func WithSafetyMargin(d time.Duration) CallOption {
+	return callOption(func(l *leaseConfig) error {
 		if d <= 0 {
 			return invalid("safety margin %v is not positive", d)
 		}
-		c.lease.margin, c.lease.marginSet = d, true
+		l.margin, l.marginSet = d, true
 		return nil
-	}
+	})
 }
 
 // WithEvictionAllowed lets the client lock on a server whose
 // maxmemory-policy may evict the fencing counter (client only). An evicted
 // counter restarts tokens at 1, and fenced stores then refuse new holders
 // until the counter climbs past what they saw; prefer WithTimeTokens.
-func WithEvictionAllowed() Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithEvictionAllowed"); err != nil {
-			return err
-		}
+func WithEvictionAllowed() ClientOption {
+	return clientOption(func(c *config) error {
 		c.allowEviction = true
 		return nil
-	}
+	})
 }
 
 // WithRetryJitter bounds the random delay a waiter adds to its default
 // poll interval (client only; default 50 ms). Zero disables it; it must be
 // from 0 to one minute.
-func WithRetryJitter(d time.Duration) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithRetryJitter"); err != nil {
-			return err
-		}
+func WithRetryJitter(d time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
 		if d < 0 || d > time.Minute {
 			return invalid("retry jitter %v is outside [0, 1m]", d)
 		}
 		c.jitter = d
 		return nil
-	}
+	})
 }
 
 // WithMaxRetryDelay bounds a waiter's default poll interval (client only;
 // default 5 s). It must be from 1 ms to one hour.
-func WithMaxRetryDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithMaxRetryDelay"); err != nil {
-			return err
-		}
+func WithMaxRetryDelay(d time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("max retry delay %v is outside [1ms, 1h]", d)
 		}
 		c.maxRetryDelay = d
 		return nil
-	}
+	})
 }
 
 // WithHandoffTimeout bounds how long a waiter that died while queued, or
 // missed its handoff message, delays the next one (client only; default
 // 1 s): a handed lock must be claimed within half of it, and waiters poll
 // every quarter of it. It must be whole milliseconds from 4 ms to one hour.
-func WithHandoffTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithHandoffTimeout"); err != nil {
-			return err
-		}
+func WithHandoffTimeout(d time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
 		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
 		}
 		c.handoff, c.handoffSet = d, true
 		return nil
-	}
+	})
 }
 
 // WithReplicaAck makes every acquisition wait until at least replicas
@@ -248,11 +248,8 @@ func WithHandoffTimeout(d time.Duration) Option {
 // replicas must be from 1 to 64 and timeout whole milliseconds, at least
 // 1 ms and shorter than the client's ReadTimeout. docs/design.md
 // ("Deployments") says what it protects against.
-func WithReplicaAck(replicas int, timeout time.Duration) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithReplicaAck"); err != nil {
-			return err
-		}
+func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
 		if replicas < 1 || replicas > 64 {
 			return invalid("replica acknowledgement count %d is outside [1, 64]", replicas)
 		}
@@ -261,7 +258,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 		}
 		c.ackReplicas, c.ackTimeout = replicas, timeout
 		return nil
-	}
+	})
 }
 
 // WithTimeTokens makes every fresh token max(counter + 1, the server's
@@ -271,31 +268,25 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 // is lost, tokens go on from the server's clock instead of restarting at 1.
 // With it, ErrEvictionPolicy is never returned. docs/safety.md states what
 // the clock must do for tokens to stay increasing.
-func WithTimeTokens() Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithTimeTokens"); err != nil {
-			return err
-		}
+func WithTimeTokens() ClientOption {
+	return clientOption(func(c *config) error {
 		c.tokens.Time = true
 		return nil
-	}
+	})
 }
 
 // WithCounterIdleExpiry sets how long, with WithTimeTokens, a name's
 // counter outlives the last token issued (client only; default 7 days). It
 // must be whole milliseconds from MinCounterIdleExpiry to
 // MaxCounterIdleExpiry, longer than the TTL, and needs WithTimeTokens.
-func WithCounterIdleExpiry(d time.Duration) Option {
-	return func(c *config) error {
-		if err := c.clientOnly("WithCounterIdleExpiry"); err != nil {
-			return err
-		}
+func WithCounterIdleExpiry(d time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
 		if d < MinCounterIdleExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
 			return invalid("counter idle expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinCounterIdleExpiry, MaxCounterIdleExpiry)
 		}
 		c.tokens.Idle, c.idleSet = d, true
 		return nil
-	}
+	})
 }
 
 func checkTTL(d time.Duration) error {
@@ -309,12 +300,12 @@ func checkTTL(d time.Duration) error {
 }
 
 // apply applies opts in order, then checks them together (finish).
-func (c *config) apply(opts []Option) error {
+func (c *config) apply(opts []ClientOption) error {
 	for _, o := range opts {
 		if o == nil {
 			return invalid("nil option")
 		}
-		if err := o(c); err != nil {
+		if err := o.applyClient(c); err != nil {
 			return err
 		}
 	}
@@ -322,7 +313,7 @@ func (c *config) apply(opts []Option) error {
 }
 
 // finish checks the options together and derives the defaults that
-// depend on the TTL, for a client or (c.call) for one call.
+// depend on the TTL, for a client or for one call.
 func (c *config) finish() error {
 	if c.idleSet && !c.tokens.Time {
 		return invalid("WithCounterIdleExpiry needs WithTimeTokens: the strict counter never expires")
@@ -346,6 +337,166 @@ func (c *config) finish() error {
 	if l.renew >= l.ttl-l.margin-l.drift {
 		return invalid("renew interval %v is not shorter than the TTL %v less the safety margin %v: "+
 			"the lease would be declared lost before its first renewal", l.renew, l.ttl, l.margin)
+	}
+	return nil
+}
+
+// Limits of the options that shape one hold.
+const (
+	// DefaultMaxDepth is the deepest an ownership may reenter unless
+	// WithMaxDepth says otherwise. Past it a reentry fails with
+	// ErrTooDeep, so runaway recursion stops instead of growing the hold.
+	DefaultMaxDepth = 1024
+	// MaxDepth is the largest value WithMaxDepth accepts.
+	MaxDepth = 1 << 20
+	// MaxMetadataLen is the longest metadata WithMetadata accepts, in bytes.
+	MaxMetadataLen = 256
+)
+
+// WithMetadata stores s with an ownership the call starts (per call or per
+// client), for [Client.Inspect] and `redfence inspect` to show: who took
+// the lock and why, say "worker-3 job 1842". A reentry keeps the
+// ownership's metadata. s must be valid UTF-8 of at most MaxMetadataLen
+// bytes without control characters; "" (the default) stores nothing.
+func WithMetadata(s string) CallOption {
+	return callOption(func(l *leaseConfig) error {
+		if err := checkMetadata(s); err != nil {
+			return err
+		}
+		l.meta = s
+		return nil
+	})
+}
+
+func checkMetadata(s string) error { return checkText("metadata", s, MaxMetadataLen) }
+
+// WithMaxDepth bounds how deep an ownership may reenter (per call or per
+// client; default DefaultMaxDepth): a Lock or TryLock that would hold the
+// lock at a depth above n fails with ErrTooDeep and changes nothing. The
+// check is made by Redis, so it holds across every process of the owner.
+// n must be from 1 (no reentry) to MaxDepth.
+func WithMaxDepth(n int) CallOption {
+	return callOption(func(l *leaseConfig) error {
+		if n < 1 || n > MaxDepth {
+			return invalid("max depth %d is outside [1, %d]", n, MaxDepth)
+		}
+		l.maxDepth = int64(n)
+		return nil
+	})
+}
+
+// callConfig applies a call's options over the client's defaults. With no
+// options it returns the client's own, without copying.
+func (c *Client) callConfig(opts []CallOption) (*leaseConfig, error) {
+	if len(opts) == 0 {
+		return &c.cfg.lease, nil
+	}
+	cfg := c.cfg
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
+		if err := o.applyCall(&cfg.lease); err != nil {
+			return nil, err
+		}
+	}
+	// finish derives the renew interval and the margin from a call's own
+	// TTL, unless the client or the call set them explicitly.
+	if err := cfg.finish(); err != nil {
+		return nil, err
+	}
+	return &cfg.lease, nil
+}
+
+// window is how long after an acquisition is sent its lease is safe: the
+// TTL less the safety margin (and, for Redlock, the drift allowance).
+func (l *leaseConfig) window() time.Duration { return l.ttl - l.margin - l.drift }
+
+// WithLogger makes the client log to l (client only): lost leases and
+// failed renewals at Warn, undo steps and retries at Debug. Default: no
+// logging. A nil l is ErrInvalid.
+func WithLogger(l *slog.Logger) ClientOption {
+	return clientOption(func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.log = l
+		return nil
+	})
+}
+
+// WithObserver calls f with every Event of the client (client only), for
+// metrics: package github.com/redfence/redfence/metrics records them with
+// OpenTelemetry. f runs on the goroutine that caused the event, so it must
+// be quick and must not call the Client. A nil f is ErrInvalid.
+func WithObserver(f func(Event)) ClientOption {
+	return clientOption(func(c *config) error {
+		if f == nil {
+			return invalid("nil observer")
+		}
+		c.observe = f
+		return nil
+	})
+}
+
+// WithIdentity names this client in the records it leaves in Redis for
+// operators: who forced a lock open ([Client.ForceUnlock]), shown by
+// [Client.Inspect] and `redfence inspect` (client only; default
+// "<hostname>/<pid>"). s must be 1 to MaxMetadataLen bytes of valid UTF-8
+// without control characters.
+func WithIdentity(s string) ClientOption {
+	return clientOption(func(c *config) error {
+		if s == "" {
+			return invalid("empty identity")
+		}
+		if err := checkText("identity", s, MaxMetadataLen); err != nil {
+			return err
+		}
+		c.identity = s
+		return nil
+	})
+}
+
+// defaultIdentity is "<hostname>/<pid>", cut to what WithIdentity accepts.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	id := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, host+"/"+strconv.Itoa(os.Getpid()))
+	if len(id) > MaxMetadataLen || !utf8.ValidString(id) {
+		return "pid/" + strconv.Itoa(os.Getpid())
+	}
+	return id
+}
+
+// WithRetry sets how a Lock that cannot take the lock at once waits (per
+// call or per client). Default: it polls every quarter of the handoff
+// timeout (see WithHandoffTimeout), sooner when the holder's lease ends
+// sooner, with jitter, until its context ends. Whatever the strategy, a
+// waiter keeps its place in the fair queue and a handoff wakes it at once.
+// A nil s is ErrInvalid.
+func WithRetry(s RetryStrategy) CallOption {
+	return callOption(func(l *leaseConfig) error {
+		if err := checkRetry(s); err != nil {
+			return err
+		}
+		l.retry = s
+		return nil
+	})
+}
+
+func checkRetry(s RetryStrategy) error {
+	if s == nil {
+		return invalid("nil retry strategy")
+	}
+	if v, ok := s.(interface{ check() error }); ok {
+		return v.check()
 	}
 	return nil
 }

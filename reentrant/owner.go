@@ -24,15 +24,24 @@ const MaxOwnerLen = 256
 // safely in logs and inspect output). Lock calls return
 // ErrInvalid for such an owner.
 func CheckOwner(o Owner) error {
-	switch {
-	case o == "":
+	if o == "" {
 		return invalid("empty owner")
-	case len(o) > MaxOwnerLen:
-		return invalid("owner is %d bytes, the maximum is %d", len(o), MaxOwnerLen)
-	case !utf8.ValidString(string(o)):
-		return invalid("owner %q is not valid UTF-8", o)
-	case strings.IndexFunc(string(o), unicode.IsControl) >= 0:
-		return invalid("owner %q contains a control character", o)
+	}
+	return checkText("owner", string(o), MaxOwnerLen)
+}
+
+// checkText checks a short caller-chosen string stored in Redis and shown
+// to operators (an owner, metadata, an identity): valid UTF-8 of at most
+// maxLen bytes without control characters, so that it prints safely in
+// logs and inspect output.
+func checkText(what, s string, maxLen int) error {
+	switch {
+	case len(s) > maxLen:
+		return invalid("%s is %d bytes, the maximum is %d", what, len(s), maxLen)
+	case !utf8.ValidString(s):
+		return invalid("%s %q is not valid UTF-8", what, s)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return invalid("%s %q contains a control character", what, s)
 	}
 	return nil
 }
@@ -44,19 +53,19 @@ func NewOwner() Owner {
 	return Owner(hex.EncodeToString(b[:]))
 }
 
-type ownerKey struct{}
+type ownerCtxKey struct{}
 
 // WithOwner returns a context that makes lock calls act for o. The owner is
 // validated when a lock call uses it (see [CheckOwner]). Use it to
 // share ownership on purpose, for example with a worker goroutine or
 // another process; [Lease.Context] already carries its owner.
 func WithOwner(ctx context.Context, o Owner) context.Context {
-	return context.WithValue(ctx, ownerKey{}, o)
+	return context.WithValue(ctx, ownerCtxKey{}, o)
 }
 
 // OwnerFrom returns the owner ctx carries, if any.
 func OwnerFrom(ctx context.Context) (Owner, bool) {
-	o, ok := ctx.Value(ownerKey{}).(Owner)
+	o, ok := ctx.Value(ownerCtxKey{}).(Owner)
 	return o, ok
 }
 

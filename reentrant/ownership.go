@@ -17,7 +17,7 @@ import (
 // of it in this process has been unlocked; renewal stops then.
 type ownership struct {
 	c      *Client
-	key    ownKey
+	key    holdKey
 	keys   lua.Keys
 	token  fence.Token
 	cfg    *leaseConfig // the lease of the call that started the ownership
@@ -41,7 +41,7 @@ type ownership struct {
 // lock taken from a handoff message, whose lease is the claim time) gets its
 // first renewal at half of it, on a timer of its own: the renewer's tick
 // may be longer than the window. Called with c.mu held and c not closed.
-func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
+func (c *Client) newOwnership(key holdKey, k lua.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	o := &ownership{c: c, key: key, keys: k, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
 		deadline: sent.Add(window)}
@@ -53,7 +53,7 @@ func (c *Client) newOwnership(key ownKey, k lua.Keys, tok fence.Token, cfg *leas
 		first := min(cfg.renew, window/2)
 		c.ren.add(o, sent.Add(first))
 		if first < cfg.renew {
-			early := time.AfterFunc(time.Until(sent.Add(first)), func() { c.ren.now(o) })
+			early := time.AfterFunc(time.Until(sent.Add(first)), func() { c.ren.renewNow(o) })
 			context.AfterFunc(ctx, func() { early.Stop() })
 		}
 	}

@@ -95,7 +95,7 @@ func TestLeaseWithoutRenewalEndsAtItsTTL(t *testing.T) {
 // New refuses a renew interval or margin that cannot keep the lease alive.
 func TestRenewalThatCannotMeetTheMarginIsRefused(t *testing.T) {
 	_, rdb := testenv.Mini(t)
-	for _, opts := range [][]reentrant.Option{
+	for _, opts := range [][]reentrant.ClientOption{
 		{reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(950 * time.Millisecond)},
 		{reentrant.WithTTL(time.Second), reentrant.WithSafetyMargin(time.Second)},
 		{reentrant.WithTTL(time.Second), reentrant.WithSafetyMargin(0)},

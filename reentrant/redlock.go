@@ -40,7 +40,7 @@ import (
 // WithCounterIdleExpiry and WithHandoffTimeout make no sense here and are
 // refused with ErrInvalid, as are fewer than 3 nodes, an even number of
 // nodes, or a nil node.
-func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
+func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (*Client, error) {
 	n := len(nodes)
 	if n < 3 || n%2 == 0 {
 		return nil, invalid("Redlock needs an odd number of nodes, at least 3, not %d", n)

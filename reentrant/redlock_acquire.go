@@ -41,6 +41,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	// live, else undone.
 	st := &settled{done: make(chan struct{})}
 	final := fence.None
+	reentry := false // final is the token the ownership holds already
 	defer func() {
 		if final == fence.None {
 			st.settle(nil)
@@ -60,7 +61,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		case st.lease == nil || x.err != nil || !x.v.OK:
 			q.undoNode(r, x.i, req)
 		case x.v.Pending:
-			q.raiseLate(r, x.i, req, final, st.lease)
+			q.raiseLate(r, x.i, req, final, reentry, st.lease)
 		case st.lease.live() != nil:
 			// A reentry's level that reached this node after the lease
 			// was unlocked (its release may have come first) or lost.
@@ -118,14 +119,18 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		top, depth = max(top, v.Token), max(depth, v.Depth)
 	}
 	if votes := tokens[best]; votes > 0 {
+		// A pending node whose counter already reached the token (the
+		// ownership's hold there expired or was deleted) is raised to it
+		// too: held says the token is the ownership's own, issued before.
+		reentry = true
 		if votes >= maj {
 			for _, i := range pending {
-				q.raiseLate(r, i, req, best, nil)
+				q.raiseLate(r, i, req, best, true, nil)
 			}
 			final = best
 			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
 		}
-		if raised := q.raise(ctx, r, pending, best, maj-votes); votes+raised < maj {
+		if raised := q.raise(ctx, r, pending, best, maj-votes, true); votes+raised < maj {
 			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
 		}
 		final = best
@@ -138,7 +143,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	// node that remembered the last one restarted empty and the others
 	// that remember are out of reach (docs/safety.md, "Redlock").
 	tok := max(top+1, clock)
-	raised := q.raise(ctx, r, ok, tok, maj)
+	raised := q.raise(ctx, r, ok, tok, maj, false)
 	if raised < maj {
 		return fail(fmt.Sprintf("token %d raised on %d of %d nodes", tok, raised, n))
 	}
@@ -150,8 +155,9 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 }
 
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
-// confirmed it before ctx ended, need did, or need no longer could.
-func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token, need int) int {
+// confirmed it before ctx ended, need did, or need no longer could; held:
+// tok is the token the ownership holds already (see lua.QRaise).
+func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token, need int, held bool) int {
 	on := make([]bool, len(q.nodes))
 	for _, i := range idx {
 		on[i] = true
@@ -165,7 +171,7 @@ func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token,
 		if !on[i] {
 			return false, errSkipped
 		}
-		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok)
+		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok, held)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	got, all := collect(q, ctx, ch, func(got []*nodeReply[bool]) bool {
@@ -219,12 +225,12 @@ func (s *settled) settle(l *Lease) {
 // once: it keeps the token in its counter, which is the point, and not
 // the lock; one the raise refused is abandoned. Without one the attempt is still deciding, and a lease that
 // fails to come of it undoes the level everywhere (newLease).
-func (q *quorum) raiseLate(r *call, i int, req lua.Request, tok fence.Token, l *Lease) {
+func (q *quorum) raiseLate(r *call, i int, req lua.Request, tok fence.Token, held bool, l *Lease) {
 	c, rdb := q.c, q.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), req.Level, tok)
+		ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), req.Level, tok, held)
 		switch {
 		case l == nil || l.live() == nil:
 		case ok:

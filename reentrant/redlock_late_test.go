@@ -165,3 +165,49 @@ func TestRedlockLateGrants(t *testing.T) {
 		})
 	})
 }
+
+// A reentry still succeeds when the first majority to answer is one node
+// that holds the ownership and one where its hold is gone while the node's
+// counter already reached the token (an operator deleted the hash there,
+// or the hold expired on that node alone): the token is the ownership's
+// own, so the second node is raised to it and the reentry keeps it.
+func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		h, late := holdGrants(t, s.nodes[2])
+		c := newRedlock(t, []redis.UniversalClient{s.nodes[0], s.nodes[1], late}, reentrant.WithTTL(30*time.Second))
+		name := testenv.Unique(t)
+		k := lua.KeysFor(prefix, name)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		for i, node := range s.nodes {
+			require.True(t, testenv.Await(10*time.Second, func() bool {
+				st, err := lua.Inspect(t.Context(), node, k)
+				return err == nil && st.Held && !st.Pending && st.Token == outer.Token()
+			}), "node %d never held the token", i)
+		}
+		// Node 0 forgets the hold and keeps its counter, which is the token.
+		require.NoError(t, s.nodes[0].Del(t.Context(), k.Lock).Err())
+		counter, err := s.nodes[0].Get(t.Context(), k.Counter).Uint64()
+		require.NoError(t, err)
+		require.Equal(t, uint64(outer.Token()), counter, "the premise: the counter holds the token")
+
+		let := h.arm(t) // node 2 answers after nodes 0 and 1 decided
+		inner, err := c.TryLock(outer.Context(), name)
+		let() // before any assertion: a held grant would keep Close waiting
+		require.NoError(t, err, "one holding node and one whose counter is the token make a majority")
+		require.Equal(t, outer.Token(), inner.Token())
+		require.Equal(t, int64(2), inner.Depth())
+		st, err := lua.Inspect(t.Context(), s.nodes[0], k)
+		require.NoError(t, err)
+		require.True(t, st.Held && !st.Pending && st.Token == outer.Token(), "node 0 holds the token again: %+v", st)
+
+		require.NoError(t, inner.Unlock(t.Context()))
+		require.NoError(t, outer.Unlock(t.Context()))
+		for i, node := range s.nodes {
+			require.True(t, testenv.Await(10*time.Second, func() bool {
+				st, err := lua.Inspect(t.Context(), node, k)
+				return err == nil && !st.Held
+			}), "node %d still holds the lock", i)
+		}
+	})
+}

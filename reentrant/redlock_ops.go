@@ -30,7 +30,7 @@ func (q *quorum) release(ctx context.Context, k lua.Keys, owner Owner, tok fence
 			// in flight: it is not undone (which could free the node with
 			// its old counter), the acquisition's late handler raises and
 			// releases it when it lands.
-			if ok, _ := lua.QRaise(ctx, rdb, k, string(owner), level, tok); ok {
+			if ok, _ := lua.QRaise(ctx, rdb, k, string(owner), level, tok, false); ok {
 				return lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
 			}
 			// A free node the grant never reached (it failed there, or
@@ -53,7 +53,7 @@ func (q *quorum) release(ctx context.Context, k lua.Keys, owner Owner, tok fence
 			}
 		}
 		if left == 0 {
-			q.published(k)
+			published(q, k, got, yes)
 		}
 		return left, nil
 	}
@@ -240,4 +240,34 @@ func nodeErrs[T any](got []*nodeReply[T]) error {
 		}
 	}
 	return join(errs...)
+}
+
+// force runs force.lua for tok on every node. It reports the
+// ownership ended when a majority ended it (or had already), and otherwise,
+// once so many nodes say it does not hold the lock that no majority can,
+// the holder a node reported (the highest).
+func (q *quorum) force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error) {
+	maj, n := q.majority(), len(q.nodes)
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.ForceResult, error) {
+		return lua.Force(ctx, rdb, k, tok, q.c.cfg.identity, lua.Tokens{})
+	})
+	yes := func(x nodeReply[lua.ForceResult]) bool { return x.err == nil && (x.v.Ended || x.v.Repeat) }
+	no := func(x nodeReply[lua.ForceResult]) bool { return x.err == nil && !x.v.Ended && !x.v.Repeat }
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.ForceResult]) bool {
+		return count(got, yes) >= maj || count(got, no) > n-maj
+	}, nil)
+	if count(got, yes) >= maj {
+		published(q, k, got, yes)
+		return lua.ForceResult{Ended: true}, nil
+	}
+	if count(got, no) > n-maj {
+		var r lua.ForceResult
+		for _, x := range got {
+			if x != nil && no(*x) {
+				r.Holder = max(r.Holder, x.v.Holder)
+			}
+		}
+		return r, nil
+	}
+	return lua.ForceResult{}, join(fmt.Errorf("forced on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }

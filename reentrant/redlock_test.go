@@ -62,9 +62,9 @@ func eachRedlock(t *testing.T, n int, f func(t *testing.T, s redlockSet)) {
 	})
 }
 
-func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...reentrant.Option) *reentrant.Client {
+func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {
 	t.Helper()
-	c, err := reentrant.NewRedlock(nodes, append([]reentrant.Option{reentrant.WithPrefix(prefix)}, opts...)...)
+	c, err := reentrant.NewRedlock(nodes, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -78,7 +78,7 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 	}
 	_, err := reentrant.NewRedlock([]redis.UniversalClient{nodes[0], nil, nodes[1]})
 	require.ErrorIs(t, err, reentrant.ErrInvalid)
-	for _, o := range []reentrant.Option{reentrant.WithTimeTokens(), reentrant.WithHandoffTimeout(time.Second),
+	for _, o := range []reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithHandoffTimeout(time.Second),
 		reentrant.WithReplicaAck(1, 10*time.Millisecond)} {
 		_, err := reentrant.NewRedlock(nodes[:3], o)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)

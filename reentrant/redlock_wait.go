@@ -135,14 +135,24 @@ func (q *quorum) pollDelay(r *call, n int, holderTTL time.Duration) time.Duratio
 // was released there.
 func wakeChannel(k lua.Keys) string { return k.Lock + ":w" }
 
-// published announces, on every node, that the lock of k was released
-// (Unlock's last level, or ForceUnlock), without waiting for the nodes:
-// waiters listening there try at once. A node that misses it costs its
-// waiters no more than their poll delay.
-func (q *quorum) published(k lua.Keys) {
-	channel := wakeChannel(k)
-	_ = fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (struct{}, error) {
-		return struct{}{}, rdb.Publish(ctx, channel, "").Err()
+// published announces that the lock of k was released (Unlock's last
+// level, or ForceUnlock), in the background, on got's first node that
+// confirmed it (ok), which has just answered: every waiter listens on every
+// node, so one message reaches them all, at a third of the commands of one
+// per node. A waiter that misses it (its connection to that node is down)
+// tries again after its poll delay.
+func published[T any](q *quorum, k lua.Keys, got []*nodeReply[T], ok func(nodeReply[T]) bool) {
+	i := slices.IndexFunc(got, func(x *nodeReply[T]) bool { return x != nil && ok(*x) })
+	if i < 0 {
+		return
+	}
+	rdb, c := q.nodes[i], q.c
+	c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(c.bg, c.cfg.lease.ttl)
+		defer cancel()
+		if err := rdb.Publish(ctx, wakeChannel(k), "").Err(); err != nil {
+			c.debug("reentrant: Redlock release not published; waiters poll", "name", k.Name, "node", i, "err", err)
+		}
 	})
 }
 

@@ -18,9 +18,9 @@ import (
 
 const prefix = "rftest"
 
-func newClient(t *testing.T, rdb redis.UniversalClient, opts ...reentrant.Option) *reentrant.Client {
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {
 	t.Helper()
-	c, err := reentrant.New(rdb, append([]reentrant.Option{reentrant.WithPrefix(prefix)}, opts...)...)
+	c, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

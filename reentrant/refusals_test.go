@@ -18,7 +18,7 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, reentrant.ErrInvalid)
 
 	_, rdb := testenv.Mini(t)
-	for _, opt := range []reentrant.Option{
+	for _, opt := range []reentrant.ClientOption{
 		nil,
 		reentrant.WithTTL(0), reentrant.WithTTL(-time.Second), reentrant.WithTTL(time.Microsecond),
 		reentrant.WithTTL(reentrant.MaxTTL + time.Millisecond), reentrant.WithTTL(1500 * time.Microsecond),

@@ -44,7 +44,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	}
 	l.unlocked = true
 	if n < 0 {
-		err := l.gone()
+		err := l.goneFromRedis()
 		l.cancel(l.own.lostErr(ErrGone, "Unlock found it expired, taken, forced or deleted", nil))
 		return err
 	}

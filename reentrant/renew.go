@@ -110,9 +110,9 @@ func (r *renewer) tickNow() time.Duration {
 	return r.tick
 }
 
-// now renews o at once, outside the ticks, unless it has ended or a
+// renewNow renews o at once, outside the ticks, unless it has ended or a
 // renewal of it is in flight.
-func (r *renewer) now(o *ownership) {
+func (r *renewer) renewNow(o *ownership) {
 	r.mu.Lock()
 	if o.ctx.Err() != nil || o.inflight {
 		r.mu.Unlock()
@@ -185,7 +185,7 @@ func (r *renewer) renew(batch []*ownership) {
 	ctx, cancel := context.WithTimeout(r.c.bg, longest)
 	defer cancel()
 	res := r.c.be.extendBatch(ctx, reqs)
-	r.again(ctx, reqs, res)
+	r.resendBusy(ctx, reqs, res)
 	for i, o := range batch {
 		o.renewed(res[i])
 	}
@@ -196,11 +196,12 @@ func (r *renewer) renew(batch []*ownership) {
 	}
 }
 
-// again sends anew, with backoff, the renewals a Cluster refused for now
+// resendBusy sends anew, with backoff, the renewals a Cluster refused for now
 // (see retryBusy), until each gets another answer or ctx ends, and puts the
 // new outcomes in res.
-func (r *renewer) again(ctx context.Context, reqs []lua.ExtendReq, res []lua.ExtendResult) {
-	for delay := busyMin; ; delay = min(2*delay, busyMax) {
+func (r *renewer) resendBusy(ctx context.Context, reqs []lua.ExtendReq, res []lua.ExtendResult) {
+	b := backoff{next: busyMin, max: busyMax}
+	for {
 		var idx []int
 		for i := range res {
 			if r.c.be.transient(res[i].Err) {
@@ -211,12 +212,8 @@ func (r *renewer) again(ctx context.Context, reqs []lua.ExtendReq, res []lua.Ext
 			return
 		}
 		r.c.be.reload(ctx)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx.Done(), b.delay()) {
 			return
-		case <-t.C:
 		}
 		retry := make([]lua.ExtendReq, len(idx))
 		for j, i := range idx {

@@ -61,7 +61,7 @@ func TestReplicaAckSurvivesFailover(t *testing.T) {
 
 func TestReplicaAckBadInput(t *testing.T) {
 	_, rdb := testenv.Mini(t)
-	for _, opt := range []reentrant.Option{
+	for _, opt := range []reentrant.ClientOption{
 		reentrant.WithReplicaAck(0, time.Second), reentrant.WithReplicaAck(65, time.Second),
 		reentrant.WithReplicaAck(1, 0), reentrant.WithReplicaAck(1, 1500*time.Microsecond),
 		reentrant.WithReplicaAck(1, rdb.Options().ReadTimeout), // not below the client's ReadTimeout

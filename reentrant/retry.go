@@ -90,32 +90,6 @@ func (l limitRetry) check() error {
 // 0) is NoRetry. WithRetry refuses a nil s or a negative n.
 func LimitRetry(s RetryStrategy, n int) RetryStrategy { return limitRetry{s, n} }
 
-// WithRetry sets how a Lock that cannot take the lock at once waits (per
-// call or per client). Default: it polls every quarter of the handoff
-// timeout (see WithHandoffTimeout), sooner when the holder's lease ends
-// sooner, with jitter, until its context ends. Whatever the strategy, a
-// waiter keeps its place in the fair queue and a handoff wakes it at once.
-// A nil s is ErrInvalid.
-func WithRetry(s RetryStrategy) Option {
-	return func(c *config) error {
-		if err := checkRetry(s); err != nil {
-			return err
-		}
-		c.lease.retry = s
-		return nil
-	}
-}
-
-func checkRetry(s RetryStrategy) error {
-	if s == nil {
-		return invalid("nil retry strategy")
-	}
-	if v, ok := s.(interface{ check() error }); ok {
-		return v.check()
-	}
-	return nil
-}
-
 // String names the built-in strategies in errors and logs.
 func (noRetry) String() string         { return "NoRetry()" }
 func (b linearBackoff) String() string { return fmt.Sprintf("LinearBackoff(%v)", time.Duration(b)) }

@@ -133,7 +133,7 @@ func TestTooDeepWaiterLeavesTheQueue(t *testing.T) {
 
 // queuedLock starts Lock(ctx, name, opts...) on c, returns once the call is
 // queued, and delivers the lease it gets (nil if it failed the test).
-func queuedLock(t *testing.T, ctx context.Context, c *reentrant.Client, name string, opts ...reentrant.Option) <-chan *reentrant.Lease {
+func queuedLock(t *testing.T, ctx context.Context, c *reentrant.Client, name string, opts ...reentrant.CallOption) <-chan *reentrant.Lease {
 	t.Helper()
 	got := make(chan *reentrant.Lease, 1)
 	go func() {

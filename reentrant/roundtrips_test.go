@@ -21,8 +21,8 @@ func TestUncontendedRoundTrips(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, mode := range []struct {
 			name string
-			opts []reentrant.Option
-		}{{"counter", nil}, {"time", []reentrant.Option{reentrant.WithTimeTokens()}}} {
+			opts []reentrant.ClientOption
+		}{{"counter", nil}, {"time", []reentrant.ClientOption{reentrant.WithTimeTokens()}}} {
 			t.Run(mode.name, func(t *testing.T) {
 				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 				t.Cleanup(func() { _ = rdb.Close() })

@@ -135,7 +135,7 @@ func (sh *shards) listen(slot int) {
 func (sh *shards) run(s *shard) {
 	defer sh.wg.Done()
 	ctx := context.Background()
-	delay := shardBackoffMin
+	b := backoff{next: shardBackoffMin, max: shardBackoffMax}
 	for {
 		// SSubscribe dials the slot's master as go-redis knows it, within
 		// go-redis's timeouts; a failure shows in Receive.
@@ -151,16 +151,13 @@ func (sh *shards) run(s *shard) {
 			return
 		}
 		if confirmed {
-			delay = shardBackoffMin
+			b.next = shardBackoffMin
 		}
 		// A move or a failover: have go-redis learn the slot's new master.
 		sh.cc.ReloadState(ctx)
-		select {
-		case <-s.stop:
+		if !sleep(s.stop, b.delay()) {
 			return
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, shardBackoffMax)
 	}
 }
 

@@ -232,17 +232,17 @@ func (s *single) undoInBackground(r *call) {
 	c, req := s.c, r.req
 	giveUp := time.Now().Add(r.cfg.ttl)
 	c.goBackground(func() {
-		for delay := 10 * time.Millisecond; time.Now().Before(giveUp); delay = min(2*delay, time.Second) {
+		b := backoff{next: 10 * time.Millisecond, max: time.Second}
+		for time.Now().Before(giveUp) {
 			_, err := lua.Abandon(c.bg, s.rdb, r.keys, &req)
 			if err == nil || lua.IsRefusal(err) {
 				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
 				return
 			}
-			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", delay)
-			select {
-			case <-c.bg.Done():
+			d := b.delay()
+			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", d)
+			if !sleep(c.bg.Done(), d) {
 				return
-			case <-time.After(delay):
 			}
 		}
 		c.cfg.log.Warn("reentrant: gave up undoing an acquisition; its level expires with the lease",
@@ -267,3 +267,33 @@ func (s *single) leave(r *call) error {
 	}
 	return nil
 }
+
+// checkAckClient rejects WithReplicaAck on a client where WAIT cannot follow
+// the script on one connection, or would outlast the client's read timeout.
+func checkAckClient(rdb redis.UniversalClient, cfg config) error {
+	if cfg.ackReplicas == 0 {
+		return nil
+	}
+	var readTimeout time.Duration
+	switch rdb := rdb.(type) {
+	case *redis.Client:
+		readTimeout = rdb.Options().ReadTimeout
+	case *redis.ClusterClient:
+		readTimeout = rdb.Options().ReadTimeout
+	default:
+		return invalid("WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+	}
+	if readTimeout > 0 && cfg.ackTimeout >= readTimeout {
+		return invalid("replica acknowledgement timeout %v is not shorter than the client's ReadTimeout %v", cfg.ackTimeout, readTimeout)
+	}
+	return nil
+}
+
+// grantedError is the error of a step after the script granted the lock
+// (the WAIT of a poll): the level exists whatever the error, so the caller
+// undoes it.
+type grantedError struct{ err error }
+
+func (e *grantedError) Error() string { return "after the lock was granted: " + e.err.Error() }
+
+func (e *grantedError) Unwrap() error { return e.err }

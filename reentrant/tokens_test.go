@@ -44,8 +44,8 @@ func firstAfter(t *testing.T, c *reentrant.Client, name string) fence.Token {
 func TestTimeTokensSurviveALostCounter(t *testing.T) {
 	for _, mode := range []struct {
 		name string
-		opts []reentrant.Option
-	}{{"counter", nil}, {"time", []reentrant.Option{reentrant.WithTimeTokens()}}} {
+		opts []reentrant.ClientOption
+	}{{"counter", nil}, {"time", []reentrant.ClientOption{reentrant.WithTimeTokens()}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Run("flushall", func(t *testing.T) {
 				srv := redisproc.Start(t)
@@ -96,13 +96,13 @@ func checkAfterLoss(t *testing.T, mode string, before, after fence.Token) {
 func TestCounterIdleExpiry(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, c := range []struct {
-			opts   []reentrant.Option
+			opts   []reentrant.ClientOption
 			lo, hi time.Duration
 			desc   string
 		}{
 			{nil, -1, -1, "never"},
-			{[]reentrant.Option{reentrant.WithTimeTokens()}, reentrant.DefaultCounterIdleExpiry - time.Minute, reentrant.DefaultCounterIdleExpiry, "7 days"},
-			{[]reentrant.Option{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour)}, 2*time.Hour - time.Minute, 2 * time.Hour, "2 h"},
+			{[]reentrant.ClientOption{reentrant.WithTimeTokens()}, reentrant.DefaultCounterIdleExpiry - time.Minute, reentrant.DefaultCounterIdleExpiry, "7 days"},
+			{[]reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour)}, 2*time.Hour - time.Minute, 2 * time.Hour, "2 h"},
 		} {
 			lc, name := newClient(t, b.Client, c.opts...), testenv.Unique(t)
 			l, err := lc.Lock(t.Context(), name)
@@ -133,7 +133,7 @@ func TestCounterIdleExpiry(t *testing.T) {
 
 func TestTimeTokenOptionsBadInput(t *testing.T) {
 	_, rdb := testenv.Mini(t)
-	for _, opts := range [][]reentrant.Option{
+	for _, opts := range [][]reentrant.ClientOption{
 		{reentrant.WithCounterIdleExpiry(24 * time.Hour)}, // the strict counter never expires
 		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry - time.Millisecond)},
 		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry + time.Millisecond)},
@@ -143,7 +143,7 @@ func TestTimeTokenOptionsBadInput(t *testing.T) {
 		_, err := reentrant.New(rdb, opts...)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 	}
-	for _, opts := range [][]reentrant.Option{
+	for _, opts := range [][]reentrant.ClientOption{
 		{reentrant.WithTimeTokens()},
 		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry)},
 		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry)},

@@ -101,7 +101,7 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer stopRedis()
-	newLock := func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
+	newLock := func(opts ...reentrant.ClientOption) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
 	if cfg.redlock {
 		nodes, stopNodes, err := demoRedlock(ctx)
 		if err != nil {
@@ -109,7 +109,9 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 		}
 		defer stopNodes()
 		where = "a Redlock of three embedded Redis servers (miniredis)"
-		newLock = func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.NewRedlock(nodes, opts...) }
+		newLock = func(opts ...reentrant.ClientOption) (*reentrant.Client, error) {
+			return reentrant.NewRedlock(nodes, opts...)
+		}
 	}
 	store, storeName, closeStore, err := demoStore(ctx, cfg, rdb)
 	if err != nil {
@@ -240,7 +242,7 @@ func (tl *timeline) say(who, format string, args ...any) {
 
 // playPause runs the scenario and returns an error if any step does not
 // turn out as fencing promises, so the demo doubles as a smoke test.
-func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Option) (*reentrant.Client, error), prefix string, store storage.Store, where, storeName string) error {
+func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.ClientOption) (*reentrant.Client, error), prefix string, store storage.Store, where, storeName string) error {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	name := "invoice-" + hex.EncodeToString(b[:])

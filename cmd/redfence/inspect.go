@@ -253,7 +253,7 @@ func textString(s string) string {
 // openLocks checks a command's lock NAME, --redis and --prefix (usage
 // errors) and returns a lock client on that Redis, built with opts too,
 // and what closes it.
-func openLocks(c *command, name, addr, prefix string, opts ...reentrant.Option) (*reentrant.Client, func(), error) {
+func openLocks(c *command, name, addr, prefix string, opts ...reentrant.ClientOption) (*reentrant.Client, func(), error) {
 	if err := reentrant.CheckName(name); err != nil {
 		return nil, nil, usagef(c.name, "invalid lock NAME: %v", err)
 	}
@@ -264,7 +264,7 @@ func openLocks(c *command, name, addr, prefix string, opts ...reentrant.Option) 
 		return nil, nil, err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	locks, err := reentrant.New(rdb, append([]reentrant.Option{reentrant.WithPrefix(prefix)}, opts...)...)
+	locks, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, err

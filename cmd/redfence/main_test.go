@@ -109,7 +109,7 @@ func TestDemoUnsafe(t *testing.T) {
 	t.Parallel()
 	_, rdb := testenv.Mini(t)
 	var out bytes.Buffer
-	newLock := func(opts ...reentrant.Option) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
+	newLock := func(opts ...reentrant.ClientOption) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
 	err := playPause(t.Context(), &out, newLock, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
 	require.ErrorContains(t, err, "ACCEPTED A's late write")
 	require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))

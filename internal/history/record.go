@@ -54,7 +54,7 @@ func (c *Client) Lock(ctx context.Context, l *reentrant.Client, name string) (*r
 	return c.acquire(ctx, name, l.Lock)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, lock func(context.Context, string, ...reentrant.Option) (*reentrant.Lease, error)) (*reentrant.Lease, error) {
+func (c *Client) acquire(ctx context.Context, name string, lock func(context.Context, string, ...reentrant.CallOption) (*reentrant.Lease, error)) (*reentrant.Lease, error) {
 	var lease *reentrant.Lease
 	var lerr error
 	call := c.r.now()

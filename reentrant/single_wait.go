@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -10,40 +9,6 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/lua"
 )
-
-// Lock acquires name for ctx's owner, or reenters it if that owner holds
-// it, waiting as long as ctx (and the retry strategy, see WithRetry) allow.
-// A context without an owner gets a fresh one, so two Lock calls with a
-// plain context are two owners and the second waits for the first, like
-// sync.Mutex. opts override the client's options for this call (see
-// [Option]).
-//
-// Waiting is fair: a waiting Lock joins the lock's queue in Redis, and a
-// release hands the lock straight to the oldest waiter across every client.
-// Reentry never queues. docs/design.md describes the queue and its bounds.
-//
-// ctx bounds the wait only, whatever the go-redis client's timeouts: once
-// acquired, the lease lives until Unlock, loss or Close. A grant answered so
-// late that its lease would already be over (a failover, a stalled server)
-// is undone and the wait goes on. When ctx ends
-// first, the error matches both ErrNotAcquired and ctx.Err(); when the
-// retry strategy gives up, ErrNotAcquired. A Lock still waiting when the
-// Client closes returns ErrClosed. Other errors are as for
-// [Client.TryLock].
-func (c *Client) Lock(ctx context.Context, name string, opts ...Option) (*Lease, error) {
-	start := time.Now()
-	l, err := c.lock(ctx, name, opts)
-	c.observed(name, start, l, err)
-	return l, opErr("lock", name, err)
-}
-
-func (c *Client) lock(ctx context.Context, name string, opts []Option) (*Lease, error) {
-	r, err := c.newCall(ctx, name, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.be.lock(ctx, r)
-}
 
 // lock waits in the lock's queue: registered with the notifier before its
 // first attempt, it is woken by the handoff a release publishes, and polls
@@ -80,7 +45,7 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 	defer c.wg.Done()
 	queued := time.Now() // no handoff to this waiter can come before
 	l, a, err := r.try(ctx, false)
-	if err = r.again(ctx, err); err != nil || l != nil {
+	if err = r.keepWaiting(ctx, err); err != nil || l != nil {
 		return l, err
 	}
 	s.note.listen(w)
@@ -118,7 +83,7 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 			return nil, join(ErrClosed, r.leave())
 		}
 		l, a, err = r.try(ctx, poll)
-		if err = r.again(ctx, err); err != nil || l != nil {
+		if err = r.keepWaiting(ctx, err); err != nil || l != nil {
 			return l, err // errors already classified, with any undo's outcome
 		}
 		switch {
@@ -133,19 +98,6 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 			timer.Reset(min(delay, keep)) // no stale tick survives a Reset since Go 1.23
 		}
 	}
-}
-
-// again returns nil for an attempt a waiting Lock should follow with
-// another: one granted so late (a failover, a stalled server) that its
-// lease would already be over, which was undone. The wait goes on while ctx
-// allows; the attempt's place in the queue may be lost. Other errors are
-// returned as they are.
-func (r *call) again(ctx context.Context, err error) error {
-	if err != nil && errors.Is(err, errTooLate) && ctx.Err() == nil {
-		r.c.debug("reentrant: acquisition answered too late and undone; waiting on", "name", r.name, "err", err)
-		return nil
-	}
-	return err
 }
 
 // takeHanded accepts the lock that a release handed to this waiter, as the
@@ -171,17 +123,6 @@ func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time
 	l, err = r.c.newLease(ctx, r, acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: 1},
 		sent: queued, window: window})
 	return l, true, err
-}
-
-// track counts a waiting Lock among the client's work, unless it is closed.
-func (c *Client) track() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.wg.Add(1)
-	return true
 }
 
 // pollDelay is how long a waiter sleeps before its n-th poll when no

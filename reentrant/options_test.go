@@ -47,14 +47,31 @@ func TestPerCallTTL(t *testing.T) {
 	})
 }
 
-// Options a call cannot take are refused per call, with the option named;
-// bad values are refused whether per call or per client.
+// Options a call cannot take are not CallOptions, so giving one to a call
+// does not compile; every CallOption is a ClientOption too. Bad values are
+// refused per call.
 func TestCallOptionsRefused(t *testing.T) {
+	for _, o := range []reentrant.ClientOption{reentrant.WithPrefix("x"), reentrant.WithTimeTokens(),
+		reentrant.WithHandoffTimeout(time.Second), reentrant.WithLogger(slog.Default()),
+		reentrant.WithEvictionAllowed(), reentrant.WithRetryJitter(0), reentrant.WithMaxRetryDelay(time.Second),
+		reentrant.WithReplicaAck(1, time.Millisecond), reentrant.WithCounterIdleExpiry(time.Hour),
+		reentrant.WithObserver(func(reentrant.Event) {}), reentrant.WithIdentity("x"),
+	} {
+		_, isCall := o.(reentrant.CallOption)
+		require.False(t, isCall, "%T is a client option", o)
+	}
+	for _, o := range []reentrant.ClientOption{reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(time.Second),
+		reentrant.WithoutRenewal(), reentrant.WithSafetyMargin(time.Second), reentrant.WithRetry(reentrant.NoRetry()),
+		reentrant.WithMetadata("m"), reentrant.WithMaxDepth(1),
+	} {
+		_, isCall := o.(reentrant.CallOption)
+		require.True(t, isCall, "%T applies per call", o)
+	}
+
 	_, rdb := testenv.Mini(t)
 	c := newClient(t, rdb)
 	ctx := t.Context()
-	for _, o := range []reentrant.Option{reentrant.WithPrefix("x"), reentrant.WithTimeTokens(),
-		reentrant.WithHandoffTimeout(time.Second), reentrant.WithLogger(slog.Default()), nil,
+	for _, o := range []reentrant.CallOption{nil,
 		reentrant.WithTTL(0), reentrant.WithMaxDepth(0), reentrant.WithMetadata("a\nb"),
 		reentrant.WithMetadata(strings.Repeat("m", reentrant.MaxMetadataLen+1)), reentrant.WithRetry(nil),
 		reentrant.WithRetry(reentrant.LinearBackoff(0)), reentrant.WithRetry(reentrant.ExponentialBackoff(time.Second, time.Millisecond)),
@@ -68,11 +85,9 @@ func TestCallOptionsRefused(t *testing.T) {
 		require.NoError(t, ierr)
 		require.False(t, st.Held, "a refused option acquires nothing")
 	}
-	_, err := c.Lock(ctx, "n", reentrant.WithPrefix("x"))
-	require.ErrorContains(t, err, `reentrant: lock "n": invalid argument: WithPrefix applies to a Client`)
 	// A call's TTL must leave room for the client's explicit renew interval.
 	slow := newClient(t, rdb, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(5*time.Second))
-	_, err = slow.Lock(ctx, "n", reentrant.WithTTL(time.Second))
+	_, err := slow.Lock(ctx, "n", reentrant.WithTTL(time.Second))
 	require.ErrorIs(t, err, reentrant.ErrInvalid)
 	require.ErrorContains(t, err, "renew interval 5s is not shorter than the TTL 1s")
 	l, err := slow.Lock(ctx, "n", reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(300*time.Millisecond))

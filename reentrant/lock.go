@@ -1,0 +1,215 @@
+package reentrant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/lua"
+)
+
+// CleanupBudget bounds how long a lock call goes on after its context ended,
+// or after it failed with an outcome it cannot know (the reply was lost, the
+// read timed out): half of it waiting for the Redis call in flight, half
+// undoing what that call may have done. What is still unfinished then goes
+// on in the background, and Close waits for it.
+const CleanupBudget = 200 * time.Millisecond
+
+// TryLock locks name for ctx's owner, or reenters it, if it can do so
+// without waiting; it never jumps the queue of waiting Lock calls. A context
+// without an owner gets a fresh one; opts override the client's defaults.
+//
+// It fails with ErrNotAcquired when another owner holds the lock or others
+// wait for it, and otherwise as Lock does.
+func (c *Client) TryLock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
+	start := time.Now()
+	l, err := c.tryLock(ctx, name, opts)
+	c.observed(name, start, l, err)
+	return l, opErr("trylock", name, err)
+}
+
+func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*Lease, error) {
+	r, err := c.newCall(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := r.try(ctx, false)
+	if err == nil && l == nil {
+		err = fmt.Errorf("%w: held by another owner or others wait for it", ErrNotAcquired)
+	}
+	return l, err
+}
+
+// call is one Lock or TryLock: what each of its attempts, and the undo of
+// one, needs.
+type call struct {
+	c     *Client
+	name  string
+	keys  lua.Keys
+	cfg   *leaseConfig
+	req   lua.Request // Level is the call's own ID; Waiter is set when it waits
+	owner Owner
+	// attempted: a Redlock attempt was made, so the next takes a new
+	// level ID (acquireQuorum)
+	attempted bool
+}
+
+// newCall checks a lock call's arguments and the server's eviction policy.
+func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*call, error) {
+	if ctx == nil {
+		return nil, invalid("nil context")
+	}
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	cfg, err := c.callConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, join(ErrNotAcquired, err)
+	}
+	owner, err := ownerFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkPolicy(ctx); err != nil {
+		return nil, err
+	}
+	return &call{c: c, name: name, keys: c.keys(name), cfg: cfg, owner: owner,
+		req: lua.Request{Owner: string(owner), Level: c.reqID(), TTL: cfg.ttl, Meta: cfg.meta,
+			MaxDepth: cfg.maxDepth, Tokens: c.cfg.tokens}}, nil
+}
+
+// observed reports a finished Lock or TryLock to the observer.
+func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
+	if c.cfg.observe == nil {
+		return
+	}
+	e := Event{Kind: NotAcquired, Name: name, Wait: time.Since(start), Err: err}
+	if l != nil {
+		e.Kind, e.Token = Acquired, l.token
+		if l.depth > 1 {
+			e.Kind = Reentered
+		}
+	}
+	c.cfg.observe(e)
+}
+
+// try makes one acquisition attempt, and returns the lease when acquired,
+// otherwise the attempt's reply. poll says the attempt is a waiter's
+// periodic poll, which seldom acquires.
+func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
+	a, err := r.c.be.acquire(ctx, r, poll)
+	if err != nil || !a.OK {
+		return nil, a, err
+	}
+	l, err := r.c.newLease(ctx, r, a)
+	if a.settle != nil {
+		a.settle(l)
+	}
+	return l, a, err
+}
+
+type acquired struct {
+	lua.Acquired
+	sent   time.Time     // when the request left: the lease's clock starts here
+	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
+	// settle, when set (a Redlock grant), must be given the lease made of
+	// it, or nil: the nodes that granted late wait for it (quorum.acquire).
+	settle func(*Lease)
+	// split: a Redlock attempt refused with some nodes granting it, most
+	// likely a tie between waiters that tried at once.
+	split bool
+}
+
+// Lock locks name for ctx's owner, waiting, fairly, as long as ctx and the
+// retry strategy allow; if the owner holds it already, Lock reenters it at
+// once with the same token. A context without an owner gets a fresh one, so
+// two Lock calls with a plain context are two owners and the second waits,
+// as with sync.Mutex. opts override the client's defaults for this call.
+// ctx bounds the wait only: the lease lives until Unlock, loss or Close.
+//
+// Lock fails with ErrNotAcquired, joined with ctx's error when ctx ended the
+// wait; ErrTooDeep past the maximum depth (WithMaxDepth); ErrInvalid for a
+// nil ctx or a bad name, owner or option; ErrClosed when the Client is or
+// gets closed; ErrEvictionPolicy on a server that may evict the fencing
+// counter; ErrNotReplicated (WithReplicaAck); ErrForeign for a key this
+// library did not write; and Redis errors, wrapped. docs/design.md
+// describes the queue, the handoff and what happens to a grant that
+// answered too late.
+func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
+	start := time.Now()
+	l, err := c.lock(ctx, name, opts)
+	c.observed(name, start, l, err)
+	return l, opErr("lock", name, err)
+}
+
+func (c *Client) lock(ctx context.Context, name string, opts []CallOption) (*Lease, error) {
+	r, err := c.newCall(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.be.lock(ctx, r)
+}
+
+// keepWaiting returns nil for an attempt a waiting Lock should follow with
+// another: one granted so late (a failover, a stalled server) that its
+// lease would already be over, which was undone. The wait goes on while ctx
+// allows; the attempt's place in the queue may be lost. Other errors are
+// returned as they are.
+func (r *call) keepWaiting(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, errTooLate) && ctx.Err() == nil {
+		r.c.debug("reentrant: acquisition answered too late and undone; waiting on", "name", r.name, "err", err)
+		return nil
+	}
+	return err
+}
+
+// track counts a waiting Lock among the client's work, unless it is closed.
+func (c *Client) track() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// Do runs fn while holding name, then unlocks, also when fn panics (the
+// panic then continues). fn gets the lease's context, which ends if the
+// lease is lost or ctx ends, and the fencing token to pass to every fenced
+// write. opts apply to the Lock (see [CallOption]).
+//
+// Do returns Lock's error, or fn's error joined with Unlock's (ErrNotHeld
+// when the lease was lost while fn ran). Unlock runs even when ctx has
+// ended, bounded by one TTL. A nil fn is ErrInvalid; nothing is acquired.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, token fence.Token) error, opts ...CallOption) (err error) {
+	if fn == nil {
+		return opErr("do", name, invalid("nil function"))
+	}
+	l, err := c.Lock(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	// fn's context ends with the lease or with ctx, whichever comes first:
+	// Do's caller owns fn's lifetime, unlike a bare Lock's.
+	fctx, stop := context.WithCancelCause(l.Context())
+	defer stop(nil)
+	unhook := context.AfterFunc(ctx, func() { stop(context.Cause(ctx)) })
+	defer unhook()
+	// Deferred, so that a panicking fn releases the lock too instead of
+	// leaving it held and renewed until Close.
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.own.cfg.ttl)
+		defer cancel()
+		err = joinWith("; ", []error{err, l.Unlock(uctx)})
+	}()
+	return fn(fctx, l.Token())
+}

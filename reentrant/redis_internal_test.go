@@ -1,0 +1,61 @@
+package reentrant
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An error reply proves a script did not run, unless it came after the
+// script granted the lock (a poll's WAIT): that level must be undone.
+func TestMayHaveRunAfterAGrant(t *testing.T) {
+	var reply error = replyError("ERR WAIT cannot be used with replica instances")
+	if mayHaveRun(reply, false) {
+		t.Fatal("an error reply alone proves the command did not run")
+	}
+	if !mayHaveRun(&grantedError{reply}, false) {
+		t.Fatal("an error after the grant leaves a level to undo")
+	}
+	var r redis.Error
+	if !errors.As(&grantedError{reply}, &r) {
+		t.Fatal("the server's error must stay reachable with errors.As")
+	}
+}
+
+// replyError is an error reply as go-redis types them.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// Every retry loop's delays double up to the cap; with jitter each is drawn
+// from [d/2, d].
+func TestBackoff(t *testing.T) {
+	b := backoff{next: 5 * time.Millisecond, max: 30 * time.Millisecond}
+	var got []time.Duration
+	for range 5 {
+		got = append(got, b.delay())
+	}
+	want := []time.Duration{5, 10, 20, 30, 30}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("delays %v, want %v ms", got, want)
+		}
+	}
+	j := backoff{next: 8 * time.Millisecond, max: 8 * time.Millisecond, jitter: true}
+	for range 100 {
+		if d := j.delay(); d < 4*time.Millisecond || d > 8*time.Millisecond {
+			t.Fatalf("jittered delay %v outside [4ms, 8ms]", d)
+		}
+	}
+	done := make(chan struct{})
+	close(done)
+	if sleep(done, time.Hour) {
+		t.Fatal("sleep slept although done was closed")
+	}
+	if !sleep(nil, time.Millisecond) {
+		t.Fatal("sleep did not sleep its delay")
+	}
+}
