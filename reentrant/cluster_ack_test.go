@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redfence/redfence/internal/hashslot"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -39,7 +41,7 @@ func TestClusterReplicaAck(t *testing.T) {
 	nameOn := func(m *redisproc.Server) string {
 		for i := 0; ; i++ {
 			name := fmt.Sprintf("ack{%d}-%d", time.Now().UnixNano(), i)
-			if c.MasterOf(lua.Slot(lua.KeysFor(prefix, name).Lock)) == m {
+			if c.MasterOf(hashslot.Of(lua.KeysFor(prefix, name).Lock)) == m {
 				return name
 			}
 		}
@@ -89,7 +91,7 @@ func TestClusterReplicaAck(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 	dst := c.Masters()[1]
-	c.MigrateSlot(lua.Slot(lua.KeysFor(prefix, name).Lock), dst, 10, 0)
+	c.MigrateSlot(hashslot.Of(lua.KeysFor(prefix, name).Lock), dst, 10, 0)
 	l, err = lc.Lock(ctx, name)
 	require.NoError(t, err, "after the move")
 	require.GreaterOrEqual(t, onReplica(dst, name), l.Token())

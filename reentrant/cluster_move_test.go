@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redfence/redfence/internal/hashslot"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,7 +116,7 @@ func TestClusterHandoffDuringMoveIsPolled(t *testing.T) {
 	holder := newClient(t, c.Client())
 	waiter := newClient(t, c.Client())
 	name := fmt.Sprintf("polled{%d}", time.Now().UnixNano())
-	slot := lua.Slot(lua.KeysFor(prefix, name).Lock)
+	slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
 	from := c.MasterOf(slot)
 	to := c.Masters()[0]
 	if to == from {

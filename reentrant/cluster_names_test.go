@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redfence/redfence/internal/hashslot"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,7 +52,7 @@ func TestClusterThousandNames(t *testing.T) {
 	owner := map[int]*redisproc.Server{}
 	perMaster := map[*redisproc.Server]int{}
 	for _, name := range names {
-		slot := lua.Slot(lua.KeysFor(prefix, name).Lock)
+		slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
 		if owner[slot] == nil {
 			owner[slot] = c.MasterOf(slot)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redfence/redfence/internal/hashslot"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,7 +93,7 @@ func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, shard
 	owner := map[string]*redisproc.Server{}
 	for i := 0; len(names) < perMaster*len(c.Masters()); i++ {
 		name := fmt.Sprintf("wait{%d}", i)
-		m := c.MasterOf(lua.Slot(lua.KeysFor(prefix, name).Lock))
+		m := c.MasterOf(hashslot.Of(lua.KeysFor(prefix, name).Lock))
 		if r.handoffs[m] < perMaster {
 			r.handoffs[m]++
 			names = append(names, name)
@@ -127,7 +129,7 @@ func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, shard
 	// so that only a lost message could make a handoff wait for a poll.
 	slots := map[int]bool{}
 	for _, name := range names {
-		slot := lua.Slot(lua.KeysFor(prefix, name).Lock)
+		slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
 		if !slots[slot] {
 			slots[slot] = true
 			r.slots[owner[name]]++

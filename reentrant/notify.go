@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/hashslot"
 )
 
 // notifier delivers handoff messages to the waiting Lock calls of one
@@ -67,7 +67,7 @@ func newNotifier(rdb redis.UniversalClient, prefix, id string) *notifier {
 func (n *notifier) register(ctx context.Context, lockKey, level string) (*waiter, error) {
 	slot := -1
 	if n.shards != nil && n.shards.on(ctx) {
-		slot = lua.Slot(lockKey)
+		slot = hashslot.Of(lockKey)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

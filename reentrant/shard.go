@@ -10,13 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/hashslot"
 )
 
 // On a Cluster, a script may SPUBLISH only to a shard channel served by
 // its own node, and only a channel in the lock's own slot stays with the
 // lock when the slot moves. So a Cluster client listens on one channel per
-// slot, P:c:{<tag>}:<client ID> where {<tag>} is lua.SlotTag(slot), in
+// slot, P:c:{<tag>}:<client ID> where {<tag>} is hashslot.Tag(slot), in
 // each slot where it has waiters: one go-redis PubSub, thus one connection
 // to the slot's master, per such slot. (Redis refuses an SSUBSCRIBE whose
 // channels span slots, and go-redis re-subscribes all of a PubSub's
@@ -96,7 +96,7 @@ func (sh *shards) on(ctx context.Context) bool {
 func (sh *shards) ref(slot int) string {
 	s := sh.subs[slot]
 	if s == nil {
-		s = &shard{slot: slot, channel: sh.prefix + ":c:" + lua.SlotTag(slot) + ":" + sh.id}
+		s = &shard{slot: slot, channel: sh.prefix + ":c:" + hashslot.Tag(slot) + ":" + sh.id}
 		sh.subs[slot] = s
 	}
 	s.waiters++

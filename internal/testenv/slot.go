@@ -4,14 +4,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redfence/redfence/internal/hashslot"
+
 	"github.com/redfence/redfence/lua"
 )
 
-// Slot is Redis Cluster's key slot of key, [lua.Slot]: CRC16-XMODEM
+// Slot is Redis Cluster's key slot of key, [hashslot.Of]: CRC16-XMODEM
 // (polynomial 0x1021, initial 0) of [Tag](key), modulo 16384. The tests
 // check it against the cluster specification's values (slot_test.go) and
 // against a real cluster's CLUSTER KEYSLOT (lua's cluster test).
-func Slot(key string) int { return lua.Slot(key) }
+func Slot(key string) int { return hashslot.Of(key) }
 
 // Tag is the part of key Redis Cluster hashes: the bytes between the first
 // '{' and the first '}' after it, if that is non-empty; otherwise the whole
@@ -29,11 +31,11 @@ func Tag(key string) string {
 // made from it, whose keys all hash to one Cluster slot, and that slot: a
 // test of what happens to every lock of a slot (a move, a failover).
 func SameSlot(prefix, base string, n int) ([]string, int) {
-	slot := lua.Slot(lua.KeysFor(prefix, base).Lock)
+	slot := hashslot.Of(lua.KeysFor(prefix, base).Lock)
 	names := []string{base}
 	for i := 0; len(names) < n; i++ {
 		name := base + "-" + strconv.Itoa(i)
-		if lua.Slot(lua.KeysFor(prefix, name).Lock) == slot {
+		if hashslot.Of(lua.KeysFor(prefix, name).Lock) == slot {
 			names = append(names, name)
 		}
 	}
@@ -46,7 +48,7 @@ func SameSlot(prefix, base string, n int) ([]string, int) {
 func NameWhere(prefix, base string, ok func(slot int) bool) string {
 	for i := 0; ; i++ {
 		name := base + "-" + strconv.Itoa(i)
-		if ok(lua.Slot(lua.KeysFor(prefix, name).Lock)) {
+		if ok(hashslot.Of(lua.KeysFor(prefix, name).Lock)) {
 			return name
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/redfence/redfence/internal/hashslot"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -43,7 +45,7 @@ func TestClusterRecordsSpreadAndMove(t *testing.T) {
 		require.NoError(t, s.Put(ctx, key, []byte(key), 5))
 		rk, err := s.Key(key)
 		require.NoError(t, err)
-		require.Equal(t, lua.Slot(lua.KeysFor("redfence", key).Lock), lua.Slot(rk), "a record shares its lock's slot")
+		require.Equal(t, hashslot.Of(lua.KeysFor("redfence", key).Lock), hashslot.Of(rk), "a record shares its lock's slot")
 	}
 	for _, m := range c.Masters() {
 		n, err := m.Client().DBSize(ctx).Result()
@@ -54,7 +56,7 @@ func TestClusterRecordsSpreadAndMove(t *testing.T) {
 	const key = "k{7}%"
 	rk, err := s.Key(key)
 	require.NoError(t, err)
-	slot := lua.Slot(rk)
+	slot := hashslot.Of(rk)
 	dst := c.Masters()[0]
 	if dst == c.MasterOf(slot) {
 		dst = c.Masters()[1]

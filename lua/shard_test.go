@@ -7,28 +7,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/internal/hashslot"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
-
-// Every slot has a tag, each tag lands in its slot after any brace-free
-// prefix, and tags stay short.
-func TestSlotTagCoversEverySlot(t *testing.T) {
-	for slot := range lua.Slots {
-		tag := lua.SlotTag(slot)
-		require.LessOrEqual(t, len(tag), 6, "slot %d: tag %q", slot, tag)
-		require.Equal(t, slot, lua.Slot("redfence:c:"+tag+":0123456789abcdef"), "slot %d: tag %q", slot, tag)
-		require.Equal(t, slot, testenv.Slot(tag), "slot %d: tag %q", slot, tag)
-	}
-	require.Panics(t, func() { lua.SlotTag(lua.Slots) })
-}
 
 // A sharded waiter is told with SPUBLISH on its shard channel, a classic
 // one with PUBLISH; the member records which. (Real Redis 7: miniredis has
 // no SPUBLISH, and the standalone path never asks for it.)
 func TestShardedWaiterIsToldWithSPUBLISH(t *testing.T) {
 	r := newQueueRig(t, testenv.Redis(t))
-	ch := "redfence:c:" + lua.SlotTag(lua.Slot(r.k.Lock)) + ":" + testenv.Unique(t)
+	ch := "redfence:c:" + hashslot.Tag(hashslot.Of(r.k.Lock)) + ":" + testenv.Unique(t)
 	ps := r.rdb.SSubscribe(r.ctx, ch)
 	defer ps.Close()
 	_, err := ps.Receive(r.ctx)

@@ -1,4 +1,6 @@
-package lua
+// Package hashslot is Redis Cluster's slot arithmetic, for the lock client's
+// shard channels and the tests: a key's slot, and a hash tag for each slot.
+package hashslot
 
 import (
 	"strconv"
@@ -9,12 +11,12 @@ import (
 // Slots is the number of Redis Cluster hash slots.
 const Slots = 16384
 
-// Slot returns the Redis Cluster slot of key: CRC16-XMODEM (polynomial
+// Of returns the Redis Cluster slot of key: CRC16-XMODEM (polynomial
 // 0x1021, initial 0) of its hash tag, modulo 16384. The tag is the bytes
 // between the first '{' and the first '}' after it, when not empty;
 // otherwise the whole key is hashed. go-redis keeps its copy in an
 // internal package.
-func Slot(key string) int {
+func Of(key string) int {
 	s := key
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
@@ -42,7 +44,7 @@ var slotTags = sync.OnceValue(func() *[Slots]uint32 {
 	var tags [Slots]uint32
 	var found [Slots]bool
 	for n, left := uint32(0), Slots; left > 0; n++ {
-		if s := Slot(strconv.FormatUint(uint64(n), 36)); !found[s] {
+		if s := Of(strconv.FormatUint(uint64(n), 36)); !found[s] {
 			found[s], tags[s] = true, n
 			left--
 		}
@@ -50,9 +52,9 @@ var slotTags = sync.OnceValue(func() *[Slots]uint32 {
 	return &tags
 })
 
-// SlotTag returns a hash tag, braces included, that puts every key holding
+// Tag returns a hash tag, braces included, that puts every key holding
 // it after a brace-free prefix in slot. It panics for a slot outside
 // [0, Slots).
-func SlotTag(slot int) string {
+func Tag(slot int) string {
 	return "{" + strconv.FormatUint(uint64(slotTags()[slot]), 36) + "}"
 }
