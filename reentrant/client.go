@@ -51,7 +51,7 @@ type Client struct {
 	mu     sync.Mutex
 	owns   map[holdKey]*ownership
 	closed bool
-	wg     sync.WaitGroup // background goroutines; Add only under mu while !closed
+	wg     sync.WaitGroup // every goroutine of the client (goBackground; the renewer, started under mu; a waiting Lock, track) and of its backend; Add only under mu while !closed
 }
 
 // holdKey names one owner's hold on one name in the client's bookkeeping. A

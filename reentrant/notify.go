@@ -34,10 +34,14 @@ type notifier struct {
 	channel string  // the classic channel
 	shards  *shards // nil unless rdb is a *redis.ClusterClient
 
+	// spawn runs a goroutine counted among the client's (Client.goBackground),
+	// so that Close waits for the dispatchers; false once the client closed.
+	spawn func(func()) bool
+
 	mu      sync.Mutex
 	ps      *redis.PubSub
 	waiters map[string]*waiter // by level ID
-	done    chan struct{}      // closed when the classic dispatcher exits
+	running bool               // the classic dispatcher was started
 	closed  bool
 }
 
@@ -51,8 +55,8 @@ type waiter struct {
 	handed  atomic.Uint64 // the token a handoff message gave this waiter; 0 if none
 }
 
-func newNotifier(rdb redis.UniversalClient, prefix, id string) *notifier {
-	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter)}
+func newNotifier(rdb redis.UniversalClient, prefix, id string, spawn func(func()) bool) *notifier {
+	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter), spawn: spawn}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		n.shards = newShards(n, cc, prefix, id)
 	}
@@ -95,15 +99,13 @@ func (n *notifier) listen(w *waiter) {
 		n.shards.listen(w.slot)
 		return
 	}
-	if n.done != nil {
+	if n.running {
 		return
 	}
-	n.done = make(chan struct{})
-	go n.run()
+	n.running = n.spawn(n.run)
 }
 
 func (n *notifier) run() {
-	defer close(n.done)
 	// Subscribe dials and writes within go-redis's own timeouts, and keeps
 	// the channel to re-subscribe with even when this first attempt fails.
 	ps := n.rdb.Subscribe(context.Background(), n.channel)
@@ -181,14 +183,11 @@ func (n *notifier) close() error {
 		return nil
 	}
 	n.closed = true
-	ps, done := n.ps, n.done
+	ps := n.ps
 	n.mu.Unlock()
 	var err error
 	if ps != nil {
-		err = ps.Close()
-	}
-	if done != nil {
-		<-done
+		err = ps.Close() // the dispatcher returns; Client.Close waits for it
 	}
 	if n.shards != nil {
 		n.shards.close()

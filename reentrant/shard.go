@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,7 +45,6 @@ type shards struct {
 	mode       atomic.Int32 // shardUnknown until asked, then shardOn or shardOff
 	linger     time.Duration
 	subs       map[int]*shard
-	wg         sync.WaitGroup
 }
 
 const (
@@ -126,14 +124,14 @@ func (sh *shards) listen(slot int) {
 		return
 	}
 	s.running, s.stop = true, make(chan struct{})
-	sh.wg.Add(1)
-	go sh.run(s)
+	if !sh.n.spawn(func() { sh.run(s) }) {
+		s.running = false
+	}
 }
 
 // run subscribes to s's channel, again and again, until s is stopped or
 // idle past shardLinger.
 func (sh *shards) run(s *shard) {
-	defer sh.wg.Done()
 	ctx := context.Background()
 	b := backoff{next: shardBackoffMin, max: shardBackoffMax}
 	for {
@@ -227,7 +225,7 @@ func (sh *shards) expire(s *shard) bool {
 	return true
 }
 
-// close ends every subscription and waits for their goroutines.
+// close ends every subscription; Client.Close waits for their goroutines.
 func (sh *shards) close() {
 	sh.n.mu.Lock()
 	var open []*redis.PubSub
@@ -244,5 +242,4 @@ func (sh *shards) close() {
 	for _, ps := range open {
 		_ = ps.Close()
 	}
-	sh.wg.Wait()
 }

@@ -27,7 +27,7 @@ type single struct {
 }
 
 func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
-	return &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id), retries: retries(rdb)}
+	return &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), retries: retries(rdb)}
 }
 
 func (s *single) release(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
