@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
@@ -69,10 +70,10 @@ func TestForeignCounterRefused(t *testing.T) {
 				},
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 				"qacquire": func() error {
-					_, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
-				"qraise": func() error { _, err := lua.QBump(ctx, rdb, k, 5); return err },
+				"qraise": func() error { _, err := scripts.QBump(ctx, rdb, k, 5); return err },
 			}
 			for name, call := range calls {
 				err := call()

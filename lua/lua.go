@@ -1,179 +1,149 @@
-// Package lua runs the Redis scripts behind redfence's locks, through
-// typed wrappers: [Acquire] (and [AcquireAcked], which waits for replicas),
-// [Release], [Extend] (and [ExtendBatch], many in one pipeline), [Abandon],
-// [Inspect] and [Force], and for Redlock nodes [QAcquire], [QRaise] and
-// [QBump], on the keys [KeysFor] lays out. Each wrapper sends EVALSHA
-// and falls back to EVAL when the server answers NOSCRIPT (after SCRIPT
-// FLUSH or a restart); [Load] puts every script into a server's cache
-// ahead of use.
+// Package lua holds the Redis scripts behind redfence's locks (the .lua
+// files of this directory, embedded) and the typed wrappers a caller of the
+// scripts needs: [Acquire], [Release], [Extend], [Abandon], [Inspect] and
+// [Force], on the keys [KeysFor] lays out. Each wrapper sends EVALSHA and
+// falls back to EVAL when the server answers NOSCRIPT (after SCRIPT FLUSH
+// or a restart); [Load] puts every script into a server's cache ahead of
+// use.
 //
 // The scripts are the whole of the lock's server-side logic; each .lua
 // file's header gives its KEYS, ARGV and every reply. A script refuses a
-// key it did not write with [ErrForeign], and changes nothing.
+// key it did not write with [ErrForeign], and changes nothing. The lock
+// client's own plumbing (the Redlock phases, the replica-acknowledged
+// acquisition, the renewer's pipeline) runs the same scripts from an
+// internal package.
 package lua
 
 import (
 	"context"
-	_ "embed"
-	"errors"
-	"fmt"
-	"math"
+	"embed"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/internal/scripthook"
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
-var (
-	//go:embed lib.lua
-	libSrc string
-	//go:embed queue.lua
-	queueSrc string
-	//go:embed acquire.lua
-	acquireSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed extend.lua
-	extendSrc string
-	//go:embed inspect.lua
-	inspectSrc string
-	//go:embed abandon.lua
-	abandonSrc string
-	//go:embed qacquire.lua
-	qacquireSrc string
-	//go:embed qraise.lua
-	qraiseSrc string
-	//go:embed force.lua
-	forceSrc string
-)
+//go:embed *.lua
+var sources embed.FS
 
-// helpers is what every script starts with: lib.lua (the lock hash, the
-// tokens) and queue.lua (the wait queue), so the helpers that recognise a
-// lock exist once.
-var helpers = libSrc + queueSrc
-
-// The scripts, loaded once per process: the helpers, then the script's own
-// file.
-var (
-	acquireScript  = redis.NewScript(helpers + acquireSrc)
-	releaseScript  = redis.NewScript(helpers + releaseSrc)
-	extendScript   = redis.NewScript(helpers + extendSrc)
-	inspectScript  = redis.NewScript(helpers + inspectSrc)
-	abandonScript  = redis.NewScript(helpers + abandonSrc)
-	qacquireScript = redis.NewScript(helpers + qacquireSrc)
-	qraiseScript   = redis.NewScript(helpers + qraiseSrc)
-	forceScript    = redis.NewScript(helpers + forceSrc)
-)
-
-// scripts names every script with its source, for Load and for the
-// module's own tests, which reach them through internal/scripthook.
-var scripts = []struct {
-	name, src string
-	s         **redis.Script
-}{
-	{"acquire", acquireSrc, &acquireScript},
-	{"release", releaseSrc, &releaseScript},
-	{"extend", extendSrc, &extendScript},
-	{"inspect", inspectSrc, &inspectScript},
-	{"abandon", abandonSrc, &abandonScript},
-	{"qacquire", qacquireSrc, &qacquireScript},
-	{"qraise", qraiseSrc, &qraiseScript},
-	{"force", forceSrc, &forceScript},
-}
-
-func init() {
-	for _, s := range scripts {
-		scripthook.Register(s.name, helpers+s.src, s.s)
-	}
-}
-
-// Load puts every script into the script cache of rdb with SCRIPT LOAD
-// (through a ClusterClient, of every node), so that the first call of each
-// is an EVALSHA that needs no EVAL fallback. It is optional: every wrapper
-// falls back to EVAL by itself when the server answers NOSCRIPT. It fails
-// with ErrReply if the server names a script by another SHA1 than the
-// wrappers do.
-func Load(ctx context.Context, rdb redis.Scripter) error {
-	for _, s := range scripts {
-		want := (*s.s).Hash()
-		sha, err := (*s.s).Load(ctx, rdb).Result()
-		if err != nil {
-			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
-		}
-		if sha != want {
-			return fmt.Errorf("%w: SCRIPT LOAD of %s.lua returned %q, want %s", ErrReply, s.name, sha, want)
-		}
-	}
-	return nil
-}
+func init() { scripts.Install(sources) }
 
 var (
 	// ErrForeign reports a key holding a value this module did not write
 	// where it keeps its own: a lock's hash or wait queue, or a record of
 	// storage/redisstore. Nothing was changed. The error names the key and
 	// wraps the server's reply, so errors.As finds a redis.Error.
-	ErrForeign = errors.New("lua: key holds a foreign value")
+	ErrForeign = scripts.ErrForeign
 
-	// ErrOverflow reports a next token at 2^53 or beyond, which the
-	// scripts cannot represent exactly; the lock was not taken. At a
-	// million acquisitions a second a counter takes 285 years to get there;
-	// time tokens (microseconds since 1970) get there in 2255.
-	ErrOverflow = errors.New("lua: fencing counter beyond 2^53")
+	// ErrOverflow reports a next token at 2^53 or beyond, which the scripts
+	// cannot represent exactly; the lock was not taken.
+	ErrOverflow = scripts.ErrOverflow
 
 	// ErrReply reports a script reply of an unexpected shape: a server that
 	// is not Redis-compatible, or a script of another version.
-	ErrReply = errors.New("lua: malformed script reply")
+	ErrReply = scripts.ErrReply
 )
 
-// Tokens says how the scripts issue a fresh token: at a free-to-held
-// acquisition, and when a release or an undo hands the lock to a waiter.
-// The zero value is the strict counter.
-type Tokens struct {
-	// Time makes a fresh token max(counter + 1, the server's TIME in
-	// microseconds) instead of counter + 1, so that a lost counter does not
-	// restart tokens at 1. Without it the counter never expires.
-	Time bool
-	// Idle is, with Time, how long the counter outlives the last token
-	// issued; rounded down to milliseconds, at least 1 ms.
-	Idle time.Duration
+// Keys are the three keys of one lock, in one Cluster hash slot: Lock, the
+// hash (holder, lease, last ownership); Queue, the Lock calls waiting;
+// Counter, the highest token issued. Lay them out with KeysFor.
+type Keys = scripts.Keys
+
+// KeysFor returns the keys of the lock name under prefix: P:{N}, P:{N}:q
+// and P:{N}:t, N escaped by HashTag. Distinct names give distinct keys.
+func KeysFor(prefix, name string) Keys { return scripts.KeysFor(prefix, name) }
+
+// HashTag returns s as a Redis Cluster hash tag, {s}, with %, { and }
+// escaped (%25, %7B, %7D), so that every s has its own tag and no s can
+// close the braces early.
+func HashTag(s string) string { return scripts.HashTag(s) }
+
+// Tokens says how the scripts issue a fresh token: with Time false (the
+// zero value) the counter's next value; with Time true the larger of that
+// and the server's clock in microseconds, the counter then expiring Idle
+// after the last token issued.
+type Tokens = scripts.Tokens
+
+// Request is one acquisition: the owner, the level (one Lock call's ID),
+// the lease, the metadata of a fresh ownership, the deepest reentry
+// allowed, the queue entry (Waiter) when the call waits, and the Tokens.
+type Request = scripts.Request
+
+// Waiter describes a Lock call that waits in the lock's queue: where its
+// client listens for the handoff, how long a handed lock waits to be
+// claimed, and how long the queue outlives its last poll.
+type Waiter = scripts.Waiter
+
+// Acquired is the reply of Acquire: taken (OK, with the token and depth), a
+// reentry refused at the depth limit (TooDeep), or neither (HolderTTL, what
+// is left of the holder's lease).
+type Acquired = scripts.Acquired
+
+// Acquire runs acquire.lua: it takes the lock free, reenters it for r's
+// owner, or, with r.Waiter, queues the call. It fails with ErrForeign or
+// ErrOverflow when the script refuses (nothing changed), ErrReply on a
+// malformed reply, or the server's error.
+func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
+	return scripts.Acquire(ctx, rdb, k, r)
 }
 
-// arg is the scripts' token-mode ARGV (lib.lua): 0 for the counter, the
-// counter's idle expiry in ms for time tokens.
-func (m Tokens) arg() int64 {
-	if !m.Time {
-		return 0
-	}
-	return max(m.Idle.Milliseconds(), 1)
+// Release runs release.lua: it ends the level of owner's ownership with
+// token, once however often it is sent, and returns the depth left, or -1
+// when the ownership does not hold the lock. A lock handed to a waiter gets
+// a token issued as m says.
+func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (int64, error) {
+	return scripts.Release(ctx, rdb, k, owner, token, level, m)
 }
 
-// millis converts a PTTL reply to a Duration. A key given an expiry
-// centuries away (PEXPIREAT by someone else) has a PTTL beyond what a
-// Duration holds; it saturates at the largest Duration, which is still
-// "longer than anyone will wait", instead of wrapping to a negative value.
-func millis(ms int64) time.Duration {
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(ms) * time.Millisecond
+// Extend runs extend.lua: it sets the lease of owner's ownership with token
+// to ttl from now, never shortening it, and reports whether the ownership
+// holds the lock.
+func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (bool, error) {
+	return scripts.Extend(ctx, rdb, k, owner, token, ttl, m)
 }
 
-// scriptErr turns the scripts' own refusals into typed errors that still
-// wrap the server's reply (errors.As finds the redis.Error), and passes
-// every other error (network, OOM, READONLY...) on as it came.
-func scriptErr(err error) error {
-	switch {
-	case redis.HasErrorPrefix(err, "FOREIGN"):
-		return fmt.Errorf("%w: %w", ErrForeign, err)
-	case redis.HasErrorPrefix(err, "OVERFLOW"):
-		return fmt.Errorf("%w: %w", ErrOverflow, err)
-	}
-	return err
+// Abandon runs abandon.lua: it undoes r, a request whose outcome is unknown
+// (its queue entry, or the level it took), and reports whether it undid a
+// level.
+func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
+	return scripts.Abandon(ctx, rdb, k, r)
 }
+
+// State is a snapshot of one lock, read in one atomic step by Inspect.
+type State = scripts.State
+
+// Ended is an ownership the lock's hash records as ended (the last one
+// while the lock is free, and the 16 most recent whose lease ran out): its
+// token, its owner, and whether it expired or was forced.
+type Ended = scripts.Ended
+
+// Forced is the record a forced unlock (Force) leaves: the ownership it
+// ended, when (the server's clock), and who forced it.
+type Forced = scripts.Forced
+
+// Inspect runs inspect.lua, which changes nothing.
+func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
+	return scripts.Inspect(ctx, rdb, k)
+}
+
+// ForceResult is the reply of Force: it ended the ownership (Ended), the
+// ownership had been forced already (Repeat), or neither, and Holder is the
+// token of the ownership that holds the lock (None: free).
+type ForceResult = scripts.ForceResult
+
+// Force runs force.lua: it ends the ownership with token tok, whoever holds
+// it, records by as who forced it, and hands the lock to the oldest waiter.
+func Force(ctx context.Context, rdb redis.Scripter, k Keys, tok fence.Token, by string, m Tokens) (ForceResult, error) {
+	return scripts.Force(ctx, rdb, k, tok, by, m)
+}
+
+// Load puts every script into the script cache of rdb with SCRIPT LOAD
+// (through a ClusterClient, of every node), so that the first call of each
+// is an EVALSHA. It is optional: every wrapper falls back to EVAL by itself.
+func Load(ctx context.Context, rdb redis.Scripter) error { return scripts.Load(ctx, rdb) }
 
 // IsRefusal reports whether err is one of the scripts' own refusals
 // (ErrForeign, ErrOverflow): the script ran, checked, and changed nothing.
-func IsRefusal(err error) bool {
-	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow)
-}
+func IsRefusal(err error) bool { return scripts.IsRefusal(err) }

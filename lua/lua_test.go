@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripthook"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
@@ -23,7 +23,7 @@ func TestLoad(t *testing.T) {
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
 		require.NoError(t, lua.Load(ctx, rdb))
 		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon", "qacquire", "qraise", "force"} {
-			ok, err := rdb.ScriptExists(ctx, scripthook.Script(name).Hash()).Result()
+			ok, err := rdb.ScriptExists(ctx, scripts.Script(name).Hash()).Result()
 			require.NoError(t, err)
 			require.Equal(t, []bool{true}, ok, name)
 		}
@@ -113,10 +113,10 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "r"}); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 				"qacquire": func() error {
-					_, err := lua.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
-				"qraise": func() error { _, err := lua.QRaise(ctx, rdb, k, "o", "r", 1, false); return err },
+				"qraise": func() error { _, err := scripts.QRaise(ctx, rdb, k, "o", "r", 1, false); return err },
 			}
 			for name, call := range calls {
 				err := call()

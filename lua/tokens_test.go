@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripthook"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 )
@@ -267,13 +267,13 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l"})
 		require.NoError(t, err)
 		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
-			err := scripthook.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "p", 60000, "lp", "", 0, bad).Err()
+			err := scripts.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "p", 60000, "lp", "", 0, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "acquire %q", bad)
-			err = scripthook.Script("release").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", a.Token.String(), "l", bad).Err()
+			err = scripts.Script("release").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", a.Token.String(), "l", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "release %q", bad)
-			err = scripthook.Script("abandon").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", "l", "", bad).Err()
+			err = scripts.Script("abandon").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", "l", "", bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
-			err = scripthook.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
+			err = scripts.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
 			st, err := lua.Inspect(ctx, rdb, k)
 			require.NoError(t, err)

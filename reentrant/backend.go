@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // backend is where a Client's locks live: one Redis deployment (single,
@@ -32,13 +32,13 @@ type backend interface {
 
 	// release gives up level of the ownership (owner, tok): the depth
 	// left, or -1 when the ownership no longer holds the lock.
-	release(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error)
+	release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error)
 	// extend keeps the ownership's lock for ttl; false when it is gone.
-	extend(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error)
+	extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error)
 	// extendBatch renews many ownerships at once, one result each.
-	extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult
-	inspect(ctx context.Context, k lua.Keys) (lua.State, error)
-	force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error)
+	extendBatch(ctx context.Context, reqs []scripts.ExtendReq) []scripts.ExtendResult
+	inspect(ctx context.Context, k scripts.Keys) (scripts.State, error)
+	force(ctx context.Context, k scripts.Keys, tok fence.Token) (scripts.ForceResult, error)
 	// askPolicy checks that no server may evict the fencing counter.
 	askPolicy(ctx context.Context) error
 

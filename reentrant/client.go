@@ -25,7 +25,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
+	_ "github.com/redfence/redfence/lua" // embeds the scripts and installs them in internal/scripts
 )
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
@@ -173,4 +174,4 @@ func retries(rdb redis.UniversalClient) bool {
 	return true
 }
 
-func (c *Client) keys(name string) lua.Keys { return lua.KeysFor(c.cfg.prefix, name) }
+func (c *Client) keys(name string) scripts.Keys { return scripts.KeysFor(c.cfg.prefix, name) }

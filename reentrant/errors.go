@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // The errors of this package. Test them with errors.Is; each method's doc
@@ -83,13 +83,13 @@ var (
 	// queue) holding a value redfence did not write: another program's
 	// key, or a name collision across prefixes. The call changed nothing,
 	// and no lock call on that name succeeds until the key is removed. It
-	// is lua.ErrForeign, so either may be tested.
-	ErrForeign = lua.ErrForeign
+	// is scripts.ErrForeign, so either may be tested.
+	ErrForeign = scripts.ErrForeign
 
 	// ErrOverflow reports a name whose next token would reach 2^53, which
 	// the scripts cannot represent exactly: no token is issued. It is
-	// lua.ErrOverflow.
-	ErrOverflow = lua.ErrOverflow
+	// scripts.ErrOverflow.
+	ErrOverflow = scripts.ErrOverflow
 )
 
 // errTooLate marks an acquisition whose reply came past the lease's safe

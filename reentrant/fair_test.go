@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/scripthook"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/reentrant"
 )
@@ -202,7 +202,7 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 				// itself.
 				rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, _ error) {
 					for _, cmd := range cmds {
-						if a := cmd.Args(); !pipe && len(a) > 1 && (a[1] == scripthook.Script("acquire").Hash() || a[1] == scripthook.Source("acquire")) {
+						if a := cmd.Args(); !pipe && len(a) > 1 && (a[1] == scripts.Script("acquire").Hash() || a[1] == scripts.Source("acquire")) {
 							n.Add(1)
 						}
 					}

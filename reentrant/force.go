@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // forceAttempts bounds how often ForceUnlock reads the holder anew when the
@@ -65,8 +65,8 @@ func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token)
 			tok = st.Token
 		}
 		k := c.keys(name)
-		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.ForceResult, error) {
-			return retryBusy(c, ctx, func(ctx context.Context) (lua.ForceResult, error) {
+		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (scripts.ForceResult, error) {
+			return retryBusy(c, ctx, func(ctx context.Context) (scripts.ForceResult, error) {
 				return c.be.force(ctx, k, tok)
 			})
 		}, nil)

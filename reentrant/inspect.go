@@ -3,17 +3,17 @@ package reentrant
 import (
 	"context"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // State is a snapshot of one lock, as [Client.Inspect] reads it. Owners are
 // plain strings in it: convert with Owner(s.Owner).
-type State = lua.State
+type State = scripts.State
 
 // Ended is an ownership of a lock that has ended, as Redis records it: the
 // last one while the lock is free, and the 16 most recent whose lease ran
 // out. It says whose hold it was, for tools and post-mortems.
-type Ended = lua.Ended
+type Ended = scripts.Ended
 
 // Inspect reads name's state in one atomic step. It needs no ownership and
 // changes nothing. It returns ErrInvalid for a nil ctx or a bad name,
@@ -34,8 +34,8 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	if c.isClosed() {
 		return State{}, ErrClosed
 	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
-		return retryBusy(c, ctx, func(ctx context.Context) (lua.State, error) {
+	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (scripts.State, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (scripts.State, error) {
 			return c.be.inspect(ctx, c.keys(name))
 		})
 	}, nil)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // Lease is one successful Lock or TryLock: one level of a hold on a name.
@@ -19,7 +19,7 @@ import (
 type Lease struct {
 	c      *Client
 	name   string
-	keys   lua.Keys
+	keys   scripts.Keys
 	owner  Owner
 	token  fence.Token
 	depth  int64
@@ -137,8 +137,8 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
 	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (lua.State, error) {
-		return retryBusy(l.c, ctx, func(ctx context.Context) (lua.State, error) {
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (scripts.State, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (scripts.State, error) {
 			return l.c.be.inspect(ctx, l.keys)
 		})
 	}, nil)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // CleanupBudget bounds how long a lock call goes on after its context ended,
@@ -47,9 +47,9 @@ func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*
 type call struct {
 	c     *Client
 	name  string
-	keys  lua.Keys
+	keys  scripts.Keys
 	cfg   *leaseConfig
-	req   lua.Request // Level is the call's own ID; Waiter is set when it waits
+	req   scripts.Request // Level is the call's own ID; Waiter is set when it waits
 	owner Owner
 	// attempted: a Redlock attempt was made, so the next takes a new
 	// level ID (acquireQuorum)
@@ -82,7 +82,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*
 		return nil, err
 	}
 	return &call{c: c, name: name, keys: c.keys(name), cfg: cfg, owner: owner,
-		req: lua.Request{Owner: string(owner), Level: c.reqID(), TTL: cfg.ttl, Meta: cfg.meta,
+		req: scripts.Request{Owner: string(owner), Level: c.reqID(), TTL: cfg.ttl, Meta: cfg.meta,
 			MaxDepth: cfg.maxDepth, Tokens: c.cfg.tokens}}, nil
 }
 
@@ -117,7 +117,7 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 }
 
 type acquired struct {
-	lua.Acquired
+	scripts.Acquired
 	sent   time.Time     // when the request left: the lease's clock starts here
 	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
 	// settle, when set (a Redlock grant), must be given the lease made of

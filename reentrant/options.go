@@ -9,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // Limits on durations accepted by options and [Lease.Extend].
@@ -84,7 +84,7 @@ type config struct {
 	ackTimeout    time.Duration
 	allowEviction bool
 	handoff       time.Duration
-	tokens        lua.Tokens
+	tokens        scripts.Tokens
 	idleSet       bool
 	log           *slog.Logger
 	observe       func(Event)
@@ -116,7 +116,7 @@ func defaults() config {
 		jitter:        DefaultRetryJitter,
 		maxRetryDelay: DefaultMaxRetryDelay,
 		handoff:       DefaultHandoffTimeout,
-		tokens:        lua.Tokens{Idle: DefaultCounterIdleExpiry},
+		tokens:        scripts.Tokens{Idle: DefaultCounterIdleExpiry},
 		log:           slog.New(slog.DiscardHandler),
 		identity:      defaultIdentity(),
 		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // ownership is this process's record of one ownership of one lock: the
@@ -18,7 +18,7 @@ import (
 type ownership struct {
 	c      *Client
 	key    holdKey
-	keys   lua.Keys
+	keys   scripts.Keys
 	token  fence.Token
 	cfg    *leaseConfig // the lease of the call that started the ownership
 	refs   int          // live leases; guarded by c.mu
@@ -41,7 +41,7 @@ type ownership struct {
 // lock taken from a handoff message, whose lease is the claim time) gets its
 // first renewal at half of it, on a timer of its own: the renewer's tick
 // may be longer than the window. Called with c.mu held and c not closed.
-func (c *Client) newOwnership(key holdKey, k lua.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
+func (c *Client) newOwnership(key holdKey, k scripts.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	o := &ownership{c: c, key: key, keys: k, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
 		deadline: sent.Add(window)}

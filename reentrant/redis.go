@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // result is what one Redis call returned.
@@ -85,7 +85,7 @@ func mayHaveRun(err error, retries bool) bool {
 	switch {
 	case err == nil || errors.As(err, &granted):
 		return true
-	case lua.IsRefusal(err):
+	case scripts.IsRefusal(err):
 		return false
 	case retries:
 		return true

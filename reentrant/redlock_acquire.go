@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // acquire makes one Redlock attempt. It returns the lease's reply
@@ -47,15 +47,15 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 			st.settle(nil)
 		}
 	}()
-	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.QAcquired, error) {
-		return lua.QAcquire(ctx, rdb, r.keys, &req)
+	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.QAcquired, error) {
+		return scripts.QAcquire(ctx, rdb, r.keys, &req)
 	})
-	granted := func(x nodeReply[lua.QAcquired]) bool { return x.err == nil && x.v.OK }
-	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.QAcquired]) bool {
+	granted := func(x nodeReply[scripts.QAcquired]) bool { return x.err == nil && x.v.OK }
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.QAcquired]) bool {
 		ok := count(got, granted)
-		no := count(got, func(x nodeReply[lua.QAcquired]) bool { return !granted(x) })
+		no := count(got, func(x nodeReply[scripts.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
-	}, func(x nodeReply[lua.QAcquired]) {
+	}, func(x nodeReply[scripts.QAcquired]) {
 		<-st.done
 		switch {
 		case st.lease == nil || x.err != nil || !x.v.OK:
@@ -92,7 +92,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		if cerr := ctxErr(ctx); cerr != nil || len(errs) > n-maj {
 			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, join(errs...))
 		}
-		return acquired{Acquired: lua.Acquired{HolderTTL: max(holder, 0)}, split: len(ok) > 0}, nil
+		return acquired{Acquired: scripts.Acquired{HolderTTL: max(holder, 0)}, split: len(ok) > 0}, nil
 	}
 	if len(ok) < maj {
 		return fail(fmt.Sprintf("%d of %d nodes granted it", len(ok), n))
@@ -128,13 +128,13 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 				q.raiseLate(r, i, req, best, true, nil)
 			}
 			final = best
-			return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
+			return acquired{Acquired: scripts.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
 		}
 		if raised := q.raise(ctx, r, pending, best, maj-votes, true); votes+raised < maj {
 			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
 		}
 		final = best
-		return acquired{Acquired: lua.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
+		return acquired{Acquired: scripts.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
 	}
 
 	// Fresh: one above every counter of the granting majority and no lower
@@ -151,12 +151,12 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		return fail(fmt.Sprintf("a majority answered after %v, past the lease's safe window of %v", late.Round(time.Millisecond), window))
 	}
 	final = tok
-	return acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent, settle: st.settle}, nil
+	return acquired{Acquired: scripts.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent, settle: st.settle}, nil
 }
 
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
 // confirmed it before ctx ended, need did, or need no longer could; held:
-// tok is the token the ownership holds already (see lua.QRaise).
+// tok is the token the ownership holds already (see scripts.QRaise).
 func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token, need int, held bool) int {
 	on := make([]bool, len(q.nodes))
 	for _, i := range idx {
@@ -171,7 +171,7 @@ func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token,
 		if !on[i] {
 			return false, errSkipped
 		}
-		return lua.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok, held)
+		return scripts.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok, held)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	got, all := collect(q, ctx, ch, func(got []*nodeReply[bool]) bool {
@@ -225,32 +225,32 @@ func (s *settled) settle(l *Lease) {
 // once: it keeps the token in its counter, which is the point, and not
 // the lock; one the raise refused is abandoned. Without one the attempt is still deciding, and a lease that
 // fails to come of it undoes the level everywhere (newLease).
-func (q *quorum) raiseLate(r *call, i int, req lua.Request, tok fence.Token, held bool, l *Lease) {
+func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token, held bool, l *Lease) {
 	c, rdb := q.c, q.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		ok, _ := lua.QRaise(ctx, rdb, r.keys, string(r.owner), req.Level, tok, held)
+		ok, _ := scripts.QRaise(ctx, rdb, r.keys, string(r.owner), req.Level, tok, held)
 		switch {
 		case l == nil || l.live() == nil:
 		case ok:
-			_, _ = lua.Release(ctx, rdb, r.keys, string(r.owner), tok, req.Level, lua.Tokens{})
+			_, _ = scripts.Release(ctx, rdb, r.keys, string(r.owner), tok, req.Level, scripts.Tokens{})
 		default:
 			// Not raised (the node learnt the token from the release's
 			// bump): the pending level goes.
-			_, _ = lua.Abandon(ctx, rdb, r.keys, &req)
+			_, _ = scripts.Abandon(ctx, rdb, r.keys, &req)
 		}
 	})
 }
 
 // undoNode removes, in the background, the level req may have taken on
 // node i; a node that does not answer keeps it until its lease ends.
-func (q *quorum) undoNode(r *call, i int, req lua.Request) {
+func (q *quorum) undoNode(r *call, i int, req scripts.Request) {
 	c, rdb := q.c, q.nodes[i]
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
 		defer cancel()
-		if _, err := lua.Abandon(ctx, rdb, r.keys, &req); err != nil {
+		if _, err := scripts.Abandon(ctx, rdb, r.keys, &req); err != nil {
 			c.debug("reentrant: Redlock undo failed; the level expires with its lease", "name", r.name, "node", i, "err", err)
 		}
 	})
@@ -258,7 +258,7 @@ func (q *quorum) undoNode(r *call, i int, req lua.Request) {
 
 // undoAll removes, in the background, the level req may have taken on
 // every node.
-func (q *quorum) undoAll(r *call, req lua.Request) {
+func (q *quorum) undoAll(r *call, req scripts.Request) {
 	for i := range q.nodes {
 		q.undoNode(r, i, req)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripthook"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
@@ -38,7 +38,7 @@ func holdGrants(t *testing.T, node redis.UniversalClient) (*heldGrants, redis.Un
 	require.NoError(t, lua.Load(t.Context(), rdb))
 	isGrant := func(cmds []redis.Cmder, pipe bool) bool {
 		a := cmds[0].Args()
-		return !pipe && len(a) > 1 && (a[1] == scripthook.Script("qacquire").Hash() || a[1] == scripthook.Source("qacquire"))
+		return !pipe && len(a) > 1 && (a[1] == scripts.Script("qacquire").Hash() || a[1] == scripts.Source("qacquire"))
 	}
 	var mine sync.Map // the held commands, to report their outcome
 	rdb.AddHook(testenv.Hook{

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // release runs release.lua on every node. It returns the depth left
@@ -19,10 +19,10 @@ import (
 // say the ownership is gone that no majority can confirm, or an error when
 // neither is known by the time ctx ends. Nodes that answer later still
 // release their level; one that never answers lets it expire.
-func (q *quorum) release(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
+func (q *quorum) release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
-		left, err := lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+		left, err := scripts.Release(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{})
 		if err == nil && left < 0 {
 			// A node whose phase 2 never landed holds the level pending:
 			// raised to the token first, it remembers the token too; then
@@ -30,13 +30,13 @@ func (q *quorum) release(ctx context.Context, k lua.Keys, owner Owner, tok fence
 			// in flight: it is not undone (which could free the node with
 			// its old counter), the acquisition's late handler raises and
 			// releases it when it lands.
-			if ok, _ := lua.QRaise(ctx, rdb, k, string(owner), level, tok, false); ok {
-				return lua.Release(ctx, rdb, k, string(owner), tok, level, lua.Tokens{})
+			if ok, _ := scripts.QRaise(ctx, rdb, k, string(owner), level, tok, false); ok {
+				return scripts.Release(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{})
 			}
 			// A free node the grant never reached (it failed there, or
 			// the node restarted) learns the token, so that a later
 			// majority including it cannot issue the token again.
-			_, _ = lua.QBump(ctx, rdb, k, tok)
+			_, _ = scripts.QBump(ctx, rdb, k, tok)
 		}
 		return left, err
 	})
@@ -65,10 +65,10 @@ func (q *quorum) release(ctx context.Context, k lua.Keys, owner Owner, tok fence
 
 // extend runs extend.lua on every node and reports whether a majority
 // extended the ownership; sent is when the requests left.
-func (q *quorum) extend(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
+func (q *quorum) extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := fanOut(q, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
-		return lua.Extend(ctx, rdb, k, string(owner), tok, ttl, lua.Tokens{})
+		return scripts.Extend(ctx, rdb, k, string(owner), tok, ttl, scripts.Tokens{})
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	no := func(x nodeReply[bool]) bool { return x.err == nil && !x.v }
@@ -84,15 +84,15 @@ func (q *quorum) extend(ctx context.Context, k lua.Keys, owner Owner, tok fence.
 	return false, join(fmt.Errorf("extended on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }
 
-// extendBatch is lua.ExtendBatch on a Redlock: one pipeline per node,
+// extendBatch is scripts.ExtendBatch on a Redlock: one pipeline per node,
 // all at once; each ownership is held when a majority extended it, lost when
 // so many nodes say it is gone that no majority can, and an error otherwise.
 // Sent is when the first pipeline left, before any node could extend.
-func (q *quorum) extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
+func (q *quorum) extendBatch(ctx context.Context, reqs []scripts.ExtendReq) []scripts.ExtendResult {
 	maj, n := q.majority(), len(q.nodes)
 	sent := time.Now()
-	ch := fanOut(q, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]lua.ExtendResult, error) {
-		return lua.ExtendBatch(ctx, rdb, reqs, lua.Tokens{}), nil
+	ch := fanOut(q, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]scripts.ExtendResult, error) {
+		return scripts.ExtendBatch(ctx, rdb, reqs, scripts.Tokens{}), nil
 	})
 	yes := make([]int, len(reqs))
 	no := make([]int, len(reqs))
@@ -107,7 +107,7 @@ func (q *quorum) extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.Ex
 	}
 read:
 	for left := n; left > 0 && !done(); left-- {
-		var x nodeReply[[]lua.ExtendResult]
+		var x nodeReply[[]scripts.ExtendResult]
 		select {
 		case x = <-ch:
 		case <-ctx.Done():
@@ -130,15 +130,15 @@ read:
 			}
 		}
 	}
-	out := make([]lua.ExtendResult, len(reqs))
+	out := make([]scripts.ExtendResult, len(reqs))
 	for i := range reqs {
 		switch {
 		case yes[i] >= maj:
-			out[i] = lua.ExtendResult{Held: true, Sent: sent}
+			out[i] = scripts.ExtendResult{Held: true, Sent: sent}
 		case no[i] > n-maj:
-			out[i] = lua.ExtendResult{Sent: sent}
+			out[i] = scripts.ExtendResult{Sent: sent}
 		default:
-			out[i] = lua.ExtendResult{Sent: sent, Err: join(fmt.Errorf("extended on %d of %d nodes", yes[i], n), errs[i], ctxErr(ctx))}
+			out[i] = scripts.ExtendResult{Sent: sent, Err: join(fmt.Errorf("extended on %d of %d nodes", yes[i], n), errs[i], ctxErr(ctx))}
 		}
 	}
 	return out
@@ -157,14 +157,14 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 // them and the deepest hold; otherwise the lock is reported free, with the
 // highest LastToken a node reported. Ended and Meta come from one of the
 // agreeing nodes.
-func (q *quorum) inspect(ctx context.Context, k lua.Keys) (lua.State, error) {
+func (q *quorum) inspect(ctx context.Context, k scripts.Keys) (scripts.State, error) {
 	maj, n := q.majority(), len(q.nodes)
-	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.State, error) {
-		return lua.Inspect(ctx, rdb, k)
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.State, error) {
+		return scripts.Inspect(ctx, rdb, k)
 	})
 	// Done once a majority agree on a holder, or on the lock being free:
 	// a stopped node is not waited for.
-	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.State]) bool {
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.State]) bool {
 		votes := map[[2]string]int{}
 		for _, x := range got {
 			if x != nil && x.err == nil {
@@ -194,13 +194,13 @@ func (q *quorum) inspect(ctx context.Context, k lua.Keys) (lua.State, error) {
 		}
 	}
 	if answered < maj {
-		return lua.State{}, join(fmt.Errorf("%d of %d nodes answered, fewer than a majority", answered, n), ctxErr(ctx), nodeErrs(got))
+		return scripts.State{}, join(fmt.Errorf("%d of %d nodes answered, fewer than a majority", answered, n), ctxErr(ctx), nodeErrs(got))
 	}
 	for h, v := range votes {
 		if v < maj {
 			continue
 		}
-		var st lua.State
+		var st scripts.State
 		for _, x := range got {
 			if x == nil || x.err != nil || !x.v.Held || x.v.Owner != h.owner || x.v.Token != h.tok {
 				continue
@@ -218,17 +218,17 @@ func (q *quorum) inspect(ctx context.Context, k lua.Keys) (lua.State, error) {
 		st.LastToken = max(st.LastToken, last)
 		return st, nil
 	}
-	return lua.State{Name: firstState(got).Name, LastToken: last}, nil
+	return scripts.State{Name: firstState(got).Name, LastToken: last}, nil
 }
 
 // firstState returns the first state a node answered, for the lock's name.
-func firstState(got []*nodeReply[lua.State]) lua.State {
+func firstState(got []*nodeReply[scripts.State]) scripts.State {
 	for _, x := range got {
 		if x != nil && x.err == nil {
 			return x.v
 		}
 	}
-	return lua.State{}
+	return scripts.State{}
 }
 
 // nodeErrs joins the errors of the nodes that failed.
@@ -246,22 +246,22 @@ func nodeErrs[T any](got []*nodeReply[T]) error {
 // ownership ended when a majority ended it (or had already), and otherwise,
 // once so many nodes say it does not hold the lock that no majority can,
 // the holder a node reported (the highest).
-func (q *quorum) force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error) {
+func (q *quorum) force(ctx context.Context, k scripts.Keys, tok fence.Token) (scripts.ForceResult, error) {
 	maj, n := q.majority(), len(q.nodes)
-	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lua.ForceResult, error) {
-		return lua.Force(ctx, rdb, k, tok, q.c.cfg.identity, lua.Tokens{})
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.ForceResult, error) {
+		return scripts.Force(ctx, rdb, k, tok, q.c.cfg.identity, scripts.Tokens{})
 	})
-	yes := func(x nodeReply[lua.ForceResult]) bool { return x.err == nil && (x.v.Ended || x.v.Repeat) }
-	no := func(x nodeReply[lua.ForceResult]) bool { return x.err == nil && !x.v.Ended && !x.v.Repeat }
-	got, _ := collect(q, ctx, ch, func(got []*nodeReply[lua.ForceResult]) bool {
+	yes := func(x nodeReply[scripts.ForceResult]) bool { return x.err == nil && (x.v.Ended || x.v.Repeat) }
+	no := func(x nodeReply[scripts.ForceResult]) bool { return x.err == nil && !x.v.Ended && !x.v.Repeat }
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.ForceResult]) bool {
 		return count(got, yes) >= maj || count(got, no) > n-maj
 	}, nil)
 	if count(got, yes) >= maj {
 		published(q, k, got, yes)
-		return lua.ForceResult{Ended: true}, nil
+		return scripts.ForceResult{Ended: true}, nil
 	}
 	if count(got, no) > n-maj {
-		var r lua.ForceResult
+		var r scripts.ForceResult
 		for _, x := range got {
 			if x != nil && no(*x) {
 				r.Holder = max(r.Holder, x.v.Holder)
@@ -269,5 +269,5 @@ func (q *quorum) force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.Fo
 		}
 		return r, nil
 	}
-	return lua.ForceResult{}, join(fmt.Errorf("forced on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
+	return scripts.ForceResult{}, join(fmt.Errorf("forced on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }

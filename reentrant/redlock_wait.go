@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // lock is Lock on a Redlock: attempts until one acquires, ctx ends or the
@@ -133,7 +133,7 @@ func (q *quorum) pollDelay(r *call, n int, holderTTL time.Duration) time.Duratio
 
 // wakeChannel is the channel on which a node announces that the lock of k
 // was released there.
-func wakeChannel(k lua.Keys) string { return k.Lock + ":w" }
+func wakeChannel(k scripts.Keys) string { return k.Lock + ":w" }
 
 // published announces that the lock of k was released (Unlock's last
 // level, or ForceUnlock), in the background, on got's first node that
@@ -141,7 +141,7 @@ func wakeChannel(k lua.Keys) string { return k.Lock + ":w" }
 // node, so one message reaches them all, at a third of the commands of one
 // per node. A waiter that misses it (its connection to that node is down)
 // tries again after its poll delay.
-func published[T any](q *quorum, k lua.Keys, got []*nodeReply[T], ok func(nodeReply[T]) bool) {
+func published[T any](q *quorum, k scripts.Keys, got []*nodeReply[T], ok func(nodeReply[T]) bool) {
 	i := slices.IndexFunc(got, func(x *nodeReply[T]) bool { return x != nil && ok(*x) })
 	if i < 0 {
 		return

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // minTick bounds the renewer's tick below, so that a tiny renew interval
@@ -177,9 +177,9 @@ func (r *renewer) send(batch []*ownership) {
 // context is bounded by the renew interval, as a single renewal's was.
 func (r *renewer) renew(batch []*ownership) {
 	longest := time.Duration(0)
-	reqs := make([]lua.ExtendReq, len(batch))
+	reqs := make([]scripts.ExtendReq, len(batch))
 	for i, o := range batch {
-		reqs[i] = lua.ExtendReq{Keys: o.keys, Owner: string(o.key.owner), Token: o.token, TTL: o.cfg.ttl}
+		reqs[i] = scripts.ExtendReq{Keys: o.keys, Owner: string(o.key.owner), Token: o.token, TTL: o.cfg.ttl}
 		longest = max(longest, o.cfg.renew)
 	}
 	ctx, cancel := context.WithTimeout(r.c.bg, longest)
@@ -199,7 +199,7 @@ func (r *renewer) renew(batch []*ownership) {
 // resendBusy sends anew, with backoff, the renewals a Cluster refused for now
 // (see retryBusy), until each gets another answer or ctx ends, and puts the
 // new outcomes in res.
-func (r *renewer) resendBusy(ctx context.Context, reqs []lua.ExtendReq, res []lua.ExtendResult) {
+func (r *renewer) resendBusy(ctx context.Context, reqs []scripts.ExtendReq, res []scripts.ExtendResult) {
 	b := backoff{next: busyMin, max: busyMax}
 	for {
 		var idx []int
@@ -215,7 +215,7 @@ func (r *renewer) resendBusy(ctx context.Context, reqs []lua.ExtendReq, res []lu
 		if !sleep(ctx.Done(), b.delay()) {
 			return
 		}
-		retry := make([]lua.ExtendReq, len(idx))
+		retry := make([]scripts.ExtendReq, len(idx))
 		for j, i := range idx {
 			retry[j] = reqs[i]
 		}
@@ -228,7 +228,7 @@ func (r *renewer) resendBusy(ctx context.Context, reqs []lua.ExtendReq, res []lu
 // renewed applies one renewal's outcome. Redis saying the ownership is gone,
 // or refusing the key as foreign, ends it; any other error changes nothing
 // but is kept for the cause of a later loss by the timer.
-func (o *ownership) renewed(r lua.ExtendResult) {
+func (o *ownership) renewed(r scripts.ExtendResult) {
 	switch {
 	case o.ctx.Err() != nil:
 	case r.Err == nil && r.Held:
@@ -236,7 +236,7 @@ func (o *ownership) renewed(r lua.ExtendResult) {
 		o.c.emit(Event{Kind: Renewed, Name: o.key.name, Token: o.token})
 	case r.Err == nil:
 		o.lose(o.lostErr(ErrGone, "renewal found it expired, taken, forced or deleted", nil))
-	case lua.IsRefusal(r.Err):
+	case scripts.IsRefusal(r.Err):
 		o.lose(o.lostErr(ErrGone, "renewal refused", r.Err))
 	default:
 		o.mu.Lock()

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // single is the backend of a Client built by New.
@@ -30,25 +30,25 @@ func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
 	return &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), retries: retries(rdb)}
 }
 
-func (s *single) release(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
-	return lua.Release(ctx, s.rdb, k, string(owner), tok, level, s.c.cfg.tokens)
+func (s *single) release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
+	return scripts.Release(ctx, s.rdb, k, string(owner), tok, level, s.c.cfg.tokens)
 }
 
-func (s *single) extend(ctx context.Context, k lua.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
-	return lua.Extend(ctx, s.rdb, k, string(owner), tok, ttl, s.c.cfg.tokens)
+func (s *single) extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
+	return scripts.Extend(ctx, s.rdb, k, string(owner), tok, ttl, s.c.cfg.tokens)
 }
 
 // extendBatch sends the renewals in one pipeline.
-func (s *single) extendBatch(ctx context.Context, reqs []lua.ExtendReq) []lua.ExtendResult {
-	return lua.ExtendBatch(ctx, s.rdb, reqs, s.c.cfg.tokens)
+func (s *single) extendBatch(ctx context.Context, reqs []scripts.ExtendReq) []scripts.ExtendResult {
+	return scripts.ExtendBatch(ctx, s.rdb, reqs, s.c.cfg.tokens)
 }
 
-func (s *single) inspect(ctx context.Context, k lua.Keys) (lua.State, error) {
-	return lua.Inspect(ctx, s.rdb, k)
+func (s *single) inspect(ctx context.Context, k scripts.Keys) (scripts.State, error) {
+	return scripts.Inspect(ctx, s.rdb, k)
 }
 
-func (s *single) force(ctx context.Context, k lua.Keys, tok fence.Token) (lua.ForceResult, error) {
-	return lua.Force(ctx, s.rdb, k, tok, s.c.cfg.identity, s.c.cfg.tokens)
+func (s *single) force(ctx context.Context, k scripts.Keys, tok fence.Token) (scripts.ForceResult, error) {
+	return scripts.Force(ctx, s.rdb, k, tok, s.c.cfg.identity, s.c.cfg.tokens)
 }
 
 // askPolicy asks the server, or on a Cluster every primary.
@@ -105,7 +105,7 @@ func (s *single) close() error { return s.note.close() }
 func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, error) {
 	c := s.c
 	type reply struct {
-		a     lua.Acquired
+		a     scripts.Acquired
 		acked int
 		sent  time.Time // when the last attempt left
 	}
@@ -163,10 +163,10 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 // acquire sends both in one round trip. A waiter's poll (poll) sends WAIT
 // only once the script granted the lock: a WAIT after a poll that changed
 // nothing would still block for its whole timeout while a replica lags.
-func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a lua.Acquired, acked int, err error) {
+func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.Acquired, acked int, err error) {
 	c := s.c
 	if c.cfg.ackReplicas == 0 {
-		a, err = lua.Acquire(ctx, s.rdb, r.keys, &r.req)
+		a, err = scripts.Acquire(ctx, s.rdb, r.keys, &r.req)
 		return a, 0, err
 	}
 	var node *redis.Client
@@ -179,19 +179,19 @@ func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a lua.Acqu
 		}
 	}
 	if !poll {
-		a, n, err := lua.AcquireAcked(ctx, node, r.keys, &r.req, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		a, n, err := scripts.AcquireAcked(ctx, node, r.keys, &r.req, c.cfg.ackReplicas, c.cfg.ackTimeout)
 		return a, int(n), err
 	}
 	conn := node.Conn()
 	defer conn.Close()
-	if a, err = lua.Acquire(ctx, conn, r.keys, &r.req); err != nil || !a.OK {
+	if a, err = scripts.Acquire(ctx, conn, r.keys, &r.req); err != nil || !a.OK {
 		return a, 0, err
 	}
 	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
 	if err != nil {
 		// The script granted the lock; whether the replicas have it is
 		// unknown, so the caller must undo it, whatever the error says.
-		return lua.Acquired{}, 0, &grantedError{err}
+		return scripts.Acquired{}, 0, &grantedError{err}
 	}
 	return a, n, nil
 }
@@ -206,7 +206,7 @@ func (s *single) undo(r *call) error {
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
 		return retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
-			return lua.Abandon(context.WithoutCancel(ctx), s.rdb, r.keys, &r.req)
+			return scripts.Abandon(context.WithoutCancel(ctx), s.rdb, r.keys, &r.req)
 		})
 	}, func(_ bool, err error) {
 		if err != nil {
@@ -234,8 +234,8 @@ func (s *single) undoInBackground(r *call) {
 	c.goBackground(func() {
 		b := backoff{next: 10 * time.Millisecond, max: time.Second}
 		for time.Now().Before(giveUp) {
-			_, err := lua.Abandon(c.bg, s.rdb, r.keys, &req)
-			if err == nil || lua.IsRefusal(err) {
+			_, err := scripts.Abandon(c.bg, s.rdb, r.keys, &req)
+			if err == nil || scripts.IsRefusal(err) {
 				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
 				return
 			}
@@ -260,7 +260,7 @@ func (s *single) leave(r *call) error {
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
 	defer cancel()
 	_, err := retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
-		return lua.Abandon(ctx, s.rdb, r.keys, &r.req)
+		return scripts.Abandon(ctx, s.rdb, r.keys, &r.req)
 	})
 	if err != nil {
 		return fmt.Errorf("leaving the queue: %w", err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // lock waits in the lock's queue: registered with the notifier before its
@@ -35,7 +35,7 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 	defer w.stop()
 	// A handed lock waits at most half the handoff timeout to be claimed,
 	// and never longer than a lease would have lasted.
-	r.req.Waiter = &lua.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
+	r.req.Waiter = &scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
 		Claim: min(c.cfg.handoff/2, r.cfg.ttl), Queue: 2*r.cfg.ttl + c.cfg.handoff}
 	// A Lock is work of the client's: Close ends its wait and waits for it,
 	// so that nothing of a closed client sends another command.
@@ -120,7 +120,7 @@ func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time
 	if time.Until(queued.Add(window)) < window/2 {
 		return nil, false, nil
 	}
-	l, err = r.c.newLease(ctx, r, acquired{Acquired: lua.Acquired{OK: true, Token: tok, Depth: 1},
+	l, err = r.c.newLease(ctx, r, acquired{Acquired: scripts.Acquired{OK: true, Token: tok, Depth: 1},
 		sent: queued, window: window})
 	return l, true, err
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redfence/redfence/internal/scripthook"
-	_ "github.com/redfence/redfence/lua" // registers the scripts with scripthook
+	"github.com/redfence/redfence/internal/scripts"
+	_ "github.com/redfence/redfence/lua" // installs the scripts
 )
 
 // ReplayedReleaseTakesALevel brings back the bug of the count-based release
@@ -51,10 +51,10 @@ func swapRelease(t testing.TB, from, to string) {
 // swap replaces from with to in the named script for the rest of the test.
 func swap(t testing.TB, name, from, to string) {
 	t.Helper()
-	src := scripthook.Source(name)
+	src := scripts.Source(name)
 	broken := strings.Replace(src, from, to, 1)
 	if broken == src {
 		t.Fatalf("mutant: %q is not in %s.lua any more", from, name)
 	}
-	t.Cleanup(scripthook.Swap(name, broken))
+	t.Cleanup(scripts.Swap(name, broken))
 }

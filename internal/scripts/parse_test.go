@@ -1,4 +1,4 @@
-package lua_test
+package scripts_test
 
 import (
 	"encoding/binary"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // decodeReply builds a RESP-like value (nil, int64, string or array) from
@@ -57,7 +57,7 @@ func FuzzParseReplies(f *testing.F) {
 	f.Add([]byte{3 + 4*3, 1, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0x03, 0xa0, 0x4c, 0x6e, 0x03, 0x03, 0, 0, 1, 0x03, 0x03, 0x03, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, _ := decodeReply(b, 0)
-		if a, err := lua.ParseAcquire(v); err == nil {
+		if a, err := scripts.ParseAcquire(v); err == nil {
 			if a.OK && (a.Token == 0 || a.Depth < 1) {
 				t.Fatalf("acquire %#v parsed to %+v", v, a)
 			}
@@ -71,16 +71,16 @@ func FuzzParseReplies(f *testing.F) {
 				t.Fatalf("acquire %#v parsed to %+v", v, a)
 			}
 		}
-		if n, err := lua.ParseRelease(v); err == nil && n < -1 {
+		if n, err := scripts.ParseRelease(v); err == nil && n < -1 {
 			t.Fatalf("release %#v parsed to %d", v, n)
 		}
-		if held, err := lua.ParseExtend(v); err == nil {
+		if held, err := scripts.ParseExtend(v); err == nil {
 			n, isInt := v.(int64)
 			if !isInt || (n != 0 && n != 1) || held != (n == 1) {
 				t.Fatalf("extend %#v parsed to %v", v, held)
 			}
 		}
-		if s, err := lua.ParseInspect(v); err == nil {
+		if s, err := scripts.ParseInspect(v); err == nil {
 			if (s.Owner == "") != (s.Token == 0) || (s.Owner == "") != (s.Depth == 0) || s.Depth < 0 {
 				t.Fatalf("inspect %#v parsed to inconsistent %+v", v, s)
 			}
@@ -92,23 +92,23 @@ func TestParseRejectsMalformed(t *testing.T) {
 	for _, v := range []any{nil, "x", int64(1), []any{int64(1)}, []any{int64(1), int64(0), int64(1)},
 		[]any{int64(1), int64(3), int64(0)}, []any{int64(2), int64(0), int64(1)}, []any{int64(0), int64(-3), int64(0)},
 		[]any{"1", int64(1), int64(1)}} {
-		_, err := lua.ParseAcquire(v)
-		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
+		_, err := scripts.ParseAcquire(v)
+		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
 	for _, v := range []any{nil, "0", int64(-2)} {
-		_, err := lua.ParseRelease(v)
-		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
+		_, err := scripts.ParseRelease(v)
+		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
 	for _, v := range []any{nil, int64(2), int64(-1)} {
-		_, err := lua.ParseExtend(v)
-		require.ErrorIs(t, err, lua.ErrReply, "%#v", v)
+		_, err := scripts.ParseExtend(v)
+		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
 	valid := func(edit func([]any)) []any {
 		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired", "3", "o", "forced"}, "job 7", []any{"3", int64(1700000000000), "ops"}}
 		edit(v)
 		return v
 	}
-	_, err := lua.ParseInspect(valid(func([]any) {}))
+	_, err := scripts.ParseInspect(valid(func([]any) {}))
 	require.NoError(t, err, "the base of the malformed replies below must parse")
 	for _, v := range []any{nil, []any{}, valid(func(v []any) { v[1] = nil }),
 		valid(func(v []any) { v[0], v[1], v[2] = nil, nil, int64(-9) }), valid(func(v []any) { v[4] = []any{} }),
@@ -122,23 +122,23 @@ func TestParseRejectsMalformed(t *testing.T) {
 		valid(func(v []any) { v[9] = []any{"3", int64(1)} }), valid(func(v []any) { v[9] = []any{"0", int64(1), "ops"} }),
 		valid(func(v []any) { v[9] = []any{"3", "1", "ops"} }), valid(func(v []any) { v[9] = []any{"3", int64(1), int64(2)} }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
 		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}, nil}} {
-		_, err := lua.ParseInspect(v)
-		require.True(t, errors.Is(err, lua.ErrReply), "%#v: %v", v, err)
+		_, err := scripts.ParseInspect(v)
+		require.True(t, errors.Is(err, scripts.ErrReply), "%#v: %v", v, err)
 	}
 }
 
 // Found by fuzzing: a PTTL beyond what a Duration holds must not wrap.
 func TestHugePTTLSaturates(t *testing.T) {
-	a, err := lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
+	a, err := scripts.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	a, err = lua.ParseAcquire([]any{int64(2), int64(7), int64(3)})
+	a, err = scripts.ParseAcquire([]any{int64(2), int64(7), int64(3)})
 	require.NoError(t, err)
-	require.Equal(t, lua.Acquired{TooDeep: true, Token: 7, Depth: 3}, a)
-	a, err = lua.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
+	require.Equal(t, scripts.Acquired{TooDeep: true, Token: 7, Depth: 3}, a)
+	a, err = scripts.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := lua.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil})
+	s, err := scripts.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

@@ -1,4 +1,4 @@
-package lua
+package scripts
 
 // The reply parsers, for the package's tests, which check and fuzz them
 // without a server.

@@ -1,0 +1,168 @@
+// Package scripts is the Go side of the lock scripts whose source is package
+// lua's: the typed wrappers, the reply parsers, and a way in for the
+// module's tests. Package lua embeds the .lua files and hands them over
+// with [Install] when it is initialised, then re-exports what a caller of
+// the scripts needs; the lock client (package reentrant) calls this package
+// for the rest: the Redlock phases ([QAcquire], [QRaise], [QBump]), the
+// replica-acknowledged acquisition ([AcquireAcked]) and the renewer's
+// pipelined [ExtendBatch]. Being internal, none of that is a promise to
+// the module's users.
+//
+// Each wrapper sends EVALSHA and falls back to EVAL when the server answers
+// NOSCRIPT (after SCRIPT FLUSH or a restart). A script refuses a key it did
+// not write with [ErrForeign], and changes nothing.
+package scripts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts, built once per process by Install: the helpers (lib.lua, the
+// lock hash and the tokens; queue.lua, the wait queue), then the script's
+// own file, so the helpers that recognise a lock exist once.
+var (
+	acquireScript  *redis.Script
+	releaseScript  *redis.Script
+	extendScript   *redis.Script
+	inspectScript  *redis.Script
+	abandonScript  *redis.Script
+	qacquireScript *redis.Script
+	qraiseScript   *redis.Script
+	forceScript    *redis.Script
+)
+
+type script struct {
+	name string
+	s    **redis.Script // the variable the wrappers run
+	src  string         // set by Install
+}
+
+// scripts names every script with its source as the server runs it, for
+// Load and for the module's tests (Source, Swap).
+var scripts = []script{
+	{name: "acquire", s: &acquireScript},
+	{name: "release", s: &releaseScript},
+	{name: "extend", s: &extendScript},
+	{name: "inspect", s: &inspectScript},
+	{name: "abandon", s: &abandonScript},
+	{name: "qacquire", s: &qacquireScript},
+	{name: "qraise", s: &qraiseScript},
+	{name: "force", s: &forceScript},
+}
+
+// Install builds every script from the .lua files in src: lib.lua and
+// queue.lua, then one file per script, named after it. Package lua calls it
+// from init with its embedded files, once, before any wrapper can run; a
+// file missing from src is a build defect, and panics.
+func Install(src fs.FS) {
+	read := func(name string) string {
+		b, err := fs.ReadFile(src, name)
+		if err != nil {
+			panic("scripts: " + err.Error())
+		}
+		return string(b)
+	}
+	helpers := read("lib.lua") + read("queue.lua")
+	for i := range scripts {
+		s := &scripts[i]
+		s.src = helpers + read(s.name+".lua")
+		*s.s = redis.NewScript(s.src)
+	}
+}
+
+// Load puts every script into the script cache of rdb with SCRIPT LOAD
+// (through a ClusterClient, of every node), so that the first call of each
+// is an EVALSHA that needs no EVAL fallback. It is optional: every wrapper
+// falls back to EVAL by itself when the server answers NOSCRIPT. It fails
+// with ErrReply if the server names a script by another SHA1 than the
+// wrappers do.
+func Load(ctx context.Context, rdb redis.Scripter) error {
+	for _, s := range scripts {
+		want := (*s.s).Hash()
+		sha, err := (*s.s).Load(ctx, rdb).Result()
+		if err != nil {
+			return fmt.Errorf("scripts: load %s.lua: %w", s.name, err)
+		}
+		if sha != want {
+			return fmt.Errorf("%w: SCRIPT LOAD of %s.lua returned %q, want %s", ErrReply, s.name, sha, want)
+		}
+	}
+	return nil
+}
+
+var (
+	// ErrForeign reports a key holding a value this module did not write
+	// where it keeps its own: a lock's hash or wait queue, or a record of
+	// storage/redisstore. Nothing was changed. The error names the key and
+	// wraps the server's reply, so errors.As finds a redis.Error.
+	ErrForeign = errors.New("lua: key holds a foreign value")
+
+	// ErrOverflow reports a next token at 2^53 or beyond, which the
+	// scripts cannot represent exactly; the lock was not taken. At a
+	// million acquisitions a second a counter takes 285 years to get there;
+	// time tokens (microseconds since 1970) get there in 2255.
+	ErrOverflow = errors.New("lua: fencing counter beyond 2^53")
+
+	// ErrReply reports a script reply of an unexpected shape: a server that
+	// is not Redis-compatible, or a script of another version.
+	ErrReply = errors.New("lua: malformed script reply")
+)
+
+// Tokens says how the scripts issue a fresh token: at a free-to-held
+// acquisition, and when a release or an undo hands the lock to a waiter.
+// The zero value is the strict counter.
+type Tokens struct {
+	// Time makes a fresh token max(counter + 1, the server's TIME in
+	// microseconds) instead of counter + 1, so that a lost counter does not
+	// restart tokens at 1. Without it the counter never expires.
+	Time bool
+	// Idle is, with Time, how long the counter outlives the last token
+	// issued; rounded down to milliseconds, at least 1 ms.
+	Idle time.Duration
+}
+
+// arg is the scripts' token-mode ARGV (lib.lua): 0 for the counter, the
+// counter's idle expiry in ms for time tokens.
+func (m Tokens) arg() int64 {
+	if !m.Time {
+		return 0
+	}
+	return max(m.Idle.Milliseconds(), 1)
+}
+
+// millis converts a PTTL reply to a Duration. A key given an expiry
+// centuries away (PEXPIREAT by someone else) has a PTTL beyond what a
+// Duration holds; it saturates at the largest Duration, which is still
+// "longer than anyone will wait", instead of wrapping to a negative value.
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// scriptErr turns the scripts' own refusals into typed errors that still
+// wrap the server's reply (errors.As finds the redis.Error), and passes
+// every other error (network, OOM, READONLY...) on as it came.
+func scriptErr(err error) error {
+	switch {
+	case redis.HasErrorPrefix(err, "FOREIGN"):
+		return fmt.Errorf("%w: %w", ErrForeign, err)
+	case redis.HasErrorPrefix(err, "OVERFLOW"):
+		return fmt.Errorf("%w: %w", ErrOverflow, err)
+	}
+	return err
+}
+
+// IsRefusal reports whether err is one of the scripts' own refusals
+// (ErrForeign, ErrOverflow): the script ran, checked, and changed nothing.
+func IsRefusal(err error) bool {
+	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow)
+}
