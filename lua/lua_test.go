@@ -3,6 +3,7 @@ package lua_test
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,5 +144,416 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", lua.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
+	})
+}
+
+// An operator's DEL of the lock hash (what unsticks a Redis lock in every
+// tutorial) leaves the counter: the next ownership gets a higher token, and
+// the deleted ownership is gone for its holder, whose release and extend
+// say so rather than "released".
+func TestCounterOutlivesADeletedLock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		for _, m := range []lua.Tokens{{}, timeTokens} {
+			old, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "a", TTL: time.Minute, Level: "ra", Tokens: m})
+			require.NoError(t, err)
+			require.True(t, old.OK)
+			require.NoError(t, rdb.Del(ctx, k.Lock).Err())
+
+			next, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "b", TTL: time.Minute, Level: "rb", Tokens: m})
+			require.NoError(t, err)
+			require.True(t, next.OK)
+			require.Greater(t, next.Token, old.Token, "mode %+v: a DEL must not reset the counter", m)
+
+			held, err := lua.Extend(ctx, rdb, k, "a", old.Token, time.Minute, m)
+			require.NoError(t, err)
+			require.False(t, held, "the deleted ownership cannot be extended")
+			n, err := lua.Release(ctx, rdb, k, "a", old.Token, "ra", m)
+			require.NoError(t, err)
+			require.EqualValues(t, -1, n, "the deleted ownership was not released by its holder")
+
+			n, err = lua.Release(ctx, rdb, k, "b", next.Token, "rb", m)
+			require.NoError(t, err)
+			require.Zero(t, n)
+		}
+	})
+}
+
+// The counter key is refused like every other key this library keeps when
+// it holds something it did not write, by every script that reads it, and
+// left as it was.
+func TestForeignCounterRefused(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		for _, plant := range []struct {
+			what string
+			set  func(key string) error
+		}{
+			{"non-numeric string", func(key string) error { return rdb.Set(ctx, key, "x", 0).Err() }},
+			{"negative number", func(key string) error { return rdb.Set(ctx, key, "-3", 0).Err() }},
+			{"hash", func(key string) error { return rdb.HSet(ctx, key, "t", "3").Err() }},
+		} {
+			k := keys(t)
+			require.NoError(t, plant.set(k.Counter))
+			before := testenv.Snapshot(t, rdb, k.Counter)
+			calls := map[string]func() error{
+				"acquire": func() error {
+					_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					return err
+				},
+				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
+				"qacquire": func() error {
+					_, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					return err
+				},
+				"qraise": func() error { _, err := scripts.QBump(ctx, rdb, k, 5); return err },
+			}
+			for name, call := range calls {
+				err := call()
+				require.ErrorIs(t, err, lua.ErrForeign, "%s on a %s", name, plant.what)
+				require.ErrorContains(t, err, k.Counter)
+				var rerr redis.Error
+				require.True(t, errors.As(err, &rerr), "%s: the server's reply keeps its type", name)
+			}
+			require.Equal(t, before, testenv.Snapshot(t, rdb, k.Counter), "a %s must be left as it was", plant.what)
+			require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue).Val(), "nothing else written beside a %s", plant.what)
+		}
+	})
+}
+
+// A forced unlock ends the named ownership whoever holds it, hands the
+// lock to the oldest waiter with a higher token, records who forced it, and
+// is harmless to repeat; the forced holder's release and extend find it
+// gone.
+func TestForceEndsTheOwnershipAndHandsOn(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		first := r.acquire("o1", "l1", nil)
+		require.True(t, first.OK)
+		w2 := r.waiter("o2", 5*time.Second)
+		require.False(t, r.acquire("o2", "l2", w2).OK)
+
+		before := time.Now()
+		f, err := lua.Force(r.ctx, r.rdb, r.k, first.Token, "ops@host", lua.Tokens{})
+		require.NoError(t, err)
+		require.Equal(t, lua.ForceResult{Ended: true}, f)
+		ch, msg := r.message()
+		require.Equal(t, w2.Channel, ch, "the waiter is told")
+		st := r.state()
+		require.Equal(t, "o2", st.Owner, "the lock went to the waiter")
+		require.Greater(t, st.Token, first.Token)
+		require.Equal(t, "l2 "+st.Token.String(), msg)
+		require.NotNil(t, st.Forced)
+		require.Equal(t, first.Token, st.Forced.Token)
+		require.Equal(t, "ops@host", st.Forced.By)
+		require.WithinDuration(t, before, st.Forced.At, time.Minute)
+		require.Contains(t, st.Ended, lua.Ended{Token: first.Token, Owner: "o1", Expired: true, Forced: true})
+
+		again, err := lua.Force(r.ctx, r.rdb, r.k, first.Token, "ops@host", lua.Tokens{})
+		require.NoError(t, err)
+		require.Equal(t, lua.ForceResult{Repeat: true}, again, "a repeat changes nothing")
+		require.Equal(t, "o2", r.state().Owner)
+
+		held, err := lua.Extend(r.ctx, r.rdb, r.k, "o1", first.Token, time.Minute, lua.Tokens{})
+		require.NoError(t, err)
+		require.False(t, held)
+		require.EqualValues(t, -1, r.release("o1", first.Token, "l1"), "a forced ownership was not released")
+
+		// Another token than the holder's: nothing is forced.
+		other, err := lua.Force(r.ctx, r.rdb, r.k, st.Token+7, "ops", lua.Tokens{})
+		require.NoError(t, err)
+		require.Equal(t, lua.ForceResult{Holder: st.Token}, other)
+		require.Equal(t, "o2", r.state().Owner)
+
+		// The waiter claims and releases; a force of a free lock says so.
+		claimed := r.acquire("o2", "l2", w2)
+		require.True(t, claimed.OK)
+		require.Zero(t, r.release("o2", claimed.Token, "l2"))
+		free, err := lua.Force(r.ctx, r.rdb, r.k, claimed.Token, "ops", lua.Tokens{})
+		require.NoError(t, err)
+		require.Equal(t, lua.ForceResult{Holder: fence.None}, free)
+	})
+}
+
+// Bad arguments are refused before anything is read or written.
+func TestForceMalformed(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+		require.NoError(t, err)
+		before := testenv.Snapshot(t, rdb, k.Lock)
+		_, err = lua.Force(ctx, rdb, k, a.Token, "two\nlines", lua.Tokens{})
+		require.ErrorContains(t, err, "malformed forcer")
+		_, err = lua.Force(ctx, rdb, k, fence.None, "ops", lua.Tokens{})
+		require.ErrorContains(t, err, "malformed token")
+		require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock))
+	})
+}
+
+var timeTokens = lua.Tokens{Time: true, Idle: time.Hour}
+
+// micros is the server's clock in microseconds, as the scripts read it.
+func micros(t *testing.T, rdb *redis.Client) uint64 {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	require.NoError(t, err)
+	return uint64(now.UnixMicro())
+}
+
+func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
+	t.Helper()
+	v, err := rdb.Get(t.Context(), k.Counter).Uint64()
+	require.NoError(t, err)
+	return fence.Token(v)
+}
+
+// takeAndFree acquires the free lock k for a fresh owner and releases it,
+// returning the token it got.
+func takeAndFree(t *testing.T, rdb *redis.Client, k lua.Keys, m lua.Tokens) fence.Token {
+	t.Helper()
+	level := "l" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	a, err := lua.Acquire(t.Context(), rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: level, Tokens: m})
+	require.NoError(t, err)
+	require.True(t, a.OK)
+	require.EqualValues(t, 1, a.Depth)
+	n, err := lua.Release(t.Context(), rdb, k, "o", a.Token, level, m)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	return a.Token
+}
+
+// In time mode a fresh token is the server's clock while the clock is
+// ahead of the counter, and strictly increases from one ownership to the
+// next; the counter holds it, with the idle expiry.
+func TestTimeTokensFollowTheServerClock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		rdb, k := b.Client, keys(t)
+		before := micros(t, rdb)
+		first := takeAndFree(t, rdb, k, timeTokens)
+		after := micros(t, rdb)
+		require.GreaterOrEqual(t, uint64(first), before, "the token is the server's time at the grant")
+		require.LessOrEqual(t, uint64(first), after)
+		require.Equal(t, first, counter(t, rdb, k), "the token is written back to the counter")
+		require.Less(t, uint64(first), uint64(1)<<53)
+
+		last := first
+		for range 20 {
+			tok := takeAndFree(t, rdb, k, timeTokens)
+			require.Greater(t, tok, last, "tokens of successive ownerships strictly increase")
+			last = tok
+		}
+		st, err := lua.Inspect(t.Context(), rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, last, st.LastToken)
+
+		// A counter ahead of the clock (a clock that stepped back, or a
+		// counter carried over from the strict mode) wins: counter + 1.
+		ahead := fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))
+		require.NoError(t, rdb.HSet(t.Context(), k.Lock, "t", ahead.String()).Err())
+		require.Equal(t, ahead+1, takeAndFree(t, rdb, k, timeTokens))
+	})
+}
+
+// The counter is what keeps time tokens increasing when the clock steps
+// back; once it is lost, only the clock orders them. miniredis's clock is
+// set by the test.
+//
+// miniredis only: the subject is the server's clock stepping back, and a
+// real server's clock cannot be stepped from a test.
+func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
+	m, rdb := testenv.Mini(t)
+	k := keys(t)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(t0)
+	first := takeAndFree(t, rdb, k, timeTokens)
+	require.EqualValues(t, t0.UnixMicro(), first)
+
+	m.SetTime(t0.Add(-time.Hour)) // NTP steps the clock back an hour
+	require.Equal(t, first+1, takeAndFree(t, rdb, k, timeTokens), "the counter carries tokens over a clock step back")
+
+	m.SetTime(t0.Add(time.Second))
+	require.EqualValues(t, t0.Add(time.Second).UnixMicro(), takeAndFree(t, rdb, k, timeTokens), "the clock takes over again once ahead")
+
+	// The lock's hash deleted (an operator's DEL): the counter key carries
+	// the tokens on, the clock being behind.
+	require.NoError(t, rdb.Del(t.Context(), k.Lock).Err())
+	after := takeAndFree(t, rdb, k, timeTokens)
+	require.Equal(t, t0.Add(time.Second).UnixMicro()+1, int64(after), "the counter outlives a DEL of the lock")
+
+	// Both the hash and the counter lost while the clock is behind the last
+	// token: the one case time tokens go backwards (docs/safety.md).
+	require.NoError(t, rdb.Del(t.Context(), k.Lock, k.Counter).Err())
+	m.SetTime(t0.Add(-time.Hour))
+	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
+}
+
+// In time mode the hash, which holds the counter, expires its idle time
+// after the lease ends (or after the release), refreshed by every write;
+// in the strict mode it never expires, and a strict client's write removes
+// the expiry a time-mode client set.
+func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		pttl := func() time.Duration {
+			t.Helper()
+			return rdb.PTTL(ctx, k.Lock).Val()
+		}
+		cttl := func() time.Duration {
+			t.Helper()
+			return rdb.PTTL(ctx, k.Counter).Val()
+		}
+		strict := takeAndFree(t, rdb, k, lua.Tokens{})
+		require.EqualValues(t, 1, strict)
+		require.Equal(t, time.Duration(-1), pttl(), "the strict hash never expires")
+		require.Equal(t, time.Duration(-1), cttl(), "nor does the strict counter")
+
+		timed := takeAndFree(t, rdb, k, timeTokens)
+		require.Greater(t, timed, strict)
+		require.Greater(t, pttl(), 59*time.Minute, "a time-mode hash carries the idle expiry")
+		require.LessOrEqual(t, pttl(), time.Hour)
+		require.Greater(t, cttl(), 59*time.Minute, "and so does its counter")
+		require.LessOrEqual(t, cttl(), time.Hour)
+
+		// Held, the hash outlives the lease by the idle time, and a
+		// reentry or an extend moves it with the lease.
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: timeTokens})
+		require.NoError(t, err)
+		require.Greater(t, pttl(), 60*time.Minute)
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10 * time.Minute, Level: "inner", Tokens: timeTokens})
+		require.NoError(t, err)
+		require.Greater(t, pttl(), 69*time.Minute, "a reentry moves the expiry with the lease")
+		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, timeTokens)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Greater(t, pttl(), 89*time.Minute, "an extend moves it too")
+		for _, level := range []string{"inner", "outer"} {
+			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, timeTokens)
+			require.NoError(t, err)
+		}
+		require.LessOrEqual(t, pttl(), time.Hour, "released, the hash expires its idle time from now")
+		next := takeAndFree(t, rdb, k, timeTokens)
+
+		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
+		require.Equal(t, time.Duration(-1), pttl(), "and its hash never expires")
+		require.Equal(t, time.Duration(-1), cttl(), "nor its counter")
+		require.ElementsMatch(t, []string{"t", "o", "b"}, rdb.HKeys(ctx, k.Lock).Val(), "nor keeps the time mode's mark")
+
+		// Idle past the expiry, the hash is gone; the next token still
+		// comes out above every earlier one, from the clock.
+		short := lua.Tokens{Time: true, Idle: 100 * time.Millisecond}
+		last := takeAndFree(t, rdb, k, short)
+		b.Expire(150 * time.Millisecond)
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Counter).Val(), "an idle hash and its counter expire")
+		require.Greater(t, takeAndFree(t, rdb, k, short), last)
+	})
+}
+
+// A release of an ownership from before the hash was lost is not taken for
+// a repeat: in time mode the hash records the first token it issued.
+func TestReleaseFromBeforeALostHashIsNotHeld(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		old, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: timeTokens})
+		require.NoError(t, err)
+		require.NoError(t, rdb.Del(ctx, k.Lock).Err()) // a restart without persistence
+		takeAndFree(t, rdb, k, timeTokens)
+		n, err := lua.Release(ctx, rdb, k, "o1", old.Token, "r1", timeTokens)
+		require.NoError(t, err)
+		require.EqualValues(t, -1, n)
+	})
+}
+
+// A release or an undo that hands the lock to a waiter issues the token in
+// the caller's mode too.
+func TestTimeTokensOnHandoff(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		r.tokens = timeTokens
+		first := r.acquire("o1", "l1", nil)
+		w2, w3 := r.waiter("o2", 5*time.Second), r.waiter("o3", 5*time.Second)
+		require.False(t, r.acquire("o2", "l2", w2).OK)
+		require.False(t, r.acquire("o3", "l3", w3).OK)
+
+		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Lock, 10*time.Second).Err())
+		before := micros(t, r.rdb)
+		require.Zero(t, r.release("o1", first.Token, "l1"))
+		_, msg := r.message()
+		second := r.state().Token
+		require.Equal(t, "l2 "+second.String(), msg)
+		require.Greater(t, second, first.Token)
+		require.GreaterOrEqual(t, uint64(second), before, "the handoff's token is the server's time")
+		require.Equal(t, second, counter(t, r.rdb, r.k))
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute, "the handoff refreshes the hash's expiry")
+
+		// o2 gives up before claiming: the undo hands the lock on to o3.
+		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Lock, 10*time.Second).Err())
+		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", Level: "l2", Waiter: w2, Tokens: r.tokens})
+		require.NoError(t, err)
+		require.True(t, undone)
+		_, msg = r.message()
+		third := r.state().Token
+		require.Equal(t, "l3 "+third.String(), msg)
+		require.Greater(t, third, second)
+		require.Equal(t, third, counter(t, r.rdb, r.k))
+		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute)
+		require.Equal(t, lua.Acquired{OK: true, Token: third, Depth: 1}, r.acquire("o3", "l3", w3), "the claim keeps the handed token")
+	})
+}
+
+// Tokens stay below 2^53 in both modes, whether the counter or the clock
+// would take them there; nothing is written then.
+func TestTimeTokensOverflowRefused(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", "9007199254740991").Err())
+		for _, m := range []lua.Tokens{{}, timeTokens} {
+			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
+			require.ErrorIs(t, err, lua.ErrOverflow)
+			require.Equal(t, map[string]string{"t": "9007199254740991"}, rdb.HGetAll(ctx, k.Lock).Val())
+		}
+		// The counter key at the bound, the hash gone (an operator's DEL):
+		// refused the same, nothing written.
+		k = keys(t)
+		require.NoError(t, rdb.Set(ctx, k.Counter, "9007199254740991", 0).Err())
+		for _, m := range []lua.Tokens{{}, timeTokens} {
+			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
+			require.ErrorIs(t, err, lua.ErrOverflow)
+			require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue).Val())
+			require.Equal(t, "9007199254740991", rdb.Get(ctx, k.Counter).Val())
+		}
+		// A clock in 2260 needs miniredis: a real server's clock cannot be
+		// set from a test.
+		if b.Mini == nil {
+			return
+		}
+		// 2^53 µs after 1970 is in 2255 (and miniredis's TIME overflows in 2262).
+		b.Mini.SetTime(time.Date(2260, 1, 1, 0, 0, 0, 0, time.UTC))
+		k = keys(t)
+		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: timeTokens})
+		require.ErrorIs(t, err, lua.ErrOverflow)
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
+	})
+}
+
+// A malformed token mode is refused before anything is written.
+func TestMalformedTokenModeRefused(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l"})
+		require.NoError(t, err)
+		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
+			err := scripts.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "p", 60000, "lp", "", 0, bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "acquire %q", bad)
+			err = scripts.Script("release").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", a.Token.String(), "l", bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "release %q", bad)
+			err = scripts.Script("abandon").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "o", "l", "", bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
+			err = scripts.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
+			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
+			st, err := lua.Inspect(ctx, rdb, k)
+			require.NoError(t, err)
+			require.Equal(t, "o", st.Owner, "nothing changed")
+			require.Equal(t, []string{"l"}, st.Levels)
+		}
 	})
 }

@@ -27,24 +27,15 @@ func BenchmarkBaselineSetNX(b *testing.B) {
 
 // BenchmarkLockUnlock is a fresh acquisition and a full release: two
 // script calls (docs/design.md lists the commands each runs).
-func BenchmarkLockUnlock(b *testing.B) {
-	c, name, ctx := benchClient(b)
-	for b.Loop() {
-		l, err := c.Lock(ctx, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkLockUnlock(b *testing.B) { benchLockUnlock(b) }
 
 // BenchmarkLockUnlockTimeTokens is BenchmarkLockUnlock with
 // WithTimeTokens: the acquire script also reads TIME and sets the
 // counter's expiry.
-func BenchmarkLockUnlockTimeTokens(b *testing.B) {
-	c, name, ctx := benchClient(b, reentrant.WithTimeTokens())
+func BenchmarkLockUnlockTimeTokens(b *testing.B) { benchLockUnlock(b, reentrant.WithTimeTokens()) }
+
+func benchLockUnlock(b *testing.B, opts ...reentrant.ClientOption) {
+	c, name, ctx := benchClient(b, opts...)
 	for b.Loop() {
 		l, err := c.Lock(ctx, name)
 		if err != nil {

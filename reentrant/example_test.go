@@ -17,7 +17,27 @@ import (
 
 // The examples run on an embedded Redis (miniredis), so that they need
 // nothing installed; any Redis, Sentinel or Cluster client works the same.
-// Tokens on a fresh Redis start at 1.
+// Tokens on a fresh Redis start at 1. Example shows the set-up at length;
+// the others start it with newLocks.
+
+// newLocks starts an embedded Redis and a lock client on it, built with
+// opts, as Example does; stop closes both.
+func newLocks(opts ...reentrant.ClientOption) (locks *reentrant.Client, stop func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	locks, err = reentrant.New(rdb, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locks, func() {
+		_ = locks.Close()
+		_ = rdb.Close()
+		mr.Close()
+	}
+}
 
 func Example() {
 	mr, _ := miniredis.Run() // any Redis; an embedded one here
@@ -67,15 +87,8 @@ func Example() {
 }
 
 func ExampleClient_Lock() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	locks, err := reentrant.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locks.Close()
+	locks, stop := newLocks()
+	defer stop()
 	store := memory.New()
 	ctx := context.Background()
 
@@ -109,15 +122,8 @@ func ExampleClient_Lock() {
 }
 
 func ExampleClient_TryLock() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	locks, err := reentrant.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locks.Close()
+	locks, stop := newLocks()
+	defer stop()
 	ctx := context.Background()
 
 	held, err := locks.Lock(ctx, "job")
@@ -143,21 +149,14 @@ func ExampleClient_TryLock() {
 }
 
 func ExampleClient_Do() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	locks, err := reentrant.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locks.Close()
+	locks, stop := newLocks()
+	defer stop()
 	store := memory.New()
 	ctx := context.Background()
 
 	// Do locks, runs the function and always unlocks. The function gets the
 	// lease's context and the token to pass to every fenced write.
-	err = locks.Do(ctx, "nightly-report", func(ctx context.Context, token fence.Token) error {
+	err := locks.Do(ctx, "nightly-report", func(ctx context.Context, token fence.Token) error {
 		return store.Put(ctx, "report/latest", []byte("42 invoices"), token)
 	})
 	if err != nil {
@@ -176,15 +175,8 @@ func ExampleClient_Do() {
 // the same token, one level deeper. A helper that takes the lock can so be
 // called both on its own and from code that already holds it.
 func ExampleClient_Lock_reentry() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	locks, err := reentrant.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locks.Close()
+	locks, stop := newLocks()
+	defer stop()
 	ctx := context.Background()
 
 	// charge takes the account's lock, whoever calls it.
@@ -222,4 +214,135 @@ func ExampleClient_Lock_reentry() {
 	// charge 1250 under token 1 at depth 2
 	// another owner refused: true
 	// held: false
+}
+
+// Without renewal, the holder keeps its lease alive itself, between steps
+// of its work, and stops when Extend says the lock is no longer its own.
+func ExampleLease_Extend() {
+	locks, stop := newLocks(reentrant.WithoutRenewal(), reentrant.WithTTL(10*time.Second))
+	defer stop()
+	ctx := context.Background()
+
+	lease, err := locks.Lock(ctx, "import")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for batch := 1; batch <= 3; batch++ {
+		// ... import one batch, writing with lease.Token() ...
+		if err := lease.Extend(ctx, 10*time.Second); err != nil {
+			log.Fatal(err) // errors.Is(err, reentrant.ErrNotHeld): the lock is lost
+		}
+		fmt.Println("batch", batch, "imported")
+	}
+	left, err := lease.TTL(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("lease left:", left.Round(time.Second))
+
+	_ = lease.Unlock(ctx)
+	err = lease.Extend(ctx, 10*time.Second)
+	fmt.Println("after unlock:", errors.Is(err, reentrant.ErrNotHeld))
+	// Output:
+	// batch 1 imported
+	// batch 2 imported
+	// batch 3 imported
+	// lease left: 10s
+	// after unlock: true
+}
+
+// Work under a lease stops when the lease ends. Done is closed, and Err says
+// why, when the lock is found gone or cannot be renewed in time: the lock may
+// be someone else's now, so the holder must stop writing.
+func ExampleLease_Done() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	// A short TTL: renewed every 100 ms, lost within 300 ms.
+	lease, err := locks.Lock(ctx, "reindex", reentrant.WithTTL(300*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+
+	// Simulate a loss: Redis's clock jumps past the lease, as if this process
+	// had been paused for a minute. The next renewal finds the lock gone.
+	mr.SetTime(time.Now().Add(time.Minute))
+
+	step := time.NewTicker(10 * time.Millisecond)
+	defer step.Stop()
+	for {
+		select {
+		case <-lease.Done():
+			fmt.Println("stopped; lease lost:", errors.Is(lease.Err(), reentrant.ErrLost))
+			return
+		case <-step.C:
+			// ... one step of work, its writes fenced with lease.Token() ...
+		}
+	}
+	// Output:
+	// stopped; lease lost: true
+}
+
+// Options given to one call override the client's for that call: how it
+// waits, its lease, its metadata.
+func ExampleWithRetry() {
+	locks, stop := newLocks()
+	defer stop()
+	ctx := context.Background()
+
+	held, err := locks.Lock(ctx, "export", reentrant.WithTTL(5*time.Second), reentrant.WithMetadata("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+
+	// Poll every 10 ms, three times at most, then give up.
+	few := reentrant.LimitRetry(reentrant.LinearBackoff(10*time.Millisecond), 3)
+	_, err = locks.Lock(ctx, "export", reentrant.WithRetry(few))
+	fmt.Println("limited:", errors.Is(err, reentrant.ErrNotAcquired))
+
+	// NoRetry gives up at once, like TryLock.
+	_, err = locks.Lock(ctx, "export", reentrant.WithRetry(reentrant.NoRetry()))
+	fmt.Println("no retry:", errors.Is(err, reentrant.ErrNotAcquired))
+	// Output:
+	// limited: true
+	// no retry: true
+}
+
+// Inspect reads a lock's state without taking it: who holds it, with which
+// token, and the metadata the holder left with WithMetadata.
+func ExampleClient_Inspect() {
+	locks, stop := newLocks()
+	defer stop()
+	ctx := context.Background()
+
+	lease, err := locks.Lock(ctx, "invoice-42", reentrant.WithMetadata("worker-3 job 1842"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := locks.Inspect(ctx, "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("held: %v, token %d, depth %d, by %q, ours: %v\n",
+		st.Held, st.Token, st.Depth, st.Meta, st.Owner == string(lease.Owner()))
+
+	_ = lease.Unlock(ctx)
+	st, err = locks.Inspect(ctx, "invoice-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("held: %v, last token %d\n", st.Held, st.LastToken)
+	// Output:
+	// held: true, token 1, depth 1, by "worker-3 job 1842", ours: true
+	// held: false, last token 1
 }

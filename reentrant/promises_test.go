@@ -163,10 +163,7 @@ func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
 func TestInnerExtendDoesNotShortenTheLock(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c, name := newClient(t, b.Client, reentrant.WithTTL(time.Minute)), testenv.Unique(t)
-		outer, err := c.Lock(t.Context(), name)
-		require.NoError(t, err)
-		inner, err := c.Lock(outer.Context(), name)
-		require.NoError(t, err)
+		outer, inner := nested(t, c, name)
 		require.NoError(t, inner.Extend(t.Context(), time.Second))
 		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)

@@ -1,3 +1,5 @@
+//go:build unix
+
 package reentrant_test
 
 import (
@@ -15,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
@@ -320,4 +324,483 @@ func TestRedlockForceUnlock(t *testing.T) {
 		_, err = ops.ForceUnlock(t.Context(), name)
 		require.ErrorIs(t, err, reentrant.ErrNotHeld)
 	})
+}
+
+// A Redlock waiter tries again as soon as a release is published on the
+// nodes. Its poll delay (LinearBackoff of an hour) is far longer than its
+// context, so a waiter on another client can acquire only because the
+// release (Unlock, or an operator's ForceUnlock) woke it. Once it holds the
+// lock, no client listens on the name's wake channel on any node.
+func TestRedlockWaiterWokenByRelease(t *testing.T) {
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		for _, how := range []string{"unlock", "force"} {
+			t.Run(how, func(t *testing.T) {
+				name := testenv.Unique(t)
+				channel := lua.KeysFor(prefix, name).Lock + ":w"
+				listeners := func() (n int64) {
+					for _, rdb := range s.nodes {
+						m, err := rdb.PubSubNumSub(t.Context(), channel).Result()
+						require.NoError(t, err)
+						n += m[channel]
+					}
+					return n
+				}
+				holder := newRedlock(t, s.nodes)
+				waiter := newRedlock(t, s.nodes, reentrant.WithRetry(reentrant.LinearBackoff(time.Hour)))
+				held, err := holder.Lock(t.Context(), name)
+				require.NoError(t, err)
+
+				type result struct {
+					l   *reentrant.Lease
+					err error
+				}
+				got := make(chan result, 1)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				go func() {
+					l, err := waiter.Lock(ctx, name)
+					got <- result{l, err}
+				}()
+				require.True(t, testenv.Await(30*time.Second, func() bool { return listeners() == 3 }),
+					"the waiter never listened on every node")
+				select {
+				case r := <-got:
+					t.Fatalf("the waiter returned while the lock was held: %v", r.err)
+				default:
+				}
+				switch how {
+				case "unlock":
+					require.NoError(t, held.Unlock(t.Context()))
+				case "force":
+					tok, err := holder.ForceUnlock(t.Context(), name)
+					require.NoError(t, err)
+					require.Equal(t, held.Token(), tok)
+				}
+				r := <-got
+				require.NoError(t, r.err, "only a wake could have let the waiter acquire before its context ended")
+				require.Greater(t, r.l.Token(), held.Token())
+				require.True(t, testenv.Await(30*time.Second, func() bool { return listeners() == 0 }),
+					"the wake channel is still listened on after the wait")
+				require.NoError(t, r.l.Unlock(t.Context()))
+			})
+		}
+	})
+}
+
+// heldGrants holds back a node's qacquire.lua calls (phase 1) while armed,
+// before they are sent, so that the test decides when the grant lands:
+// after the attempt was decided by the other nodes, after an Unlock.
+type heldGrants struct {
+	mu    sync.Mutex
+	gate  chan struct{} // closed to let the held call go; nil: not armed
+	held  chan struct{} // receives when a call is held
+	ran   chan error    // the held call's outcome
+	armed bool
+}
+
+func holdGrants(t *testing.T, node redis.UniversalClient) (*heldGrants, redis.UniversalClient) {
+	t.Helper()
+	h := &heldGrants{held: make(chan struct{}, 1), ran: make(chan error, 1)}
+	o := &redis.Options{Addr: node.(*redis.Client).Options().Addr}
+	testenv.ShortTimeouts(time.Second, -1)(o)
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	// Every call an EVALSHA that runs: no NOSCRIPT and EVAL to tell apart.
+	require.NoError(t, lua.Load(t.Context(), rdb))
+	isGrant := func(cmds []redis.Cmder, pipe bool) bool {
+		a := cmds[0].Args()
+		return !pipe && len(a) > 1 && (a[1] == scripts.Script("qacquire").Hash() || a[1] == scripts.Source("qacquire"))
+	}
+	var mine sync.Map // the held commands, to report their outcome
+	rdb.AddHook(testenv.Hook{
+		Sent: func(cmds []redis.Cmder, pipe bool) {
+			if !isGrant(cmds, pipe) {
+				return
+			}
+			h.mu.Lock()
+			gate := h.gate
+			if gate != nil {
+				h.gate = nil // one call only
+				mine.Store(cmds[0], true)
+			}
+			h.mu.Unlock()
+			if gate != nil {
+				h.held <- struct{}{}
+				<-gate
+			}
+		},
+		Done: func(cmds []redis.Cmder, _ bool, err error) {
+			if _, ok := mine.LoadAndDelete(cmds[0]); ok {
+				h.ran <- err
+			}
+		},
+	})
+	return h, rdb
+}
+
+// arm holds the next grant; the returned func lets it go and waits until it
+// ran, failing the test unless it did without error.
+func (h *heldGrants) arm(t *testing.T) (release func()) {
+	gate := make(chan struct{})
+	h.mu.Lock()
+	h.gate = gate
+	h.mu.Unlock()
+	return func() {
+		t.Helper()
+		select {
+		case <-h.held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no grant was held")
+		}
+		close(gate)
+		select {
+		case err := <-h.ran:
+			require.NoError(t, err, "the premise: the held grant runs on the node")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the held grant never ran")
+		}
+	}
+}
+
+// A grant that reaches a node after the attempt was decided by the others
+// is kept while the lease it belongs to lives and undone once that lease
+// is unlocked, whether the grant is a fresh hold (pending) or a reentry's
+// level: a level left behind would hold the node for the owner until its
+// TTL ran out, so that later acquisitions and reentries on a Redlock
+// without a spare node were refused (seen as a flaky reentry on 5 nodes,
+// and as the demo's reentry timing out on 3).
+func TestRedlockLateGrants(t *testing.T) {
+	const ttl = 30 * time.Second // the window (the grants' deadline) is far off
+	state := func(t *testing.T, node redis.UniversalClient, name string) lua.State {
+		st, err := lua.Inspect(t.Context(), node, lua.KeysFor(prefix, name))
+		require.NoError(t, err)
+		return st
+	}
+	awaitState := func(t *testing.T, node redis.UniversalClient, name, want string, ok func(lua.State) bool) {
+		t.Helper()
+		var st lua.State
+		if !testenv.Await(10*time.Second, func() bool { st = state(t, node, name); return ok(st) }) {
+			t.Fatalf("the late node never came to %s: %+v", want, st)
+		}
+	}
+	heldBy := func(tok fence.Token, depth int64) func(lua.State) bool {
+		return func(st lua.State) bool { return st.Held && !st.Pending && st.Token == tok && st.Depth == depth }
+	}
+	free := func(st lua.State) bool { return !st.Held }
+
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		h, late := holdGrants(t, s.nodes[2])
+		nodes := []redis.UniversalClient{s.nodes[0], s.nodes[1], late}
+		c := newRedlock(t, nodes, reentrant.WithTTL(ttl))
+
+		t.Run("fresh, kept while its lease lives", func(t *testing.T) {
+			name := testenv.Unique(t)
+			let := h.arm(t)
+			l, err := c.Lock(t.Context(), name)
+			require.NoError(t, err)
+			let()
+			awaitState(t, s.nodes[2], name, "hold the lease's token", heldBy(l.Token(), 1))
+			require.NoError(t, l.Unlock(t.Context()))
+			awaitState(t, s.nodes[2], name, "be free", free)
+		})
+
+		t.Run("fresh, landing after Unlock", func(t *testing.T) {
+			name := testenv.Unique(t)
+			let := h.arm(t)
+			l, err := c.Lock(t.Context(), name)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(t.Context()))
+			let()
+			awaitState(t, s.nodes[2], name, "be free", free)
+			require.Equal(t, l.Token(), state(t, s.nodes[2], name).LastToken, "the node remembers the token")
+		})
+
+		t.Run("reentry, landing after its Unlock", func(t *testing.T) {
+			name := testenv.Unique(t)
+			outer, err := c.Lock(t.Context(), name)
+			require.NoError(t, err)
+			awaitState(t, s.nodes[2], name, "hold the lease's token", heldBy(outer.Token(), 1))
+			let := h.arm(t)
+			inner, err := c.TryLock(outer.Context(), name)
+			require.NoError(t, err)
+			require.NoError(t, inner.Unlock(t.Context()))
+			let()
+			awaitState(t, s.nodes[2], name, "hold only the outer level", heldBy(outer.Token(), 1))
+			require.NoError(t, outer.Unlock(t.Context()))
+			awaitState(t, s.nodes[2], name, "be free", free)
+
+			// The owner and another can take it again at once.
+			again, err := c.TryLock(context.WithoutCancel(outer.Context()), name)
+			require.NoError(t, err)
+			require.NoError(t, again.Unlock(t.Context()))
+		})
+	})
+}
+
+// A reentry still succeeds when the first majority to answer is one node
+// that holds the ownership and one where its hold is gone while the node's
+// counter already reached the token (an operator deleted the hash there,
+// or the hold expired on that node alone): the token is the ownership's
+// own, so the second node is raised to it and the reentry keeps it.
+func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		h, late := holdGrants(t, s.nodes[2])
+		c := newRedlock(t, []redis.UniversalClient{s.nodes[0], s.nodes[1], late}, reentrant.WithTTL(30*time.Second))
+		name := testenv.Unique(t)
+		k := lua.KeysFor(prefix, name)
+		outer, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		for i, node := range s.nodes {
+			require.True(t, testenv.Await(10*time.Second, func() bool {
+				st, err := lua.Inspect(t.Context(), node, k)
+				return err == nil && st.Held && !st.Pending && st.Token == outer.Token()
+			}), "node %d never held the token", i)
+		}
+		// Node 0 forgets the hold and keeps its counter, which is the token.
+		require.NoError(t, s.nodes[0].Del(t.Context(), k.Lock).Err())
+		counter, err := s.nodes[0].Get(t.Context(), k.Counter).Uint64()
+		require.NoError(t, err)
+		require.Equal(t, uint64(outer.Token()), counter, "the premise: the counter holds the token")
+
+		let := h.arm(t) // node 2 answers after nodes 0 and 1 decided
+		inner, err := c.TryLock(outer.Context(), name)
+		let() // before any assertion: a held grant would keep Close waiting
+		require.NoError(t, err, "one holding node and one whose counter is the token make a majority")
+		require.Equal(t, outer.Token(), inner.Token())
+		require.Equal(t, int64(2), inner.Depth())
+		st, err := lua.Inspect(t.Context(), s.nodes[0], k)
+		require.NoError(t, err)
+		require.True(t, st.Held && !st.Pending && st.Token == outer.Token(), "node 0 holds the token again: %+v", st)
+
+		require.NoError(t, inner.Unlock(t.Context()))
+		require.NoError(t, outer.Unlock(t.Context()))
+		for i, node := range s.nodes {
+			require.True(t, testenv.Await(10*time.Second, func() bool {
+				st, err := lua.Inspect(t.Context(), node, k)
+				return err == nil && !st.Held
+			}), "node %d still holds the lock", i)
+		}
+	})
+}
+
+// redlockProcs starts n redis-servers and returns them with a client of
+// each with short, context-honouring timeouts.
+func redlockProcs(t *testing.T, n int) ([]*redisproc.Server, []redis.UniversalClient) {
+	return redlockProcsTimeout(t, n, 200*time.Millisecond)
+}
+
+// redlockProcsTimeout is redlockProcs with client timeouts of d.
+func redlockProcsTimeout(t *testing.T, n int, d time.Duration) ([]*redisproc.Server, []redis.UniversalClient) {
+	t.Helper()
+	var srvs []*redisproc.Server
+	var nodes []redis.UniversalClient
+	for range n {
+		s := redisproc.Start(t)
+		srvs = append(srvs, s)
+		nodes = append(nodes, s.Client(testenv.ShortTimeouts(d, -1)))
+	}
+	return srvs, nodes
+}
+
+// SIGSTOP one of 3 and two of 5: still acquired, renewed and released
+// through the majority; a majority stopped: Lock fails with ErrNotAcquired
+// when its context ends.
+func TestRedlockPausedNodes(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		srvs, nodes := redlockProcs(t, n)
+		const ttl = 1200 * time.Millisecond // renewal has 680 ms to spare: see renewalTTL
+		c := newRedlock(t, nodes, reentrant.WithTTL(ttl))
+		name := testenv.Unique(t)
+		first, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, first.Unlock(t.Context()))
+
+		for _, s := range srvs[:n/2] {
+			s.Pause()
+		}
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err, "%d of %d stopped", n/2, n)
+		require.Greater(t, l.Token(), first.Token())
+		in, err := c.Lock(l.Context(), name)
+		require.NoError(t, err)
+		require.Equal(t, l.Token(), in.Token(), "reentry keeps the token")
+		waitRenewed(t, l, ttl) // past its TTL, through the majority
+		require.NoError(t, in.Unlock(t.Context()))
+		require.NoError(t, l.Unlock(t.Context()))
+
+		srvs[n/2].Pause() // now a majority is stopped
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		start := time.Now()
+		_, err = c.Lock(ctx, name)
+		cancel()
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
+		testenv.Within(t, time.Since(start), 500*time.Millisecond+reentrant.CleanupBudget, "Lock with a majority stopped")
+		for _, s := range srvs[:n/2+1] {
+			s.Resume()
+		}
+		l, err = c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, l.Token(), first.Token())
+		require.NoError(t, l.Unlock(t.Context()))
+	}
+}
+
+// A node SIGKILLed and restarted without AOF (its counter gone) at any
+// moment, a lock held or not, the others having learned the last token or
+// not: tokens never repeat and keep rising.
+func TestRedlockRestartWithoutAOF(t *testing.T) {
+	srvs, nodes := redlockProcs(t, 3)
+	a, b := newRedlock(t, nodes), newRedlock(t, nodes)
+	name := testenv.Unique(t)
+	var last fence.Token
+	for i := range 12 {
+		l, err := []*reentrant.Client{a, b}[i%2].Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, l.Token(), last, "token %d after %d", l.Token(), last)
+		last = l.Token()
+		err = nil
+		if i%3 == 1 { // while held, right after the grant
+			srvs[i%3].Crash(0)
+			// The grant may have reached a bare majority including the
+			// killed node: then the ownership is gone, and Unlock says so.
+			if err = l.Unlock(t.Context()); errors.Is(err, reentrant.ErrNotHeld) {
+				err = nil
+			}
+		} else {
+			err = l.Unlock(t.Context())
+		}
+		require.NoError(t, err)
+		if i%3 == 2 { // right after the release, before any bump settles
+			srvs[i%3].Crash(0)
+		}
+	}
+}
+
+// unreachable is a Redlock node nobody listens at: every call to it fails
+// at once, as to a node behind a partition.
+func unreachable(t *testing.T) redis.UniversalClient {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// The scenario of Kleppmann's critique, on real processes: a client that
+// cannot reach C takes and releases the lock on {A, B}; B is SIGKILLed and
+// restarted empty; a client that cannot reach A then takes the lock on
+// {B, C}, which never saw the token. It must get a higher token, at once and
+// seconds later.
+func TestRedlockRestartEmptyBehindAPartition(t *testing.T) {
+	for _, wait := range []time.Duration{0, 2 * time.Second} {
+		srvs, nodes := redlockProcs(t, 3)
+		name := testenv.Unique(t)
+		noC := newRedlock(t, []redis.UniversalClient{nodes[0], nodes[1], unreachable(t)})
+		noA := newRedlock(t, []redis.UniversalClient{unreachable(t), nodes[1], nodes[2]})
+		var first fence.Token
+		for range 4 {
+			l, err := noC.Lock(t.Context(), name)
+			require.NoError(t, err)
+			require.Greater(t, l.Token(), first)
+			first = l.Token()
+			require.NoError(t, l.Unlock(t.Context()))
+		}
+		require.Empty(t, nodes[2].Get(t.Context(), lua.KeysFor(prefix, name).Counter).Val(), "C never saw a token")
+		srvs[1].Crash(0)
+		require.Empty(t, nodes[1].Get(t.Context(), lua.KeysFor(prefix, name).Counter).Val(), "B restarted empty")
+		time.Sleep(wait)
+		l, err := noA.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.Greater(t, l.Token(), first, "restarted %v ago: only A remembers %d, and A is out of reach", wait, first)
+		require.NoError(t, l.Unlock(t.Context()))
+	}
+}
+
+// sendClock is a go-redis hook that records, for pipelines that returned
+// without error, the latest time one was sent: a bound from above on when
+// the last renewal a node confirmed left this process.
+type sendClock struct {
+	mu        sync.Mutex
+	confirmed time.Time
+}
+
+func (s *sendClock) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (s *sendClock) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s *sendClock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := time.Now()
+		err := next(ctx, cmds)
+		if err == nil {
+			s.mu.Lock()
+			if sent.After(s.confirmed) {
+				s.confirmed = sent
+			}
+			s.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (s *sendClock) last() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed
+}
+
+// A majority of real nodes SIGSTOPped, with go-redis's default options
+// (which ignore context deadlines on reads and retry): the Redlock lease
+// still ends by its local timer, with ErrUnconfirmed, before any node could
+// expire the ownership: within the TTL of the last renewal a node confirmed,
+// the safety margin and drift allowance being the scheduler's room.
+func TestRedlockLossBoundWhileAMajorityIsStopped(t *testing.T) {
+	const ttl = 3 * time.Second
+	var srvs []*redisproc.Server
+	var nodes []redis.UniversalClient
+	clock := &sendClock{}
+	for i := range 3 {
+		s := redisproc.Start(t)
+		srvs = append(srvs, s)
+		rdb := s.Client() // default options
+		if i < 2 {
+			// The nodes to be stopped: a renewal confirmed by a majority
+			// was confirmed by one of them.
+			rdb.AddHook(clock)
+		}
+		nodes = append(nodes, rdb)
+	}
+	renewed := make(chan struct{}, 16)
+	lost := make(chan time.Time, 1)
+	obs := newRedlock(t, nodes, reentrant.WithTTL(ttl), reentrant.WithObserver(func(e reentrant.Event) {
+		switch e.Kind {
+		case reentrant.Renewed:
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		case reentrant.Lost:
+			lost <- time.Now()
+		}
+	}))
+	l, err := obs.Lock(t.Context(), testenv.Unique(t))
+	require.NoError(t, err)
+	select {
+	case <-renewed: // a renewal was confirmed: the deadline now follows renewals
+	case <-time.After(20 * ttl):
+		t.Fatal("no renewal was confirmed")
+	}
+	srvs[0].Pause()
+	srvs[1].Pause()
+	defer srvs[1].Resume() // before Close, which waits for the calls in flight
+	defer srvs[0].Resume()
+	paused := time.Now()
+	var at time.Time
+	select {
+	case at = <-lost:
+	case <-time.After(20 * ttl):
+		t.Fatal("the lease was never reported lost")
+	}
+	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
+	last := clock.last()
+	require.True(t, last.Before(paused), "no pipeline may be confirmed by a stopped node")
+	require.Less(t, at.Sub(last), ttl,
+		"the loss must be seen before any node could expire the ownership (last confirmed send %v before the pause)", paused.Sub(last))
 }

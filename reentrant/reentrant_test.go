@@ -3,6 +3,8 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,17 @@ func newClient(t *testing.T, rdb redis.UniversalClient, opts ...reentrant.Client
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// nested locks name on c for a fresh owner and reenters it once: the
+// outer lease and the inner one, at depth 2.
+func nested(t *testing.T, c *reentrant.Client, name string) (outer, inner *reentrant.Lease) {
+	t.Helper()
+	outer, err := c.Lock(t.Context(), name)
+	require.NoError(t, err)
+	inner, err = c.Lock(outer.Context(), name)
+	require.NoError(t, err)
+	return outer, inner
 }
 
 // waitRenewed waits until l's local deadline has moved past where it was
@@ -104,10 +117,7 @@ func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
 func TestLeaseContextEndsOnUnlock(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c, name := newClient(t, b.Client), testenv.Unique(t)
-		outer, err := c.Lock(t.Context(), name)
-		require.NoError(t, err)
-		inner, err := c.Lock(outer.Context(), name)
-		require.NoError(t, err)
+		outer, inner := nested(t, c, name)
 		require.NoError(t, inner.Unlock(t.Context()))
 		require.ErrorIs(t, inner.Err(), reentrant.ErrReleased)
 		require.NoError(t, outer.Err(), "an inner unlock must not end the outer lease")
@@ -120,10 +130,7 @@ func TestLeaseContextEndsOnUnlock(t *testing.T) {
 func TestUnlockTwiceAndMoreUnlocksThanLocks(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c, name := newClient(t, b.Client), testenv.Unique(t)
-		outer, err := c.Lock(t.Context(), name)
-		require.NoError(t, err)
-		inner, err := c.Lock(outer.Context(), name)
-		require.NoError(t, err)
+		outer, inner := nested(t, c, name)
 		require.NoError(t, inner.Unlock(t.Context()))
 		require.ErrorIs(t, inner.Unlock(t.Context()), reentrant.ErrNotHeld)
 		st, _ := c.Inspect(t.Context(), name)
@@ -294,4 +301,354 @@ func assertNoErr(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// Lease.TTL answers from Redis, in one round trip, how long the lock stays
+// held for the lease's ownership, without extending it; once the ownership
+// is gone it says ErrNotHeld and ends the lease.
+func TestLeaseTTL(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx := t.Context()
+		c := newClient(t, b.Client, reentrant.WithTTL(10*time.Second), reentrant.WithoutRenewal())
+		name := testenv.Unique(t)
+		l, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		first, err := l.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, first, 9*time.Second)
+		require.LessOrEqual(t, first, 10*time.Second)
+		time.Sleep(50 * time.Millisecond)
+		later, err := l.TTL(ctx)
+		require.NoError(t, err)
+		require.Less(t, later, first, "TTL must not extend the lock")
+
+		inner, err := c.Lock(l.Context(), name)
+		require.NoError(t, err)
+		got, err := inner.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, got, 9*time.Second, "a level of the same ownership sees the same lease")
+		require.NoError(t, inner.Unlock(ctx))
+		_, err = inner.TTL(ctx)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld, "an unlocked level")
+
+		// The lease runs out in Redis and another owner takes the lock.
+		require.NoError(t, b.Client.HSet(ctx, lua.KeysFor(prefix, name).Lock, "x", "1").Err())
+		other, err := newClient(t, b.Client).TryLock(ctx, name)
+		require.NoError(t, err)
+		_, err = l.TTL(ctx)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		select {
+		case <-l.Done():
+		case <-time.After(time.Second):
+			t.Fatal("the lease's context must end once TTL found the ownership gone")
+		}
+		require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+		require.NoError(t, other.Unlock(ctx))
+
+		var nilCtx context.Context
+		_, err = other.TTL(nilCtx)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		held, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		_, err = held.TTL(ctx)
+		require.ErrorIs(t, err, reentrant.ErrClosed)
+	})
+}
+
+// A panicking fn must not leave the lock held and renewed until Close: Do
+// releases it, then lets the panic go on.
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		func() {
+			defer func() {
+				require.Equal(t, "boom", recover(), "the panic must continue past Do")
+			}()
+			_ = c.Do(t.Context(), name, func(context.Context, fence.Token) error { panic("boom") })
+			t.Fatal("Do returned from a panicking fn")
+		}()
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.False(t, st.Held, "the lock must be released when fn panics")
+		require.EqualValues(t, 1, st.LastToken)
+	})
+}
+
+// A nil fn is refused before anything is acquired.
+func TestDoNilFn(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		require.ErrorIs(t, c.Do(t.Context(), name, nil), reentrant.ErrInvalid)
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Zero(t, st.LastToken, "nothing may have been acquired")
+	})
+}
+
+// Close is synchronous: when it returns every lease's context is done with
+// ErrClosed, its goroutines are gone, and every method but Unlock refuses.
+// Unlock still releases the lock, which would otherwise stay held until
+// its TTL.
+func TestCloseIsSynchronous(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		before := runtime.NumGoroutine()
+		c, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix))
+		require.NoError(t, err)
+		name := testenv.Unique(t)
+		outer, inner := nested(t, c, name)
+		other, err := c.Lock(t.Context(), name+"-2")
+		require.NoError(t, err)
+
+		require.NoError(t, c.Close())
+		for _, l := range []*reentrant.Lease{outer, inner, other} {
+			select {
+			case <-l.Done():
+			default:
+				t.Fatal("a lease's context is still live after Close returned")
+			}
+			require.ErrorIs(t, l.Err(), reentrant.ErrClosed)
+		}
+		settle(t, before)
+
+		_, err = c.Inspect(t.Context(), name)
+		require.ErrorIs(t, err, reentrant.ErrClosed)
+		require.ErrorIs(t, outer.Extend(t.Context(), time.Minute), reentrant.ErrClosed)
+		_, err = c.TryLock(t.Context(), name)
+		require.ErrorIs(t, err, reentrant.ErrClosed)
+		require.ErrorIs(t, c.Do(t.Context(), name, func(context.Context, fence.Token) error { return nil }), reentrant.ErrClosed)
+		require.NoError(t, c.Close(), "Close is idempotent")
+
+		require.NoError(t, inner.Unlock(t.Context()))
+		require.NoError(t, outer.Unlock(t.Context()))
+		require.NoError(t, other.Unlock(t.Context()))
+		check := newClient(t, b.Client)
+		st, err := check.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.False(t, st.Held, "Unlock after Close releases the lock")
+	})
+}
+
+// Owners are validated, and the client's bookkeeping keys (owner, name)
+// pairs so that no two can collide: "a\x00b" on "c" and "a" on "b\x00c"
+// once shared an entry, and one of the leases silently went unrenewed.
+func TestOwnersValidatedAndKeptApart(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
+		for _, bad := range []reentrant.Owner{"", "a\x00b", "tab\there", "\xff\xfe", reentrant.Owner(make([]byte, reentrant.MaxOwnerLen+1))} {
+			_, err := c.TryLock(reentrant.WithOwner(t.Context(), bad), testenv.Unique(t))
+			require.ErrorIs(t, err, reentrant.ErrInvalid, "owner %q", bad)
+			require.ErrorIs(t, reentrant.CheckOwner(bad), reentrant.ErrInvalid)
+		}
+		// The pair that once shared one bookkeeping entry ("a\x00b" on N and
+		// "a" on "b\x00"+N both joined to "a\x00b\x00"+N): the first owner is
+		// now refused, and the second is renewed like any other.
+		base := testenv.Unique(t)
+		_, err := c.Lock(reentrant.WithOwner(t.Context(), "a\x00b"), base)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		a, err := c.Lock(reentrant.WithOwner(t.Context(), "a"), "b\x00"+base)
+		require.NoError(t, err)
+		other, err := c.Lock(reentrant.WithOwner(t.Context(), "a b"), base)
+		require.NoError(t, err)
+		// Both are renewed past their TTL (one entry each, none lost).
+		waitRenewed(t, a, renewalTTL)
+		waitRenewed(t, other, renewalTTL)
+		require.NoError(t, a.Unlock(t.Context()))
+		require.NoError(t, other.Unlock(t.Context()))
+	})
+}
+
+// Nil arguments are ErrInvalid, never a panic later.
+func TestNilArguments(t *testing.T) {
+	var typedNil *redis.Client
+	_, err := reentrant.New(typedNil)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	var typedNilCluster *redis.ClusterClient
+	_, err = reentrant.New(typedNilCluster)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+
+	_, rdb := testenv.Mini(t)
+	_, err = reentrant.New(rdb, nil)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+
+	c := newClient(t, rdb)
+	var nilCtx context.Context
+	_, err = c.Lock(nilCtx, "n")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	_, err = c.TryLock(nilCtx, "n")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	_, err = c.Inspect(nilCtx, "n")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	require.ErrorIs(t, c.Do(nilCtx, "n", func(context.Context, fence.Token) error { return nil }), reentrant.ErrInvalid)
+	l, err := c.Lock(t.Context(), "n")
+	require.NoError(t, err)
+	require.ErrorIs(t, l.Extend(nilCtx, time.Second), reentrant.ErrInvalid)
+	require.ErrorIs(t, l.Unlock(nilCtx), reentrant.ErrInvalid)
+	require.NoError(t, l.Unlock(t.Context()))
+}
+
+// Inspect says whose the last ownership was and that it was released, names
+// with glob characters included.
+func TestInspectAttributesEndedOwnerships(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client)
+		name := testenv.Unique(t) + "*?[x]\\{}"
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		inner, err := c.Lock(l.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(t.Context()))
+		st, err := c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Empty(t, st.Ended, "a partial release ends nothing")
+		require.Equal(t, string(l.Owner()), st.LastOwner)
+		require.NoError(t, inner.Unlock(t.Context()))
+		_, err = c.TryLock(t.Context(), testenv.Unique(t)) // another name's lock is not listed
+		require.NoError(t, err)
+		st, err = c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.False(t, st.Held)
+		require.Equal(t, []reentrant.Ended{{Owner: string(l.Owner()), Token: l.Token()}}, st.Ended)
+		require.Equal(t, string(l.Owner()), st.LastOwner)
+		require.Equal(t, l.Token(), st.LastToken)
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	_, err := reentrant.New(nil)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+
+	_, rdb := testenv.Mini(t)
+	for _, opt := range []reentrant.ClientOption{
+		nil,
+		reentrant.WithTTL(0), reentrant.WithTTL(-time.Second), reentrant.WithTTL(time.Microsecond),
+		reentrant.WithTTL(reentrant.MaxTTL + time.Millisecond), reentrant.WithTTL(1500 * time.Microsecond),
+		reentrant.WithPrefix(""), reentrant.WithPrefix("a{b"), reentrant.WithPrefix("a}"), reentrant.WithPrefix(strings.Repeat("p", 257)),
+		reentrant.WithRenewInterval(0), reentrant.WithRenewInterval(-1),
+		reentrant.WithRenewInterval(reentrant.DefaultTTL), // not shorter than the TTL
+		reentrant.WithRetryJitter(-1), reentrant.WithRetryJitter(2 * time.Minute),
+		reentrant.WithMaxRetryDelay(0), reentrant.WithMaxRetryDelay(2 * time.Hour),
+	} {
+		c, err := reentrant.New(rdb, opt)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.Nil(t, c)
+	}
+
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	for _, name := range []string{"", strings.Repeat("n", reentrant.MaxNameLen+1)} {
+		_, err = c.Lock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		_, err = c.TryLock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		_, err = c.Inspect(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		_, err = c.ForceUnlock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.ErrorIs(t, reentrant.CheckName(name), reentrant.ErrInvalid, "CheckName says what the calls say")
+	}
+	for _, p := range []string{"", "a{b", strings.Repeat("p", reentrant.MaxPrefixLen+1)} {
+		require.ErrorIs(t, reentrant.CheckPrefix(p), reentrant.ErrInvalid, "CheckPrefix(%q)", p)
+	}
+	_, err = c.TryLock(ctx, strings.Repeat("n", reentrant.MaxNameLen))
+	require.NoError(t, err, "a name of exactly the maximum length is valid")
+
+	_, err = c.Lock(reentrant.WithOwner(ctx, ""), "x")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	_, err = c.Lock(reentrant.WithOwner(ctx, reentrant.Owner(strings.Repeat("o", reentrant.MaxOwnerLen+1))), "x")
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+
+	l, err := c.Lock(ctx, "ttl")
+	require.NoError(t, err)
+	for _, d := range []time.Duration{0, -1, time.Microsecond, reentrant.MaxTTL + time.Millisecond, 1500 * time.Microsecond} {
+		require.ErrorIs(t, l.Extend(ctx, d), reentrant.ErrInvalid, "Extend(%v)", d)
+	}
+
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = c.Lock(done, "y")
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = c.TryLock(done, "y")
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.Canceled)
+	var nilLease *reentrant.Lease
+	require.ErrorIs(t, nilLease.Unlock(ctx), reentrant.ErrNotHeld)
+}
+
+func TestForeignValueLeftUntouched(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, name := newClient(t, b.Client), testenv.Unique(t)
+		k := lua.KeysFor(prefix, name)
+		require.NoError(t, b.Client.RPush(t.Context(), k.Lock, "mine").Err())
+		for _, f := range []func() error{
+			func() error { _, err := c.TryLock(t.Context(), name); return err },
+			func() error { _, err := c.Lock(t.Context(), name); return err },
+			func() error { _, err := c.Inspect(t.Context(), name); return err },
+		} {
+			err := f()
+			require.ErrorIs(t, err, reentrant.ErrForeign)
+			require.ErrorContains(t, err, k.Lock)
+		}
+		require.Equal(t, []string{"mine"}, b.Client.LRange(t.Context(), k.Lock, 0, -1).Val())
+	})
+}
+
+// The uncontended path is one round trip to take a lock and one to release
+// it, with a reentry and its release one each as well: no policy check,
+// script load or subscription once the client is warm. Counted with a hook
+// (every command or pipeline the client sends), on miniredis and on Redis,
+// in both token modes.
+func TestUncontendedRoundTrips(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		for _, mode := range []struct {
+			name string
+			opts []reentrant.ClientOption
+		}{{"counter", nil}, {"time", []reentrant.ClientOption{reentrant.WithTimeTokens()}}} {
+			t.Run(mode.name, func(t *testing.T) {
+				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+				t.Cleanup(func() { _ = rdb.Close() })
+				var mu sync.Mutex
+				var trips []string
+				rdb.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, _ bool) {
+					names := make([]string, len(cmds))
+					for i, c := range cmds {
+						names[i] = c.Name()
+					}
+					mu.Lock()
+					trips = append(trips, strings.Join(names, " "))
+					mu.Unlock()
+				}})
+				take := func() []string {
+					mu.Lock()
+					defer mu.Unlock()
+					out := trips
+					trips = nil
+					return out
+				}
+				c := newClient(t, rdb, mode.opts...) // default options: renewal on, a 30 s TTL
+				ctx, name := t.Context(), testenv.Unique(t)
+				warm, err := c.TryLock(ctx, name+"-warm") // the policy check, the scripts' load
+				require.NoError(t, err)
+				require.NoError(t, warm.Unlock(ctx))
+				take()
+
+				for _, lock := range []func() (*reentrant.Lease, error){
+					func() (*reentrant.Lease, error) { return c.Lock(ctx, name) },
+					func() (*reentrant.Lease, error) { return c.TryLock(ctx, name) },
+				} {
+					l, err := lock()
+					require.NoError(t, err)
+					require.Equal(t, []string{"evalsha"}, take(), "a fresh acquisition")
+					in, err := c.Lock(l.Context(), name)
+					require.NoError(t, err)
+					require.Equal(t, []string{"evalsha"}, take(), "a reentry")
+					require.NoError(t, in.Unlock(ctx))
+					require.Equal(t, []string{"evalsha"}, take(), "the reentry's release")
+					require.NoError(t, l.Unlock(ctx))
+					require.Equal(t, []string{"evalsha"}, take(), "the release")
+				}
+			})
+		}
+	})
 }

@@ -3,7 +3,9 @@
 package reentrant_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -268,4 +270,225 @@ func TestCloseStopsTheRenewer(t *testing.T) {
 		require.ErrorIs(t, l.Err(), reentrant.ErrClosed)
 	}
 	goleak.VerifyNone(t, ignore)
+}
+
+// The renewer works on a Cluster client: go-redis splits each tick's
+// pipeline by node, and leases on every node stay alive.
+func TestRenewerOnCluster(t *testing.T) {
+	const n, ttl = 300, 600 * time.Millisecond
+	cc := startCluster(t, 3)
+	var perNode sync.Map // addr -> *atomic.Int64
+	cc.OnNewNode(func(node *redis.Client) {
+		ctr, _ := perNode.LoadOrStore(node.Options().Addr, &atomic.Int64{})
+		node.AddHook(testenv.Hook{Sent: func(_ []redis.Cmder, pipe bool) {
+			if pipe {
+				ctr.(*atomic.Int64).Add(1)
+			}
+		}})
+	})
+	c := newClient(t, cc, reentrant.WithTTL(ttl))
+	leases := lockMany(t, c, n)
+	time.Sleep(3 * ttl)
+	for _, l := range leases {
+		require.NoError(t, l.Err())
+	}
+	nodes := 0
+	perNode.Range(func(addr, ctr any) bool {
+		if ctr.(*atomic.Int64).Load() > 0 {
+			nodes++
+		}
+		t.Logf("%s: %d pipelines", addr, ctr.(*atomic.Int64).Load())
+		return true
+	})
+	require.Equal(t, 3, nodes, "every node must have received renewal pipelines")
+}
+
+// startCluster starts a Redis Cluster of n primaries on loopback and
+// returns a client of it, closed when the test ends.
+func startCluster(t *testing.T, n int) *redis.ClusterClient {
+	t.Helper()
+	return redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: n}).Client()
+}
+
+// A renewal pipeline sent to a frozen server (SIGSTOP; go-redis defaults,
+// which ignore context deadlines on reads) never returns in time; every
+// lease of the batch still ends by its local timer, the margin before
+// Redis could expire it.
+func TestFrozenServerEndsBatchedLeasesBeforeTTL(t *testing.T) {
+	const n, ttl = 200, time.Second
+	srv := redisproc.Start(t)
+	c := newClient(t, srv.Client(), reentrant.WithTTL(ttl))
+	leases := lockMany(t, c, n)
+	time.Sleep(ttl / 2) // renewals confirmed
+	srv.Pause()
+	paused := time.Now()
+	defer srv.Resume() // before Close, which waits for the pipeline in flight
+	for _, l := range leases {
+		awaitDone(t, l, 20*ttl)
+		require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+		// Every lease ends by TTL - margin after its last confirmed
+		// renewal, which was sent before the pause.
+		dl := reentrant.LocalDeadline(l)
+		require.LessOrEqual(t, dl.Sub(paused), ttl-ttl/10, "lease %d: deadline past TTL - margin after the pause", l.Token())
+		require.False(t, time.Now().Before(dl), "lease %d ended before its deadline", l.Token())
+	}
+}
+
+// A pipeline that hangs does not hold the renewer back: ownerships taken
+// meanwhile are renewed in later ticks, while the hung batch's ownerships
+// are not sent again and end by their local timer.
+func TestRenewerNotHeldBackByHungPipeline(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	rdb := testenv.Redis(t)
+	h := &traffic{}
+	rdb.AddHook(h)
+	c := newClient(t, rdb, reentrant.WithTTL(ttl))
+	stuck, err := c.Lock(t.Context(), testenv.Unique(t))
+	require.NoError(t, err)
+	held, release := h.holdNext()
+	t.Cleanup(release) // runs before the client's Close, which waits for it
+	var hung []string
+	select {
+	case hung = <-held:
+	case <-time.After(ttl):
+		t.Fatal("no renewal pipeline was sent")
+	}
+	require.Equal(t, []string{lua.KeysFor(prefix, stuck.Name()).Lock}, hung)
+
+	h.mu.Lock()
+	h.record = true
+	h.mu.Unlock()
+	fresh, err := c.Lock(t.Context(), testenv.Unique(t))
+	require.NoError(t, err)
+	select {
+	case <-stuck.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("the hung batch's lease was not ended by its timer")
+	}
+	require.ErrorIs(t, stuck.Err(), reentrant.ErrLost)
+	time.Sleep(3 * ttl)
+	require.NoError(t, fresh.Err(), "a lease taken during the hang must be renewed by later ticks")
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.NotEmpty(t, h.batches)
+	for _, b := range h.batches {
+		require.NotContains(t, b, hung[0], "a renewal in flight must not be sent again")
+	}
+	release()
+}
+
+// The logger hears about lost leases and failed renewals; the observer
+// sees every event with its lock and token.
+func TestLoggerAndObserver(t *testing.T) {
+	m, rdb := testenv.Mini(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	var events []reentrant.Event
+	c := newClient(t, rdb, reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(100*time.Millisecond),
+		reentrant.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))),
+		reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+	ctx, name := t.Context(), testenv.Unique(t)
+	l, err := c.Lock(ctx, name)
+	require.NoError(t, err)
+	in, err := c.Lock(l.Context(), name)
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, in.Unlock(ctx))
+	require.NoError(t, l.Unlock(ctx))
+
+	l, err = c.Lock(ctx, name)
+	require.NoError(t, err)
+	m.Del(lua.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
+	<-l.Done()
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, time.Second, 5*time.Millisecond)
+
+	mu.Lock()
+	defer mu.Unlock()
+	kinds := map[reentrant.EventKind]int{}
+	for _, e := range events {
+		require.Equal(t, name, e.Name)
+		kinds[e.Kind]++
+		switch e.Kind {
+		case reentrant.Acquired, reentrant.Reentered:
+			require.NotZero(t, e.Token)
+		case reentrant.NotAcquired:
+			require.ErrorIs(t, e.Err, reentrant.ErrNotAcquired)
+		case reentrant.Lost:
+			require.ErrorIs(t, e.Err, reentrant.ErrLost)
+		}
+	}
+	require.Equal(t, 2, kinds[reentrant.Acquired])
+	require.Equal(t, 1, kinds[reentrant.Reentered])
+	require.Equal(t, 1, kinds[reentrant.NotAcquired])
+	require.Equal(t, 1, kinds[reentrant.Released], "one release: the reentry's Unlock released no lock")
+	require.Contains(t, logs.String(), "level=WARN msg=\"reentrant: lease lost\" name="+name)
+	require.Equal(t, "renew_failed", reentrant.RenewFailed.String())
+}
+
+func count(mu *sync.Mutex, events *[]reentrant.Event, k reentrant.EventKind) int {
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, e := range *events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+type syncWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// A lock handed to a waiter is renewed at half its claim window, not at
+// once: taking it must not cost a renewal round trip of its own.
+func TestHandedLockNotRenewedAtOnce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		var mu sync.Mutex
+		var renewedAt []time.Time
+		// An 8 s handoff timeout: the claim window is 4 s, so the first
+		// renewal is due about 2 s after the wait began, far beyond what a
+		// loaded scheduler adds between the handoff and the check below.
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithHandoffTimeout(8*time.Second),
+			reentrant.WithObserver(func(e reentrant.Event) {
+				if e.Kind == reentrant.Renewed {
+					mu.Lock()
+					renewedAt = append(renewedAt, time.Now())
+					mu.Unlock()
+				}
+			}))
+		ctx, name := t.Context(), testenv.Unique(t)
+		other, err := c.Lock(ctx, name+"-other") // the renewer runs
+		require.NoError(t, err)
+		holder, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		got := queuedLock(t, ctx, c, name)
+		require.NoError(t, holder.Unlock(ctx))
+		taken := handed(t, got, "the waiter must be handed the lock")
+		handedAt := time.Now()
+		// A renewal made at once would be back well within 500 ms; the
+		// first is due at half the claim window (about 2 s) after the
+		// wait began. Each renewal's time is recorded, so a slow machine
+		// that reaches the due time before the check only makes the check
+		// see it late, never fail it.
+		time.Sleep(500 * time.Millisecond)
+		mu.Lock()
+		for _, at := range renewedAt {
+			require.GreaterOrEqual(t, at.Sub(handedAt), 500*time.Millisecond, "a handed lock was renewed at once")
+		}
+		mu.Unlock()
+		require.NoError(t, taken.Unlock(ctx))
+		require.NoError(t, other.Unlock(ctx))
+	})
 }

@@ -3,9 +3,11 @@
 package reentrant_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -13,6 +15,7 @@ import (
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage/memory"
 )
 
 // issue takes and releases name n times on c and returns the highest token
@@ -166,5 +169,168 @@ func TestTokenModesShareAName(t *testing.T) {
 			require.Greater(t, tok, last)
 			last = tok
 		}
+	})
+}
+
+// operatorTTL is the lease of the operator tests: renewed every 500 ms, so
+// a deleted or forced ownership is found gone within about that.
+const operatorTTL = 1500 * time.Millisecond
+
+// awaitLoss waits for l to end, with a ceiling of many renewal intervals
+// (a loaded machine delays the renewer, never the promise), and returns why.
+func awaitLoss(t *testing.T, l *reentrant.Lease) error {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(20 * operatorTTL):
+		t.Fatalf("lease %d never learned that its ownership is gone", l.Token())
+	}
+	return l.Err()
+}
+
+// deletedByHand is what people do to a stuck Redis lock: DEL its keys
+// (here the hash and the queue; never the counter, which a DEL of "the
+// lock" does not name). Tokens must not repeat: the next holder gets a
+// higher one, a fenced store refuses the first holder's late write, and the
+// first holder's lease ends with ErrGone at its next renewal.
+func deletedByHand(t *testing.T, rdb redis.UniversalClient) {
+	ctx, name := t.Context(), testenv.Unique(t)
+	a := newClient(t, rdb, reentrant.WithTTL(operatorTTL))
+	b := newClient(t, rdb, reentrant.WithTTL(operatorTTL))
+	store := memory.New()
+	first, err := a.Lock(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, "resource", []byte("a1"), first.Token()))
+
+	k := lua.KeysFor(prefix, name)
+	require.NoError(t, rdb.Del(ctx, k.Lock, k.Queue).Err())
+
+	second, err := b.TryLock(ctx, name)
+	require.NoError(t, err, "the deleted lock is free")
+	require.Greater(t, second.Token(), first.Token(), "a DEL of the lock must not make its token repeat")
+	require.NoError(t, store.Put(ctx, "resource", []byte("b"), second.Token()))
+	require.ErrorIs(t, store.Put(ctx, "resource", []byte("a2"), first.Token()), fence.ErrStale,
+		"the first holder's late write is refused")
+
+	err = awaitLoss(t, first)
+	require.ErrorIs(t, err, reentrant.ErrGone)
+	require.ErrorIs(t, err, reentrant.ErrLost)
+	require.False(t, errors.Is(err, reentrant.ErrUnconfirmed))
+	require.ErrorIs(t, first.Unlock(ctx), reentrant.ErrNotHeld, "its Unlock says it did not hold the lock")
+	require.NoError(t, second.Err(), "the second holder keeps its lease")
+	require.NoError(t, second.Unlock(ctx))
+	rec, err := store.Get(ctx, "resource")
+	require.NoError(t, err)
+	require.Equal(t, "b", string(rec.Value))
+	require.Equal(t, second.Token(), rec.Token)
+}
+
+func TestDeletedLockDoesNotRepeatTokens(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) { deletedByHand(t, b.Client) })
+}
+
+func TestDeletedLockDoesNotRepeatTokensOnCluster(t *testing.T) {
+	deletedByHand(t, startCluster(t, 3))
+}
+
+func TestDeletedLockDoesNotRepeatTokensOnSentinel(t *testing.T) {
+	g := redisproc.StartSentinels(t, 1, 3)
+	rdb := g.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	deletedByHand(t, rdb)
+}
+
+// ForceUnlock with a waiter queued: the waiter gets the lock with a higher
+// token, the forced holder's lease ends with ErrGone, and Inspect shows who
+// forced which token.
+func TestForceUnlockHandsToTheWaiter(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		holder := newClient(t, b.Client, reentrant.WithTTL(operatorTTL))
+		waiter := newClient(t, b.Client, reentrant.WithTTL(operatorTTL))
+		ops := newClient(t, b.Client, reentrant.WithIdentity("ops@bastion"))
+		store := memory.New()
+
+		first, err := holder.Lock(ctx, name, reentrant.WithMetadata("stuck job"))
+		require.NoError(t, err)
+		got := make(chan *reentrant.Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, name)
+			if err != nil {
+				t.Errorf("the waiter: %v", err)
+			}
+			got <- l
+		}()
+		require.Eventually(t, func() bool {
+			st, err := ops.Inspect(ctx, name)
+			return err == nil && st.Waiters == 1
+		}, 20*time.Second, 10*time.Millisecond, "the waiter never queued")
+
+		forced, err := ops.ForceUnlock(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, first.Token(), forced)
+
+		var second *reentrant.Lease
+		select {
+		case second = <-got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the waiter never got the forced lock")
+		}
+		require.NotNil(t, second)
+		require.Greater(t, second.Token(), first.Token())
+		require.NoError(t, store.Put(ctx, "r", []byte("waiter"), second.Token()))
+		require.ErrorIs(t, store.Put(ctx, "r", []byte("forced"), first.Token()), fence.ErrStale)
+
+		err = awaitLoss(t, first)
+		require.ErrorIs(t, err, reentrant.ErrGone)
+
+		st, err := ops.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, second.Token(), st.Token)
+		require.NotNil(t, st.Forced)
+		require.Equal(t, first.Token(), st.Forced.Token)
+		require.Equal(t, "ops@bastion", st.Forced.By)
+		require.Contains(t, st.Ended, reentrant.Ended{Token: first.Token(), Owner: string(first.Owner()), Expired: true, Forced: true})
+
+		// A repeat, by token, changes nothing and succeeds; the current
+		// holder is untouched.
+		require.NoError(t, ops.ForceUnlockToken(ctx, name, first.Token()))
+		require.NoError(t, second.Err())
+		// The holder's own token: ended; then the lock is free.
+		require.NoError(t, ops.ForceUnlockToken(ctx, name, second.Token()))
+		_, err = ops.ForceUnlock(ctx, name)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld, "a free lock has nothing to force")
+		require.ErrorIs(t, ops.ForceUnlockToken(ctx, name, second.Token()+1), reentrant.ErrNotHeld)
+		require.ErrorIs(t, ops.ForceUnlockToken(ctx, name, fence.None), reentrant.ErrInvalid)
+		_, err = ops.ForceUnlock(ctx, "")
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+	})
+}
+
+// A lease says why it ended: gone from Redis, not confirmed in time, or its
+// client closed; each is ErrLost.
+func TestLossSaysWhy(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx := t.Context()
+		c := newClient(t, b.Client, reentrant.WithTTL(operatorTTL))
+		l, err := c.Lock(ctx, testenv.Unique(t))
+		require.NoError(t, err)
+		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, l.Name()).Lock).Err())
+		err = awaitLoss(t, l)
+		require.ErrorIs(t, err, reentrant.ErrGone)
+		require.ErrorIs(t, err, reentrant.ErrLost)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		require.False(t, errors.Is(err, reentrant.ErrUnconfirmed) || errors.Is(err, reentrant.ErrClosed))
+
+		closing := newClient(t, b.Client)
+		l, err = closing.Lock(ctx, testenv.Unique(t))
+		require.NoError(t, err)
+		require.NoError(t, closing.Close())
+		err = l.Err()
+		require.ErrorIs(t, err, reentrant.ErrLeaseClosed)
+		require.ErrorIs(t, err, reentrant.ErrLost)
+		require.ErrorIs(t, err, reentrant.ErrClosed)
+		require.False(t, errors.Is(err, reentrant.ErrGone) || errors.Is(err, reentrant.ErrUnconfirmed))
+		require.NoError(t, l.Unlock(ctx), "Unlock still works after Close")
 	})
 }

@@ -106,10 +106,7 @@ func TestRenewalDetectsLoss(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
 		name := testenv.Unique(t)
-		outer, err := c.Lock(t.Context(), name)
-		require.NoError(t, err)
-		inner, err := c.Lock(outer.Context(), name)
-		require.NoError(t, err)
+		outer, inner := nested(t, c, name)
 		// Someone deletes the lock (an operator, a FLUSHDB, a failover).
 		require.NoError(t, b.Client.Del(t.Context(), lua.KeysFor(prefix, name).Lock).Err())
 		for _, l := range []*reentrant.Lease{outer, inner} {

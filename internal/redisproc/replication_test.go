@@ -13,16 +13,23 @@ import (
 	"github.com/redfence/redfence/internal/redisproc"
 )
 
+// replicatedK starts a primary, with opts, and its replica, and sets k to 1
+// on the primary, replicated: the start of every failover story here.
+func replicatedK(t *testing.T, opts ...redisproc.Option) (primary, replica *redisproc.Server) {
+	t.Helper()
+	primary = redisproc.Start(t, opts...)
+	replica = redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	require.NoError(t, primary.Client().Set(t.Context(), "k", 1, 0).Err())
+	replica.WaitSync(t.Context())
+	return primary, replica
+}
+
 // The failover of the package doc: the replica is promoted without the write
 // the dead primary acknowledged, so the counter goes backwards.
 func TestFailoverLosesUnreplicatedWrite(t *testing.T) {
 	t.Parallel()
-	primary := redisproc.Start(t, redisproc.WithAOF("always"))
-	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	primary, replica := replicatedK(t, redisproc.WithAOF("always"))
 	p, r := primary.Client(), replica.Client()
-
-	require.NoError(t, p.Set(t.Context(), "k", 1, 0).Err())
-	replica.WaitSync(t.Context())
 	n, err := r.Get(t.Context(), "k").Int()
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "replica before isolation")
@@ -47,12 +54,8 @@ func TestFailoverLosesUnreplicatedWrite(t *testing.T) {
 // waits until the replica has read its link to the end.)
 func TestPauseAloneStillDeliversWrites(t *testing.T) {
 	t.Parallel()
-	primary := redisproc.Start(t)
-	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	primary, replica := replicatedK(t)
 	p, r := primary.Client(), replica.Client()
-
-	require.NoError(t, p.Set(t.Context(), "k", 1, 0).Err())
-	replica.WaitSync(t.Context())
 	replica.Pause()
 	require.NoError(t, p.Incr(t.Context(), "k").Err())
 	// A reply to a later command means the event loop has flushed the
@@ -73,12 +76,8 @@ func TestPauseAloneStillDeliversWrites(t *testing.T) {
 // Resuming an isolated replica while its primary lives resyncs it.
 func TestIsolateThenResumeResyncs(t *testing.T) {
 	t.Parallel()
-	primary := redisproc.Start(t)
-	replica := redisproc.Start(t, redisproc.WithReplicaOf(primary))
+	primary, replica := replicatedK(t)
 	p, r := primary.Client(), replica.Client()
-
-	require.NoError(t, p.Set(t.Context(), "k", 1, 0).Err())
-	replica.WaitSync(t.Context())
 	replica.Isolate()
 	require.NoError(t, p.Incr(t.Context(), "k").Err())
 	replica.Resume()

@@ -1,0 +1,653 @@
+//go:build unix
+
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/hashslot"
+	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// clusterHandoff is how long waiters here may take to be handed a lock:
+// the handoff timeout is 4 s, so they poll only every second, and a
+// waiter woken sooner was woken by its message.
+const clusterHandoff = 4 * time.Second
+
+// Waiters on locks held on every primary are woken by their handoff
+// message. On Redis 7 each release sends one SPUBLISH, on the lock's own
+// primary, and no PUBLISH anywhere: nothing is broadcast.
+func TestClusterWaitersOnEveryMaster(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	r := runClusterHandoffs(t, c, 2, true)
+	for _, m := range c.Masters() {
+		assert.Equal(t, r.handoffs[m], commandCalls(t, m, "spublish"), "%s: one SPUBLISH per handoff", m.Addr())
+		assert.Zero(t, commandCalls(t, m, "publish"), "%s: no PUBLISH", m.Addr())
+		assert.Equal(t, r.slots[m], commandCalls(t, m, "ssubscribe"), "%s: the waiters' client subscribes once per slot", m.Addr())
+	}
+	assert.Zero(t, r.bus["publish"], "nothing broadcast on the cluster bus")
+	t.Logf("SUMMARY cluster-wait pubsub=sharded %s", r)
+}
+
+// Without sharded pub/sub (a server before Redis 7, played here by one
+// whose SPUBLISH and SSUBSCRIBE are renamed away), the client finds out
+// once and falls back to its classic channel: one PUBLISH per handoff,
+// which the cluster bus then carries to every node.
+func TestClusterWithoutShardedPubSub(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{
+		Args: []string{"--rename-command", "SPUBLISH", "", "--rename-command", "SSUBSCRIBE", ""}})
+	r := runClusterHandoffs(t, c, 1, false)
+	for _, m := range c.Masters() {
+		assert.Equal(t, r.handoffs[m], commandCalls(t, m, "publish"), "%s: one PUBLISH per handoff", m.Addr())
+	}
+	assert.Equal(t, len(r.latencies)*(len(c.Nodes())-1), r.bus["publish"], "each PUBLISH goes to every other node")
+	t.Logf("SUMMARY cluster-wait pubsub=classic %s", r)
+}
+
+type handoffRun struct {
+	handoffs  map[*redisproc.Server]int // names, thus handoffs, per primary
+	slots     map[*redisproc.Server]int // distinct slots of those names
+	latencies []time.Duration
+	// bus counts the cluster bus messages the releases sent, by kind:
+	// "publish" (PUBLISH, to every other node) and "publishshard"
+	// (SPUBLISH, to the shard's replicas only).
+	bus map[string]int
+}
+
+func (r handoffRun) String() string {
+	slices.Sort(r.latencies)
+	var sum time.Duration
+	for _, d := range r.latencies {
+		sum += d
+	}
+	return fmt.Sprintf("handoffs=%d latency_avg_ms=%.2f latency_max_ms=%.2f poll_interval_ms=%d bus_publish=%d bus_publishshard=%d",
+		len(r.latencies), float64(sum)/float64(len(r.latencies))/1e6,
+		float64(r.latencies[len(r.latencies)-1])/1e6, (clusterHandoff / 4).Milliseconds(),
+		r.bus["publish"], r.bus["publishshard"])
+}
+
+// runClusterHandoffs holds perMaster locks on each primary with one
+// client, queues a waiter on each with another, and releases them one by
+// one, timing each handoff from Unlock to the waiter's Lock returning. The
+// waiters' client subscribes once per slot when sharded, else once.
+func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, sharded bool) handoffRun {
+	ctx := t.Context()
+	holders := newClient(t, c.Client(), reentrant.WithHandoffTimeout(clusterHandoff))
+	waiters := newClient(t, c.Client(), reentrant.WithHandoffTimeout(clusterHandoff))
+	r := handoffRun{handoffs: map[*redisproc.Server]int{}, slots: map[*redisproc.Server]int{}}
+	var names []string
+	owner := map[string]*redisproc.Server{}
+	for i := 0; len(names) < perMaster*len(c.Masters()); i++ {
+		name := fmt.Sprintf("wait{%d}", i)
+		m := c.MasterOf(hashslot.Of(lua.KeysFor(prefix, name).Lock))
+		if r.handoffs[m] < perMaster {
+			r.handoffs[m]++
+			names = append(names, name)
+			owner[name] = m
+		}
+	}
+	for _, m := range c.Masters() {
+		require.NoError(t, m.Client().ConfigResetStat(ctx).Err())
+	}
+
+	held := map[string]*reentrant.Lease{}
+	for _, name := range names {
+		l, err := holders.Lock(ctx, name)
+		require.NoError(t, err)
+		held[name] = l
+	}
+	type got struct {
+		l  *reentrant.Lease
+		at time.Time
+	}
+	results := map[string]chan got{}
+	var wg sync.WaitGroup
+	for _, name := range names {
+		results[name] = make(chan got, 1)
+		wg.Go(func() {
+			l, err := waiters.Lock(ctx, name)
+			assert.NoError(t, err, name)
+			results[name] <- got{l, time.Now()}
+		})
+	}
+	defer wg.Wait()
+	// Every waiter is queued and its client subscribed before any release,
+	// so that only a lost message could make a handoff wait for a poll.
+	slots := map[int]bool{}
+	for _, name := range names {
+		slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
+		if !slots[slot] {
+			slots[slot] = true
+			r.slots[owner[name]]++
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, name := range names {
+			if st, err := waiters.Inspect(ctx, name); err != nil || st.Waiters != 1 {
+				return false
+			}
+		}
+		subs := 0
+		for _, m := range c.Masters() {
+			subs += commandCalls(t, m, "ssubscribe") + commandCalls(t, m, "subscribe")
+		}
+		return sharded && subs == len(slots) || !sharded && subs == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the subscriptions' confirmations
+
+	busBefore := busMessages(t, c)
+	for _, name := range names {
+		start := time.Now()
+		require.NoError(t, held[name].Unlock(ctx))
+		select {
+		case g := <-results[name]:
+			require.NotNil(t, g.l, name)
+			assert.Equal(t, held[name].Token()+1, g.l.Token(), "%s: the next token", name)
+			r.latencies = append(r.latencies, g.at.Sub(start))
+			require.NoError(t, g.l.Unlock(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no handoff within 5s", name)
+		}
+	}
+	r.bus = busMessages(t, c)
+	for k, n := range busBefore {
+		r.bus[k] -= n
+	}
+	for i, d := range r.latencies {
+		assert.Less(t, d, clusterHandoff/8, "handoff %d (%s) took %v: the message was lost and a poll took it", i, names[i], d)
+	}
+	return r
+}
+
+// busMessages sums, over the live primaries, the cluster bus messages
+// sent for PUBLISH ("publish") and for SPUBLISH ("publishshard").
+func busMessages(t *testing.T, c *redisproc.Cluster) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	for _, m := range c.Masters() {
+		rdb, ok := statClients.Load(m)
+		if !ok {
+			rdb, _ = statClients.LoadOrStore(m, m.Client())
+		}
+		info, err := rdb.(*redis.Client).ClusterInfo(t.Context()).Result()
+		require.NoError(t, err)
+		for _, kind := range []string{"publish", "publishshard"} {
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_stats_messages_"+kind+"_sent:"); ok {
+					x, _ := strconv.Atoi(v)
+					n[kind] += x
+				}
+			}
+		}
+	}
+	return n
+}
+
+// statClients holds one client per server for commandCalls.
+var statClients sync.Map // *redisproc.Server -> *redis.Client
+
+// commandCalls returns how often s ran cmd since its stats were reset,
+// scripts' calls included, from INFO commandstats.
+func commandCalls(t *testing.T, s *redisproc.Server, cmd string) int {
+	t.Helper()
+	rdb, ok := statClients.Load(s)
+	if !ok {
+		rdb, _ = statClients.LoadOrStore(s, s.Client())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	info, err := rdb.(*redis.Client).Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
+
+// A client that waits again on a slot within the linger reuses its shard
+// subscription; past the linger, the subscription ends.
+func TestClusterShardSubscriptionLingers(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: 1})
+	ctx := t.Context()
+	holder := newClient(t, c.Client())
+	waiter := newClient(t, c.Client())
+	// Long enough that the second wait surely starts within it on a
+	// loaded machine (the gap between the waits is a Lock and a goroutine
+	// start), short enough to watch it pass.
+	reentrant.SetShardLinger(waiter, 2*time.Second)
+	m := c.Masters()[0]
+	require.NoError(t, m.Client().ConfigResetStat(ctx).Err())
+	name := fmt.Sprintf("linger{%d}", time.Now().UnixNano())
+	channels := func() int {
+		v, err := m.Client().Do(ctx, "PUBSUB", "SHARDCHANNELS", prefix+":c:*").StringSlice()
+		require.NoError(t, err)
+		return len(v)
+	}
+	handoff := func() {
+		l, err := holder.Lock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			w, err := waiter.Lock(ctx, name)
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return channels() == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Unlock(ctx))
+		require.NoError(t, <-got)
+	}
+	handoff()
+	handoff()
+	require.Equal(t, 1, commandCalls(t, m, "ssubscribe"), "the second wait reuses the subscription")
+	require.Eventually(t, func() bool { return channels() == 0 }, time.Minute, 20*time.Millisecond,
+		"the subscription ends past the linger")
+}
+
+// clusterNames returns n distinct names, the awkward ones for hash tags
+// first: braces, '%', empty tags, unicode, bytes Redis does not care about.
+func clusterNames(n int) []string {
+	names := []string{"a{b}", "%7B", "{}", "x}y{", "{", "}", "%", "%%7D", "{a}{b}", "}{", "a b",
+		"ключ", "名前", "🔒", "\x00", "\n", strings.Repeat("{}%", reentrant.MaxNameLen/3)}
+	for i := len(names); i < n; i++ {
+		switch i % 6 {
+		case 0:
+			names = append(names, fmt.Sprintf("{%d}", i))
+		case 1:
+			names = append(names, fmt.Sprintf("%%%d%%7D", i))
+		case 2:
+			names = append(names, fmt.Sprintf("%d}{", i))
+		case 3:
+			names = append(names, fmt.Sprintf("ü-%d", i))
+		default:
+			names = append(names, fmt.Sprintf("name-%d", i))
+		}
+	}
+	return names
+}
+
+// A thousand names spread over every primary of a real cluster, each
+// locked, inspected, reentered and unlocked through a ClusterClient.
+func TestClusterThousandNames(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	cc := c.Client()
+	lc := newClient(t, cc)
+	ctx := t.Context()
+	names := clusterNames(1000)
+	owner := map[int]*redisproc.Server{}
+	perMaster := map[*redisproc.Server]int{}
+	for _, name := range names {
+		slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
+		if owner[slot] == nil {
+			owner[slot] = c.MasterOf(slot)
+		}
+		perMaster[owner[slot]]++
+	}
+
+	start := time.Now()
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for name := range work {
+				l, err := lc.Lock(ctx, name)
+				if !assertNoErr(t, err) {
+					continue
+				}
+				st, err := lc.Inspect(ctx, name)
+				assertNoErr(t, err)
+				assert.True(t, st.Held && st.Token == l.Token() && st.Depth == 1 && st.Owner == string(l.Owner()), "%q: %+v", name, st)
+				inner, err := lc.Lock(l.Context(), name)
+				if assertNoErr(t, err) {
+					assert.Equal(t, l.Token(), inner.Token(), "%q: reentry keeps the token", name)
+					assert.EqualValues(t, 2, inner.Depth())
+					assertNoErr(t, inner.Unlock(ctx))
+				}
+				assertNoErr(t, l.Unlock(ctx))
+				st, err = lc.Inspect(ctx, name)
+				assertNoErr(t, err)
+				assert.True(t, !st.Held && st.LastToken == l.Token(), "%q after unlock: %+v", name, st)
+			}
+		})
+	}
+	for _, name := range names {
+		work <- name
+	}
+	close(work)
+	wg.Wait()
+	took := time.Since(start)
+
+	var counts []string
+	for i, m := range c.Masters() {
+		n, err := m.Client().DBSize(ctx).Result()
+		require.NoError(t, err)
+		assert.Positive(t, perMaster[m], "primary %d got no name", i)
+		assert.EqualValues(t, 2*perMaster[m], n, "primary %d keeps a hash and a counter per name, no queue", i)
+		counts = append(counts, fmt.Sprint(perMaster[m]))
+	}
+	t.Logf("SUMMARY cluster-names names=%d masters=%d per_master=%s calls=%d took_ms=%d",
+		len(names), len(perMaster), strings.Join(counts, "/"), 6*len(names), took.Milliseconds())
+}
+
+// A lock nobody waits for has no queue key, so from SETSLOT MIGRATING to
+// SETSLOT NODE the cluster answers its acquire and release TRYAGAIN (one of
+// the two keys they name is missing). A slow move outlasts go-redis's own
+// retries, which then return TRYAGAIN; redfence retries on, so every call
+// succeeds and keeps its promises: tokens go on by one, a reentry keeps its
+// token, a lock held across the move is renewed and stays held.
+func TestClusterSlowMoveUncontended(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	cc := c.Client()
+	var surfaced atomic.Int64 // TRYAGAIN that go-redis gave up on
+	cc.AddHook(testenv.Hook{Done: func(_ []redis.Cmder, pipe bool, err error) {
+		if !pipe && err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			surfaced.Add(1)
+		}
+	}})
+	lc := newClient(t, cc, reentrant.WithTTL(time.Second))
+	ctx := t.Context()
+	name := fmt.Sprintf("move{%d}", time.Now().UnixNano())
+	pair, slot := testenv.SameSlot(prefix, name, 2)
+	other := pair[1]
+	held, err := lc.Lock(ctx, other)
+	require.NoError(t, err)
+
+	var (
+		stop   atomic.Bool
+		rounds int
+		tokens []uint64
+		errs   []error
+		wg     sync.WaitGroup
+	)
+	wg.Go(func() {
+		for !stop.Load() {
+			l, err := lc.Lock(ctx, name)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			tokens = append(tokens, uint64(l.Token()))
+			inner, err := lc.TryLock(l.Context(), name)
+			if err == nil && inner.Token() != l.Token() {
+				err = fmt.Errorf("reentry got token %d, not %d", inner.Token(), l.Token())
+			}
+			if err == nil {
+				_, err = lc.Inspect(ctx, name)
+			}
+			for _, e := range []error{err, unlockIf(ctx, inner), l.Unlock(ctx)} {
+				if e != nil {
+					errs = append(errs, e)
+				}
+			}
+			rounds++
+		}
+	})
+	time.Sleep(100 * time.Millisecond)
+	from := c.MasterOf(slot)
+	to := c.Masters()[0]
+	if to == from {
+		to = c.Masters()[1]
+	}
+	st := c.MigrateSlot(slot, to, 1, 300*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+
+	require.Empty(t, errs, "no caller may see the move")
+	for i := 1; i < len(tokens); i++ {
+		require.Equal(t, tokens[i-1]+1, tokens[i], "tokens go on by one")
+	}
+	assert.NoError(t, held.Err(), "the lock held across the move stays held")
+	assert.NoError(t, held.Extend(ctx, time.Second))
+	assert.NoError(t, held.Unlock(ctx))
+	assert.Positive(t, surfaced.Load(), "go-redis gave up on TRYAGAIN at least once: the move outlasted its retries")
+	t.Logf("SUMMARY cluster-slow-move keys=%d batches=%d migrate_ms=%d rounds=%d tryagain_after_go_redis=%d caller_errors=%d",
+		st.Keys, st.Batches, st.Took.Milliseconds(), rounds, surfaced.Load(), len(errs))
+}
+
+func unlockIf(ctx context.Context, l *reentrant.Lease) error {
+	if l == nil {
+		return nil
+	}
+	return l.Unlock(ctx)
+}
+
+// A release that runs on a slot's new primary before the slot is handed
+// over (the keys have moved, SETSLOT NODE has not come) publishes there,
+// while the waiter's subscription is still on the old primary: the message
+// reaches nobody. The waiter's poll gets the lock all the same.
+func TestClusterHandoffDuringMoveIsPolled(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	ctx := t.Context()
+	holder := newClient(t, c.Client())
+	waiter := newClient(t, c.Client())
+	name := fmt.Sprintf("polled{%d}", time.Now().UnixNano())
+	slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
+	from := c.MasterOf(slot)
+	to := c.Masters()[0]
+	if to == from {
+		to = c.Masters()[1]
+	}
+	held, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+	type got struct {
+		l   *reentrant.Lease
+		err error
+		at  time.Time
+	}
+	waited := make(chan got, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, name)
+		waited <- got{l, err, time.Now()}
+	}()
+	shardChannels := func(s *redisproc.Server) []string {
+		v, err := s.Client().Do(ctx, "PUBSUB", "SHARDCHANNELS", prefix+":c:*").StringSlice()
+		require.NoError(t, err)
+		return v
+	}
+	require.Eventually(t, func() bool { return len(shardChannels(from)) == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the waiter subscribes on the slot's primary")
+
+	type released struct {
+		at            time.Time
+		subsFrom, sub int
+		err           error
+	}
+	rel := make(chan released, 1)
+	go func() {
+		// Once every key is on the new primary, release: it runs there.
+		for from.Client().ClusterCountKeysInSlot(ctx, int(slot)).Val() != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		r := released{subsFrom: len(shardChannels(from)), sub: len(shardChannels(to)), at: time.Now()}
+		r.err = held.Unlock(ctx)
+		rel <- r
+	}()
+	c.MigrateSlot(slot, to, 100, 600*time.Millisecond)
+	r := <-rel
+	require.NoError(t, r.err)
+	require.Equal(t, 1, r.subsFrom, "the waiter's subscription was still on the old primary")
+	require.Zero(t, r.sub, "nobody listened on the new primary")
+	g := <-waited
+	require.NoError(t, g.err)
+	// The release handed the lock over with the next token, but the claim
+	// may come too late: with the queue emptied, the claim names a missing
+	// key and gets TRYAGAIN until SETSLOT NODE. The handed lock then
+	// expires after the claim time and the waiter's poll takes it afresh.
+	require.Greater(t, g.l.Token(), held.Token())
+	took := g.at.Sub(r.at)
+	// A poll (every 250 ms by default, plus jitter) takes it once the
+	// handed lock's claim time (500 ms) and the SETSLOT pause (600 ms) are
+	// over; without the poll the waiter would wait for its context (here,
+	// the test's) or, polling at the longest delay, 5 s.
+	testenv.Within(t, took, 600*time.Millisecond+reentrant.DefaultHandoffTimeout/2+reentrant.DefaultHandoffTimeout/4+reentrant.DefaultRetryJitter,
+		"the waiter's poll after a lost handoff message")
+	require.NoError(t, g.l.Unlock(ctx))
+	t.Logf("SUMMARY cluster-move-lost-message handoff_ms=%.1f tokens_skipped=%d poll_interval_ms=250 claim_ms=500 setslot_pause_ms=600",
+		float64(took)/1e6, g.l.Token()-held.Token()-1)
+}
+
+// clusterReply is an error reply of a Cluster in transition, as go-redis
+// returns it: a redis.Error.
+type clusterReply string
+
+func (e clusterReply) Error() string { return string(e) }
+func (clusterReply) RedisError()     {}
+
+// busyHook answers the next n script calls (EVALSHA and EVAL, alone or in
+// a pipeline) with err instead of sending them, as a Cluster moving a slot
+// or electing a primary does: nothing runs.
+type busyHook struct {
+	err     error
+	n, seen atomic.Int64
+}
+
+func (h *busyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *busyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.refuse(cmd) {
+			return h.err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *busyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var pass []redis.Cmder
+		for _, cmd := range cmds {
+			if !h.refuse(cmd) {
+				pass = append(pass, cmd)
+			}
+		}
+		if len(pass) == 0 {
+			return h.err
+		}
+		return next(ctx, pass)
+	}
+}
+
+func (h *busyHook) refuse(cmd redis.Cmder) bool {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return false
+	}
+	if h.n.Add(-1) < 0 {
+		h.n.Add(1)
+		return false
+	}
+	h.seen.Add(1)
+	cmd.SetErr(h.err)
+	return true
+}
+
+// Each Cluster reply that proves nothing ran is retried within the
+// caller's context: the caller sees the call succeed, with the promises
+// of a call that was never refused.
+func TestBusyClusterRepliesAreRetried(t *testing.T) {
+	for _, reply := range []string{
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"ASK 3300 127.0.0.1:7001", "MOVED 3300 127.0.0.1:7001",
+		"CLUSTERDOWN The cluster is down",
+	} {
+		t.Run(strings.Fields(reply)[0], func(t *testing.T) {
+			_, rdb := testenv.Mini(t)
+			h := &busyHook{err: clusterReply(reply)}
+			rdb.AddHook(h)
+			c := newClient(t, rdb, reentrant.WithTTL(time.Minute))
+			ctx, name := t.Context(), testenv.Unique(t)
+
+			h.n.Store(3)
+			l, err := c.Lock(ctx, name)
+			require.NoError(t, err, "Lock")
+			require.EqualValues(t, 1, l.Token())
+			h.n.Store(3)
+			inner, err := c.TryLock(l.Context(), name)
+			require.NoError(t, err, "TryLock (reentry)")
+			require.EqualValues(t, 2, inner.Depth())
+			h.n.Store(3)
+			st, err := c.Inspect(ctx, name)
+			require.NoError(t, err, "Inspect")
+			require.EqualValues(t, 2, st.Depth)
+			h.n.Store(3)
+			require.NoError(t, l.Extend(ctx, time.Minute), "Extend")
+			h.n.Store(3)
+			_, err = l.TTL(ctx)
+			require.NoError(t, err, "TTL")
+			h.n.Store(3)
+			require.NoError(t, inner.Unlock(ctx), "Unlock (inner)")
+			h.n.Store(3)
+			require.NoError(t, l.Unlock(ctx), "Unlock")
+			require.EqualValues(t, 21, h.seen.Load(), "every refusal was seen and retried")
+
+			st, err = c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.False(t, st.Held, "released once per level, not more, not less")
+			require.EqualValues(t, 1, st.LastToken)
+		})
+	}
+}
+
+// While the Cluster stays busy past the caller's context, the call fails
+// with the context's error and the last reply, which errors.As finds; an
+// acquire's undo runs in the background and leaves nothing behind.
+func TestBusyClusterPastTheContext(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	h := &busyHook{err: clusterReply("TRYAGAIN Multiple keys request during rehashing of slot")}
+	rdb.AddHook(h)
+	c := newClient(t, rdb, reentrant.WithTTL(time.Minute))
+	name := testenv.Unique(t)
+
+	h.n.Store(1 << 30)
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.TryLock(ctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var reply redis.Error
+	require.True(t, errors.As(err, &reply), "errors.As finds the reply: %v", err)
+	testenv.Within(t, time.Since(start), 150*time.Millisecond+reentrant.CleanupBudget, "TryLock on a busy Cluster")
+	require.Greater(t, h.seen.Load(), int64(5), "retried with backoff meanwhile")
+
+	h.n.Store(0)
+	st, err := c.Inspect(t.Context(), name)
+	require.NoError(t, err)
+	require.False(t, st.Held)
+}
+
+// Renewals a Cluster refuses for now are sent again within the renewal's
+// window, so the lease survives.
+func TestBusyClusterRenewalIsRetried(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	h := &busyHook{err: clusterReply("CLUSTERDOWN The cluster is down")}
+	rdb.AddHook(h)
+	c := newClient(t, rdb, reentrant.WithTTL(time.Minute))
+	l, err := c.Lock(t.Context(), testenv.Unique(t))
+	require.NoError(t, err)
+	h.n.Store(4)
+	require.Equal(t, 1, reentrant.RenewAllNow(c))
+	require.EqualValues(t, 4, h.seen.Load())
+	require.NoError(t, l.Err(), "the renewal went through on the fifth attempt")
+	require.NoError(t, l.Unlock(t.Context()))
+}
