@@ -53,21 +53,7 @@ func (r Result) WriteHTML(path string) error {
 // and names the file in the failure.
 func Linearizable(t testing.TB, m porcupine.Model, ops []porcupine.Operation, timeout time.Duration) Result {
 	t.Helper()
-	r := Check(m, ops, timeout)
-	if r.Verdict == porcupine.Ok {
-		return r
-	}
-	path, err := r.save(t.Name())
-	if err != nil {
-		t.Errorf("history is %s (%v); writing its visualization failed: %v", r.Verdict, r, err)
-		return r
-	}
-	if r.Verdict == porcupine.Unknown {
-		t.Errorf("linearizability check timed out after %v (%v): shrink the history or raise the timeout; history in %s", timeout, r, path)
-		return r
-	}
-	t.Errorf("history is not linearizable (%v); visualization in %s", r, path)
-	return r
+	return expect(t, m, ops, timeout, porcupine.Ok)
 }
 
 // NotLinearizable checks ops against m and fails t unless the checker finds
@@ -76,15 +62,29 @@ func Linearizable(t testing.TB, m porcupine.Model, ops []porcupine.Operation, ti
 // visualization is written as by [Linearizable] and named.
 func NotLinearizable(t testing.TB, m porcupine.Model, ops []porcupine.Operation, timeout time.Duration) Result {
 	t.Helper()
+	return expect(t, m, ops, timeout, porcupine.Illegal)
+}
+
+// expect checks ops against m and fails t unless the verdict is want,
+// naming the visualization it writes then.
+func expect(t testing.TB, m porcupine.Model, ops []porcupine.Operation, timeout time.Duration, want porcupine.CheckResult) Result {
+	t.Helper()
 	r := Check(m, ops, timeout)
-	if r.Verdict == porcupine.Illegal {
+	if r.Verdict == want {
 		return r
 	}
 	path, err := r.save(t.Name())
 	if err != nil {
 		path = "(not written: " + err.Error() + ")"
 	}
-	t.Errorf("the checker did not catch the broken variant: %v; history in %s", r, path)
+	switch {
+	case want == porcupine.Illegal:
+		t.Errorf("the checker did not catch the broken variant: %v; history in %s", r, path)
+	case r.Verdict == porcupine.Unknown:
+		t.Errorf("linearizability check timed out after %v (%v): shrink the history or raise the timeout; history in %s", timeout, r, path)
+	default:
+		t.Errorf("history is not linearizable (%v); visualization in %s", r, path)
+	}
 	return r
 }
 

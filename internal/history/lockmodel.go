@@ -86,18 +86,8 @@ type lockState struct {
 func LockModel() porcupine.Model { return lockModel }
 
 var lockModel = porcupine.Model{
-	Partition: partition(func(in any) string {
-		switch in := in.(type) {
-		case Acquire:
-			return in.Name
-		case Release:
-			return in.Name
-		case Abandon:
-			return in.Name
-		}
-		panic(fmt.Sprintf("history: lock model given input %T", in))
-	}),
-	Init: func() any { return lockState{} },
+	Partition: partition,
+	Init:      func() any { return lockState{} },
 	Step: func(state, in, out any) (bool, any) {
 		s := state.(lockState)
 		switch in := in.(type) {
@@ -255,22 +245,41 @@ func short(owner string) string {
 	return owner
 }
 
-// partition splits a history by the key each input names, so each key is
-// checked on its own: far faster, and a violation names its key.
-func partition(key func(in any) string) func([]porcupine.Operation) [][]porcupine.Operation {
-	return func(ops []porcupine.Operation) [][]porcupine.Operation {
-		idx := map[string]int{}
-		var parts [][]porcupine.Operation
-		for _, op := range ops {
-			k := key(op.Input)
-			i, ok := idx[k]
-			if !ok {
-				i = len(parts)
-				idx[k] = i
-				parts = append(parts, nil)
-			}
-			parts[i] = append(parts[i], op)
+// keyed is an input of the models: the key (lock name, store key) whose
+// operations are checked apart from every other key's.
+type keyed interface{ partKey() string }
+
+func (in Acquire) partKey() string  { return in.Name }
+func (in Release) partKey() string  { return in.Name }
+func (in Abandon) partKey() string  { return in.Name }
+func (in QAcquire) partKey() string { return in.Name }
+func (in QRelease) partKey() string { return in.Name }
+func (in QLeave) partKey() string   { return in.Name }
+func (in Put) partKey() string      { return in.Key }
+func (in Delete) partKey() string   { return in.Key }
+func (in Get) partKey() string      { return in.Key }
+func (in Highest) partKey() string  { return in.Key }
+
+// partition splits a history by the key each input names, in order of first
+// appearance, so each key is checked on its own: far faster, and a
+// violation names its key. An input that is not keyed is a bug of the test
+// that recorded it: it panics.
+func partition(ops []porcupine.Operation) [][]porcupine.Operation {
+	idx := map[string]int{}
+	var parts [][]porcupine.Operation
+	for _, op := range ops {
+		in, ok := op.Input.(keyed)
+		if !ok {
+			panic(fmt.Sprintf("history: input %T is not one of the models'", op.Input))
 		}
-		return parts
+		k := in.partKey()
+		i, ok := idx[k]
+		if !ok {
+			i = len(parts)
+			idx[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], op)
 	}
+	return parts
 }

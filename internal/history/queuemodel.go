@@ -136,18 +136,8 @@ func (s *queueState) free() {
 func QueueLockModel() porcupine.Model { return queueLockModel }
 
 var queueLockModel = porcupine.Model{
-	Partition: partition(func(in any) string {
-		switch in := in.(type) {
-		case QAcquire:
-			return in.Name
-		case QRelease:
-			return in.Name
-		case QLeave:
-			return in.Name
-		}
-		panic(fmt.Sprintf("history: queue model given input %T", in))
-	}),
-	Init: func() any { return queueState{} },
+	Partition: partition,
+	Init:      func() any { return queueState{} },
 	Step: func(state, in, out any) (bool, any) {
 		s := state.(queueState)
 		switch in := in.(type) {

@@ -85,21 +85,8 @@ func (c *Client) acquire(ctx context.Context, name string, lock func(context.Con
 // error is an unknown outcome. It returns Unlock's error.
 func (c *Client) Unlock(ctx context.Context, lease *reentrant.Lease) error {
 	in := Release{Name: lease.Name(), Owner: string(lease.Owner()), Token: lease.Token()}
-	var uerr error
-	err := c.Do(in, func() (any, error) {
-		uerr = lease.Unlock(ctx)
-		switch {
-		case uerr == nil:
-			return ReleaseResult{Released: true, Depth: AnyDepth}, nil
-		case errors.Is(uerr, reentrant.ErrNotHeld):
-			return ReleaseResult{}, nil
-		}
-		return nil, uerr
-	})
-	if err != nil {
-		return err
-	}
-	return uerr
+	return c.decided(in, func() error { return lease.Unlock(ctx) },
+		ReleaseResult{Released: true, Depth: AnyDepth}, ReleaseResult{}, reentrant.ErrNotHeld)
 }
 
 // Put calls s.Put and records a [Put]. An error wrapping fence.ErrStale is
@@ -107,33 +94,38 @@ func (c *Client) Unlock(ctx context.Context, lease *reentrant.Lease) error {
 // that retries a write on its own can answer ErrStale to the retry of a
 // write its first attempt applied; the check then reports it.
 func (c *Client) Put(ctx context.Context, s storage.Store, key, value string, token fence.Token) error {
-	return c.write(Put{Key: key, Token: token, Value: value}, func() error {
+	return c.decided(Put{Key: key, Token: token, Value: value}, func() error {
 		return s.Put(ctx, key, []byte(value), token)
-	})
+	}, WriteResult{Accepted: true}, WriteResult{}, fence.ErrStale)
 }
 
 // Delete calls s.Delete and records a [Delete]; errors are sorted as by
 // [Client.Put].
 func (c *Client) Delete(ctx context.Context, s storage.Store, key string, token fence.Token) error {
-	return c.write(Delete{Key: key, Token: token}, func() error { return s.Delete(ctx, key, token) })
+	return c.decided(Delete{Key: key, Token: token}, func() error { return s.Delete(ctx, key, token) },
+		WriteResult{Accepted: true}, WriteResult{}, fence.ErrStale)
 }
 
-func (c *Client) write(in any, fn func() error) error {
-	var werr error
+// decided runs fn under Do and records in with the output done when fn
+// succeeds, refused when fn fails with an error wrapping definite (a
+// definite refusal), and an unknown outcome for any other error. It returns
+// fn's error.
+func (c *Client) decided(in any, fn func() error, done, refused any, definite error) error {
+	var ferr error
 	err := c.Do(in, func() (any, error) {
-		werr = fn()
+		ferr = fn()
 		switch {
-		case werr == nil:
-			return WriteResult{Accepted: true}, nil
-		case errors.Is(werr, fence.ErrStale):
-			return WriteResult{}, nil
+		case ferr == nil:
+			return done, nil
+		case errors.Is(ferr, definite):
+			return refused, nil
 		}
-		return nil, werr
+		return nil, ferr
 	})
 	if err != nil {
 		return err
 	}
-	return werr
+	return ferr
 }
 
 // Get calls s.Get and records a [Get]; ErrNotFound is an answer.

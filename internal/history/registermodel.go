@@ -69,20 +69,8 @@ type registerState struct {
 func RegisterModel() porcupine.Model { return registerModel }
 
 var registerModel = porcupine.Model{
-	Partition: partition(func(in any) string {
-		switch in := in.(type) {
-		case Put:
-			return in.Key
-		case Delete:
-			return in.Key
-		case Get:
-			return in.Key
-		case Highest:
-			return in.Key
-		}
-		panic(fmt.Sprintf("history: register model given input %T", in))
-	}),
-	Init: func() any { return registerState{} },
+	Partition: partition,
+	Init:      func() any { return registerState{} },
 	Step: func(state, in, out any) (bool, any) {
 		s := state.(registerState)
 		switch in := in.(type) {
