@@ -146,3 +146,16 @@ func TestNewInvalid(t *testing.T) {
 		t.Errorf("default key layout %q; want %q", got, redisstore.DefaultPrefix+":{k}:rec")
 	}
 }
+
+// FuzzStore sends arbitrary keys (any bytes, braces and NULs included),
+// values and tokens to the Redis store on miniredis and checks every answer
+// against the in-memory reference.
+func FuzzStore(f *testing.F) {
+	f.Add(byte(1), "%7B}{", []byte{0, 1}, uint64(1<<63))
+	_, rdb := testenv.Mini(f)
+	s, err := redisstore.New(rdb)
+	if err != nil {
+		f.Fatal(err)
+	}
+	storagetest.Fuzz(f, s, 0)
+}

@@ -10,24 +10,34 @@ import (
 	"github.com/redfence/redfence/storage/memory"
 )
 
-// Fuzzer compares a store with the in-memory reference across fuzz
-// iterations: both keep their state between calls, so the fuzzer explores
-// sequences as well as single writes. Create one per fuzz target, outside
-// f.Fuzz.
-type Fuzzer struct {
+// Fuzz fuzzes s against the in-memory reference: arbitrary keys (any
+// bytes, braces and NULs included), values and tokens, put, deleted, or put
+// again with an older token, every answer compared. Both stores keep their
+// state between iterations, so it explores sequences as well as single
+// writes. Tokens are taken modulo maxToken unless it is 0, for a store that
+// refuses larger tokens by design. Keys that storage.CheckKey refuses must
+// be refused by s with storage.ErrInvalid, as by every adapter. Call it
+// once per fuzz target, after any f.Add of the store's own seeds.
+func Fuzz(f *testing.F, s storage.Store, maxToken uint64) {
+	f.Add(byte(0), "k", []byte("v"), uint64(1))
+	f.Add(byte(2), "{a}", []byte{}, uint64(5))
+	f.Add(byte(0), "\x00", []byte("x"), uint64(0))
+	z := &fuzzer{store: s, ref: memory.New()}
+	f.Fuzz(func(t *testing.T, op byte, key string, value []byte, tok uint64) {
+		if maxToken != 0 {
+			tok %= maxToken
+		}
+		z.step(t, op, key, value, tok)
+	})
+}
+
+type fuzzer struct {
 	store, ref storage.Store
 }
 
-// NewFuzzer returns a Fuzzer for s. Keys that storage.CheckKey refuses
-// (empty, or longer than storage.MaxKeyLen) must be refused by s with
-// storage.ErrInvalid, as by every adapter.
-func NewFuzzer(s storage.Store) *Fuzzer {
-	return &Fuzzer{store: s, ref: memory.New()}
-}
-
-// Step applies one operation chosen by op (put, delete, or a stale put
+// step applies one operation chosen by op (put, delete, or a stale put
 // with token-1 after a put) to both stores and fails t on any difference.
-func (z *Fuzzer) Step(t *testing.T, op byte, key string, value []byte, tok uint64) {
+func (z *fuzzer) step(t *testing.T, op byte, key string, value []byte, tok uint64) {
 	t.Helper()
 	ctx := context.Background()
 	if storage.CheckKey(key) != nil {
