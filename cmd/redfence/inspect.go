@@ -49,15 +49,13 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
 Fields may be added; none is renamed or removed.`
 
 type inspectConfig struct {
-	redisAddr string
-	prefix    string
-	json      bool
+	target
+	json bool
 }
 
 func inspectFlags(cfg *inspectConfig) *flag.FlagSet {
 	fs := newFlagSet("inspect")
-	fs.StringVar(&cfg.redisAddr, "redis", "", "read from the Redis server at `host:port` (required)")
-	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+	cfg.flags(fs, "read from the Redis server at `host:port` (required)")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of text")
 	return fs
 }
@@ -66,26 +64,14 @@ func inspectFlags(cfg *inspectConfig) *flag.FlagSet {
 func inspect(ctx context.Context, c *command, args []string, stdout io.Writer) error {
 	var cfg inspectConfig
 	pos, help, err := parseArgs(c, inspectFlags(&cfg), args, stdout)
-	switch {
-	case help || err != nil:
+	if help || err != nil {
 		return err
-	case len(pos) == 0:
-		return usagef(c.name, "missing lock NAME")
-	case len(pos) > 1:
-		return usagef(c.name, "inspect takes one lock NAME, got %q", pos)
-	case cfg.redisAddr == "":
-		return usagef(c.name, "missing --redis host:port")
 	}
-	name := pos[0]
-	locks, closeLocks, err := openLocks(c, name, cfg.redisAddr, cfg.prefix)
+	_, st, closeLocks, err := cfg.inspect(ctx, c, pos)
 	if err != nil {
 		return err
 	}
 	defer closeLocks()
-	st, err := locks.Inspect(ctx, name)
-	if err != nil {
-		return err
-	}
 	v := newLockView(cfg.prefix, st)
 	if cfg.json {
 		return v.writeJSON(stdout)
@@ -250,24 +236,54 @@ func textString(s string) string {
 	return s
 }
 
-// openLocks checks a command's lock NAME, --redis and --prefix (usage
-// errors) and returns a lock client on that Redis, built with opts too,
-// and what closes it.
-func openLocks(c *command, name, addr, prefix string, opts ...reentrant.ClientOption) (*reentrant.Client, func(), error) {
+// target is the lock inspect and unlock act on: one NAME, on the Redis
+// server of --redis, under the key prefix of --prefix.
+type target struct {
+	redisAddr string
+	prefix    string
+}
+
+// flags defines --redis, described by redisUsage, and --prefix in fs.
+func (t *target) flags(fs *flag.FlagSet, redisUsage string) {
+	fs.StringVar(&t.redisAddr, "redis", "", redisUsage)
+	fs.StringVar(&t.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+}
+
+// inspect checks the command's one lock NAME in pos, --redis and --prefix
+// (usage errors), opens a lock client on that Redis, built with opts too,
+// and reads the lock's state (st.Name is the NAME). It returns the client,
+// the state, and what closes the client; on an error nothing is left open.
+func (t *target) inspect(ctx context.Context, c *command, pos []string, opts ...reentrant.ClientOption) (*reentrant.Client, reentrant.State, func(), error) {
+	var none reentrant.State
+	switch {
+	case len(pos) == 0:
+		return nil, none, nil, usagef(c.name, "missing lock NAME")
+	case len(pos) > 1:
+		return nil, none, nil, usagef(c.name, "%s takes one lock NAME, got %q", c.name, pos)
+	case t.redisAddr == "":
+		return nil, none, nil, usagef(c.name, "missing --redis host:port")
+	}
+	name := pos[0]
 	if err := reentrant.CheckName(name); err != nil {
-		return nil, nil, usagef(c.name, "invalid lock NAME: %v", err)
+		return nil, none, nil, usagef(c.name, "invalid lock NAME: %v", err)
 	}
-	if err := checkAddr(c.name, addr); err != nil {
-		return nil, nil, err
+	if err := checkAddr(c.name, t.redisAddr); err != nil {
+		return nil, none, nil, err
 	}
-	if err := checkPrefix(c.name, prefix); err != nil {
-		return nil, nil, err
+	if err := checkPrefix(c.name, t.prefix); err != nil {
+		return nil, none, nil, err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	locks, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix)}, opts...)...)
+	rdb := redis.NewClient(&redis.Options{Addr: t.redisAddr})
+	locks, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithPrefix(t.prefix)}, opts...)...)
 	if err != nil {
 		_ = rdb.Close()
-		return nil, nil, err
+		return nil, none, nil, err
 	}
-	return locks, func() { _ = locks.Close(); _ = rdb.Close() }, nil
+	closeLocks := func() { _ = locks.Close(); _ = rdb.Close() }
+	st, err := locks.Inspect(ctx, name)
+	if err != nil {
+		closeLocks()
+		return nil, none, nil, err
+	}
+	return locks, st, closeLocks, nil
 }

@@ -188,7 +188,7 @@ func TestFlagsParsed(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Equal(t, []string{"lock-a"}, pos)
-	require.Equal(t, inspectConfig{redisAddr: "h:2", prefix: "q", json: true}, i)
+	require.Equal(t, inspectConfig{target: target{redisAddr: "h:2", prefix: "q"}, json: true}, i)
 	requireAllSet(t, fs)
 
 	var u unlockConfig
@@ -197,7 +197,7 @@ func TestFlagsParsed(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Equal(t, []string{"lock-b"}, pos)
-	require.Equal(t, unlockConfig{redisAddr: "h:3", prefix: "r", force: true, yes: true}, u)
+	require.Equal(t, unlockConfig{target: target{redisAddr: "h:3", prefix: "r"}, force: true, yes: true}, u)
 	requireAllSet(t, fs)
 
 	// "--" ends the flags: a name may start with a dash.

@@ -34,16 +34,14 @@ lock is left alone (status 0). --force is required: unlock has no other
 mode.`
 
 type unlockConfig struct {
-	redisAddr string
-	prefix    string
-	force     bool
-	yes       bool
+	target
+	force bool
+	yes   bool
 }
 
 func unlockFlags(cfg *unlockConfig) *flag.FlagSet {
 	fs := newFlagSet("unlock")
-	fs.StringVar(&cfg.redisAddr, "redis", "", "the Redis server at `host:port` (required)")
-	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+	cfg.flags(fs, "the Redis server at `host:port` (required)")
 	fs.BoolVar(&cfg.force, "force", false, "end the current ownership, whoever holds it (required)")
 	fs.BoolVar(&cfg.yes, "yes", false, "do not ask for confirmation")
 	return fs
@@ -68,27 +66,17 @@ func unlock(ctx context.Context, c *command, args []string, stdout io.Writer) er
 	switch {
 	case help || err != nil:
 		return err
-	case len(pos) == 0:
-		return usagef(c.name, "missing lock NAME")
-	case len(pos) > 1:
-		return usagef(c.name, "unlock takes one lock NAME, got %q", pos)
 	case !cfg.force:
 		return usagef(c.name, "unlock needs --force: it ends another process's ownership of the lock")
-	case cfg.redisAddr == "":
-		return usagef(c.name, "missing --redis host:port")
 	case !cfg.yes && !stdinIsTerminal():
 		return usagef(c.name, "stdin is not a terminal: give --yes to force the lock without confirmation")
 	}
-	name := pos[0]
-	locks, closeLocks, err := openLocks(c, name, cfg.redisAddr, cfg.prefix, reentrant.WithIdentity(operator()))
+	locks, st, closeLocks, err := cfg.inspect(ctx, c, pos, reentrant.WithIdentity(operator()))
 	if err != nil {
 		return err
 	}
 	defer closeLocks()
-	st, err := locks.Inspect(ctx, name)
-	if err != nil {
-		return err
-	}
+	name := st.Name
 	if st.Token == 0 {
 		fmt.Fprintf(stdout, "lock %q is free: nothing to force\n", name)
 		return nil
