@@ -35,7 +35,7 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	for _, mode := range faultTokenModes {
 		t.Run(mode.name, func(t *testing.T) {
-			lc, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithReplicaAck(1, time.Second)}, mode.opts...)...)
+			lc, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithReplicaAck(1, 2*time.Second)}, mode.opts...)...)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = lc.Close() })
 			// The first call loads the script and reads the eviction policy.

@@ -3,6 +3,8 @@
 package reentrant_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/hashslot"
 	"github.com/redfence/redfence/internal/redisproc"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
@@ -49,10 +52,7 @@ func TestReplicaAckSurvivesFailover(t *testing.T) {
 	require.Greater(t, st.LastToken, handed, "the primary issued tokens that were never handed out")
 
 	// The primary dies with those increments; the replica takes over.
-	primary.Kill()
-	replica.Resume()
-	replica.Promote()
-	after := newClient(t, replica.Client())
+	after := failOver(t, primary, replica)
 	l, err := after.Lock(ctx, name)
 	require.NoError(t, err)
 	require.Greater(t, l.Token(), handed, "a token handed out before the failover was issued again")
@@ -92,10 +92,7 @@ func TestWithoutReplicaAckFailoverRepeatsTokens(t *testing.T) {
 	l, err := c.Lock(ctx, name)
 	require.NoError(t, err)
 	handed := l.Token()
-	primary.Kill()
-	replica.Resume()
-	replica.Promote()
-	after := newClient(t, replica.Client())
+	after := failOver(t, primary, replica)
 	again, err := after.Lock(ctx, name)
 	require.NoError(t, err)
 	require.LessOrEqual(t, again.Token(), handed, "expected the unreplicated token to be issued again")
@@ -110,4 +107,108 @@ func primaryWithReplica(t *testing.T) (primary, replica *redisproc.Server) {
 	replica.WaitSync(t.Context())
 	primary.WaitAcked(t.Context(), 1)
 	return primary, replica
+}
+
+// WithReplicaAck on a ClusterClient: the acquire script and WAIT go to the
+// primary of the lock's slot (MasterForKey) on one connection, on every
+// primary; a waiter handed the lock claims it and waits for its replica;
+// after a slot moves, the stale route is answered MOVED and the call is
+// retried at the new primary; a replica that stops acknowledging makes
+// acquisitions fail with ErrNotReplicated.
+func TestClusterReplicaAck(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Replicas: 1})
+	ctx := t.Context()
+	// The ack timeout is a ceiling: a healthy replica answers WAIT at once,
+	// but one just synced counts only after its first REPLCONF ACK (within
+	// a second), later on a loaded machine.
+	const ack = 3 * time.Second
+	lc := newClient(t, c.Client(), reentrant.WithReplicaAck(1, ack))
+	other := newClient(t, c.Client(), reentrant.WithReplicaAck(1, ack))
+	onReplica := func(m *redisproc.Server, name string) fence.Token {
+		conn := c.ReplicasOf(m)[0].Client().Conn()
+		defer conn.Close()
+		require.NoError(t, conn.ReadOnly(ctx).Err())
+		v, err := conn.HGet(ctx, lua.KeysFor(prefix, name).Lock, "t").Uint64()
+		require.NoError(t, err)
+		return fence.Token(v)
+	}
+	nameOn := func(m *redisproc.Server) string {
+		for i := 0; ; i++ {
+			name := fmt.Sprintf("ack{%d}-%d", time.Now().UnixNano(), i)
+			if c.MasterOf(hashslot.Of(lua.KeysFor(prefix, name).Lock)) == m {
+				return name
+			}
+		}
+	}
+
+	for _, m := range c.Masters() {
+		name := nameOn(m)
+		l, err := lc.Lock(ctx, name)
+		require.NoError(t, err, m.Addr())
+		require.GreaterOrEqual(t, onReplica(m, name), l.Token(), "an acknowledged token is on the replica")
+		// A waiter handed the lock claims it in Redis, and waits for the
+		// replica before it returns.
+		type result struct {
+			l   *reentrant.Lease
+			err error
+		}
+		waited := make(chan result, 1)
+		go func() {
+			// No require here: FailNow in another goroutine would leave
+			// the test waiting below instead of failing it.
+			w, err := other.Lock(ctx, name)
+			waited <- result{w, err}
+		}()
+		require.Eventually(t, func() bool {
+			st, err := lc.Inspect(ctx, name)
+			return err == nil && st.Waiters == 1
+		}, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Unlock(ctx))
+		var w *reentrant.Lease
+		select {
+		case r := <-waited:
+			require.NoError(t, r.err, "the waiter")
+			w = r.l
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiter never got the lock")
+		}
+		require.Equal(t, l.Token()+1, w.Token())
+		require.GreaterOrEqual(t, onReplica(m, name), w.Token())
+		require.NoError(t, w.Unlock(ctx))
+	}
+
+	// The slot moves: the acked path's connection to the old primary is
+	// answered MOVED, and the retry goes to the new one.
+	m := c.Masters()[0]
+	name := nameOn(m)
+	l, err := lc.Lock(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	dst := c.Masters()[1]
+	c.MigrateSlot(hashslot.Of(lua.KeysFor(prefix, name).Lock), dst, 10, 0)
+	l, err = lc.Lock(ctx, name)
+	require.NoError(t, err, "after the move")
+	require.GreaterOrEqual(t, onReplica(dst, name), l.Token())
+	require.NoError(t, l.Unlock(ctx))
+
+	// The replica stops acknowledging: the acquisition is undone.
+	r := c.ReplicasOf(dst)[0]
+	r.Isolate()
+	tctx, cancel := context.WithTimeout(ctx, 10*ack)
+	defer cancel()
+	_, err = lc.TryLock(tctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotReplicated)
+	r.Resume()
+	st, err := lc.Inspect(ctx, name)
+	require.NoError(t, err)
+	require.False(t, st.Held, "an unacknowledged acquisition is undone")
+}
+
+// failOver kills primary, promotes its paused or isolated replica, and
+// returns a lock client on the new primary.
+func failOver(t *testing.T, primary, replica *redisproc.Server) *reentrant.Client {
+	primary.Kill()
+	replica.Resume()
+	replica.Promote()
+	return newClient(t, replica.Client())
 }
