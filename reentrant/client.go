@@ -26,7 +26,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/internal/scripts"
-	_ "github.com/redfence/redfence/lua" // embeds the scripts and installs them in internal/scripts
 )
 
 // Client locks names on one Redis deployment (standalone, Sentinel or

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redfence/redfence/internal/scripts"
+	"github.com/redfence/redfence/lua"
 )
 
 // The errors of this package. Test them with errors.Is; each method's doc
@@ -84,12 +84,12 @@ var (
 	// key, or a name collision across prefixes. The call changed nothing,
 	// and no lock call on that name succeeds until the key is removed. It
 	// is scripts.ErrForeign, so either may be tested.
-	ErrForeign = scripts.ErrForeign
+	ErrForeign = lua.ErrForeign
 
 	// ErrOverflow reports a name whose next token would reach 2^53, which
 	// the scripts cannot represent exactly: no token is issued. It is
 	// scripts.ErrOverflow.
-	ErrOverflow = scripts.ErrOverflow
+	ErrOverflow = lua.ErrOverflow
 )
 
 // errTooLate marks an acquisition whose reply came past the lease's safe

@@ -4,16 +4,17 @@ import (
 	"context"
 
 	"github.com/redfence/redfence/internal/scripts"
+	"github.com/redfence/redfence/lua"
 )
 
 // State is a snapshot of one lock, as [Client.Inspect] reads it. Owners are
 // plain strings in it: convert with Owner(s.Owner).
-type State = scripts.State
+type State = lua.State
 
 // Ended is an ownership of a lock that has ended, as Redis records it: the
 // last one while the lock is free, and the 16 most recent whose lease ran
 // out. It says whose hold it was, for tools and post-mortems.
-type Ended = scripts.Ended
+type Ended = lua.Ended
 
 // Inspect reads name's state in one atomic step. It needs no ownership and
 // changes nothing. It returns ErrInvalid for a nil ctx or a bad name,
