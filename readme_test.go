@@ -59,7 +59,7 @@ func TestReadmeSnippetCheckCatchesDrift(t *testing.T) {
 	}
 	drifted := strings.Replace(good, `"nightly-report"`, `"weekly-report"`, 1)
 	cases := map[string]struct{ text, want string }{
-		"edited":          {drifted, `README:  err = locks.Do(ctx, "weekly-report"`},
+		"edited":          {drifted, `README:  err := locks.Do(ctx, "weekly-report"`},
 		"no marker":       {"text\n```go\nx := 1\n```\n", "has no marker"},
 		"unknown example": {strings.Replace(good, "ExampleClient_Do", "ExampleClient_Nope", 1), "ExampleClient_Nope"},
 		"marker alone":    {"<!-- example: reentrant.ExampleClient_Do -->\n\ntext\n", "not followed by"},
