@@ -6,8 +6,8 @@ import "github.com/redis/go-redis/v9"
 // runs it, the script the wrappers run now, and a swap for a modified copy
 // (see internal/mutant). To the module's users the scripts are fixed.
 
-// Source returns the named script's source as Install built it, its
-// helpers (lib.lua, queue.lua) included.
+// Source returns the named script's source as Install built it: the
+// helpers it calls, then its own file, comments left out.
 func Source(name string) string { return get(name).src }
 
 // Script returns the named script as the wrappers run it now.
@@ -18,9 +18,9 @@ func Script(name string) *redis.Script { return *get(name).s }
 // test starts its clients' goroutines.
 func Swap(name, src string) (restore func()) {
 	s := get(name)
-	old := *s.s
-	*s.s = redis.NewScript(src)
-	return func() { *s.s = old }
+	old, oldSrc := *s.s, s.src
+	*s.s, s.src = redis.NewScript(src), src
+	return func() { *s.s, s.src = old, oldSrc }
 }
 
 func get(name string) *script {

@@ -24,9 +24,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts, built once per process by Install: the helpers (lib.lua, the
-// lock hash and the tokens; queue.lua, the wait queue), then the script's
-// own file, so the helpers that recognise a lock exist once.
+// The scripts, built once per process by Install: the helpers the script
+// calls (from lib.lua, the lock hash and the tokens, and queue.lua, the wait
+// queue), then the script's own file, without comments (assemble), so the
+// helpers that recognise a lock are written once.
 var (
 	acquireScript  *redis.Script
 	releaseScript  *redis.Script
@@ -72,7 +73,7 @@ func Install(src fs.FS) {
 	helpers := read("lib.lua") + read("queue.lua")
 	for i := range scripts {
 		s := &scripts[i]
-		s.src = helpers + read(s.name+".lua")
+		s.src = assemble(helpers, read(s.name+".lua"))
 		*s.s = redis.NewScript(s.src)
 	}
 }
@@ -165,4 +166,48 @@ func scriptErr(err error) error {
 // (ErrForeign, ErrOverflow): the script ran, checked, and changed nothing.
 func IsRefusal(err error) bool {
 	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow)
+}
+
+// processor is a go-redis client or pipeline, which runs a command built
+// by hand.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run sends s as EVALSHA with argv, built by the caller as
+// {nil, nil, len(keys), keys..., args...}, and EVAL with the source when
+// the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). The
+// command is built in argv itself, one slice, where go-redis's Script.Run
+// builds the keys, the arguments and the command each in slices of their
+// own. A Scripter that cannot process a command (none of go-redis's) gets
+// Script.Run.
+func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, argv []any) (any, error) {
+	p, ok := rdb.(processor)
+	if !ok {
+		n := argv[2].(int)
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = argv[3+i].(string)
+		}
+		return s.Run(ctx, rdb, keys, argv[3+n:]...).Result()
+	}
+	argv[0], argv[1] = "evalsha", s.Hash()
+	cmd := redis.NewCmd(ctx, argv...)
+	_ = p.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		argv[0], argv[1] = "eval", sourceOf(s)
+		cmd = redis.NewCmd(ctx, argv...)
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd.Result()
+}
+
+// sourceOf returns the source Install built s from.
+func sourceOf(s *redis.Script) string {
+	for i := range scripts {
+		if *scripts[i].s == s {
+			return scripts[i].src
+		}
+	}
+	panic("scripts: a script not installed")
 }
