@@ -62,7 +62,7 @@ func (r *Request) member() string {
 	return r.Level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + r.Owner + "\n" + r.Meta + "\n" + kind + w.Channel
 }
 
-func acquireArgs(k Keys, r *Request) ([]string, []any) {
+func acquireArgs(k Keys, r *Request) []any {
 	var queue int64
 	if r.Waiter != nil {
 		queue = max(r.Waiter.Queue.Milliseconds(), 1)
@@ -71,7 +71,8 @@ func acquireArgs(k Keys, r *Request) ([]string, []any) {
 	if depth <= 0 {
 		depth = math.MaxInt32
 	}
-	return k.all(), []any{r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
+	return []any{nil, nil, 3, k.Lock, k.Queue, k.Counter,
+		r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
 }
 
 // Acquire runs acquire.lua for r without waiting: a free lock others queue
@@ -79,8 +80,7 @@ func acquireArgs(k Keys, r *Request) ([]string, []any) {
 // caller joins the queue (or stays in it) when it does not get the lock.
 // See the script's header for its semantics.
 func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
-	keys, args := acquireArgs(k, r)
-	v, err := acquireScript.Run(ctx, rdb, keys, args...).Result()
+	v, err := run(ctx, rdb, acquireScript, acquireArgs(k, r))
 	if err != nil {
 		return Acquired{}, scriptErr(err)
 	}
@@ -92,17 +92,19 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 // of its own connection, so it must follow the script on the same one. It
 // returns the acquire reply and how many replicas acknowledged it.
 func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
-	keys, args := acquireArgs(k, r)
-	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
+	argv := acquireArgs(k, r)
+	send := func(cmd, script string) (*redis.Cmd, *redis.Cmd, error) {
+		argv[0], argv[1] = cmd, script
 		pipe := node.Pipeline()
-		acq := eval(pipe)
+		acq := redis.NewCmd(ctx, argv...)
+		_ = pipe.Process(ctx, acq)
 		ack := pipe.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
 		_, err := pipe.Exec(ctx)
 		return acq, ack, err
 	}
-	acq, ack, err := run(func(p redis.Pipeliner) *redis.Cmd { return acquireScript.EvalSha(ctx, p, keys, args...) })
-	if acq != nil && redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
-		acq, ack, err = run(func(p redis.Pipeliner) *redis.Cmd { return acquireScript.Eval(ctx, p, keys, args...) })
+	acq, ack, err := send("evalsha", acquireScript.Hash())
+	if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+		acq, ack, err = send("eval", sourceOf(acquireScript))
 	}
 	if err := acq.Err(); err != nil {
 		return Acquired{}, 0, scriptErr(err)

@@ -23,15 +23,28 @@ var escaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // free of braces lands in the slot of s's escaped form; and two strings
 // never share a tag. The keys of locks and of redisstore's records are
 // built on it.
-func HashTag(s string) string { return "{" + escaper.Replace(s) + "}" }
+func HashTag(s string) string { return "{" + escape(s) + "}" }
+
+// escape is escaper.Replace, without its work for the common name that
+// holds none of '%', '{' and '}'.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	return escaper.Replace(s)
+}
 
 // KeysFor returns the keys of the lock name under prefix. It does not
 // validate: the keys share one slot only for a non-empty name and a prefix
 // free of braces. reentrant checks every name and prefix it is given
 // ([github.com/redfence/redfence/reentrant.CheckName] and CheckPrefix).
 func KeysFor(prefix, name string) Keys {
-	base := prefix + ":" + HashTag(name)
-	return Keys{Name: name, Lock: base, Queue: base + ":q", Counter: base + ":t"}
+	// One string holds the three keys, "P:{N}:qP:{N}:t", one allocation
+	// instead of three on the path of every call.
+	tag := escape(name)
+	all := prefix + ":{" + tag + "}:q" + prefix + ":{" + tag + "}:t"
+	base := len(prefix) + len(":{}") + len(tag)
+	return Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2:]}
 }
 
 // all is the KEYS of the scripts that may issue a token or read the
