@@ -40,6 +40,11 @@ type Client struct {
 	ren     *renewer
 	checked atomic.Bool
 
+	// deadlines: every go-redis client the backend calls has
+	// ContextTimeoutEnabled, so a call returns by its context's deadline
+	// and bounded may run it inline.
+	deadlines bool
+
 	reqPrefix string
 	reqSeq    atomic.Uint64
 
@@ -81,6 +86,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) (*Client, error) {
 	}
 	c, id := build(cfg)
 	c.be = newSingle(c, rdb, id)
+	c.deadlines = honoursDeadlines(rdb)
 	return c, nil
 }
 
@@ -171,6 +177,21 @@ func retries(rdb redis.UniversalClient) bool {
 		return rdb.Options().MaxRetries >= 0
 	}
 	return true
+}
+
+// honoursDeadlines reports whether rdb puts a context's deadline on its
+// reads and writes (go-redis's ContextTimeoutEnabled), so that a call
+// returns by that deadline however long the server takes.
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch rdb := rdb.(type) {
+	case *redis.Client:
+		return rdb.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return rdb.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return rdb.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (c *Client) keys(name string) scripts.Keys { return scripts.KeysFor(c.cfg.prefix, name) }

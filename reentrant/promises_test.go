@@ -310,26 +310,36 @@ func TestEvictionPolicyChecked(t *testing.T) {
 }
 
 // Lock honours its context when Redis is frozen: the caller gets its
-// deadline back within CleanupBudget, whatever go-redis's timeouts.
+// deadline back within CleanupBudget, whatever go-redis's timeouts. With
+// go-redis's defaults a local timer sees to it; a client with
+// ContextTimeoutEnabled runs the call inline and its own i/o deadline does.
 func TestLockReturnsAtItsDeadlineWhileRedisIsFrozen(t *testing.T) {
-	srv := redisproc.Start(t)
-	c := newClient(t, srv.Client())          // go-redis defaults: 3 s read timeout, retries
-	_, err := c.TryLock(t.Context(), "warm") // scripts loaded, policy checked
-	require.NoError(t, err)
-	srv.Pause()
-	defer srv.Resume()
-	for _, call := range []func(ctx context.Context) error{
-		func(ctx context.Context) error { _, err := c.Lock(ctx, "n"); return err },
-		func(ctx context.Context) error { _, err := c.TryLock(ctx, "n"); return err },
-		func(ctx context.Context) error { _, err := c.Inspect(ctx, "n"); return err },
+	for name, configure := range map[string]func(*redis.Options){
+		"defaults":              func(*redis.Options) {}, // 3 s read timeout, retries
+		"ContextTimeoutEnabled": func(o *redis.Options) { o.ContextTimeoutEnabled = true },
 	} {
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		start := time.Now()
-		err := call(ctx)
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		// Without the local timer, go-redis would hold it 3 s per try.
-		testenv.Within(t, time.Since(start), 200*time.Millisecond+reentrant.CleanupBudget, "a call on a frozen Redis")
+		t.Run(name, func(t *testing.T) {
+			srv := redisproc.Start(t)
+			c := newClient(t, srv.Client(configure))
+			_, err := c.TryLock(t.Context(), "warm") // scripts loaded, policy checked
+			require.NoError(t, err)
+			srv.Pause()
+			defer srv.Resume()
+			for _, call := range []func(ctx context.Context) error{
+				func(ctx context.Context) error { _, err := c.Lock(ctx, "n"); return err },
+				func(ctx context.Context) error { _, err := c.TryLock(ctx, "n"); return err },
+				func(ctx context.Context) error { _, err := c.Inspect(ctx, "n"); return err },
+			} {
+				ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+				start := time.Now()
+				err := call(ctx)
+				cancel()
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				// Without the local timer or the client's deadline, go-redis
+				// would hold it 3 s per try.
+				testenv.Within(t, time.Since(start), 200*time.Millisecond+reentrant.CleanupBudget, "a call on a frozen Redis")
+			}
+		})
 	}
 }
 

@@ -36,11 +36,16 @@ type outcome[T any] struct {
 // not thrown away; past that, f goes on in the background and late, if not
 // nil, receives its result there.
 //
-// After Close nothing runs in the background, so f runs inline.
+// f runs inline, without a goroutine, when nothing is to be bounded: ctx
+// never ends, or has no deadline (its cancellation is then noticed by
+// go-redis between attempts and at its own timeouts), or the client honours
+// the deadline itself (ContextTimeoutEnabled: its i/o timeout is the
+// deadline). After Close nothing runs in the background, so f runs inline
+// too.
 func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) outcome[T] {
-	if ctx.Done() == nil {
+	if _, deadline := ctx.Deadline(); !deadline || c.deadlines {
 		v, err := f(ctx)
-		return outcome[T]{v: v, err: err, known: true}
+		return outcome[T]{v: v, err: err, ended: ctx.Done() != nil && ctxErr(ctx) != nil, known: true}
 	}
 	done := make(chan result[T], 1)
 	if !c.goBackground(func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -651,4 +652,72 @@ func TestUncontendedRoundTrips(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A Redis call runs on the caller's goroutine unless a local timer must
+// bound it: with go-redis's defaults and a context with a deadline it runs
+// on a goroutine of its own; with no deadline, or on a client with
+// ContextTimeoutEnabled, inline. A hook notes the goroutine each script
+// call is sent from.
+func TestCallsRunInlineUnlessATimerMustBoundThem(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		for _, c := range []struct {
+			name      string
+			enforce   bool // ContextTimeoutEnabled
+			deadline  bool
+			wantOwnGo bool
+		}{
+			{"defaults, deadline", false, true, true},
+			{"defaults, no deadline", false, false, false},
+			{"ContextTimeoutEnabled, deadline", true, true, false},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr, ContextTimeoutEnabled: c.enforce})
+				t.Cleanup(func() { _ = rdb.Close() })
+				var mu sync.Mutex
+				var from []uint64
+				rdb.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, _ bool) {
+					if cmds[0].Name() == "evalsha" {
+						mu.Lock()
+						from = append(from, goroutineID())
+						mu.Unlock()
+					}
+				}})
+				lc := newClient(t, rdb)
+				warm, err := lc.TryLock(t.Context(), testenv.Unique(t)+"-warm") // policy check, script load
+				require.NoError(t, err)
+				require.NoError(t, warm.Unlock(t.Context()))
+				mu.Lock()
+				from = nil
+				mu.Unlock()
+
+				ctx := t.Context() // cancellable, no deadline
+				if c.deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+				}
+				l, err := lc.Lock(ctx, testenv.Unique(t))
+				require.NoError(t, err)
+				require.NoError(t, l.Unlock(ctx))
+				me := goroutineID()
+				mu.Lock()
+				defer mu.Unlock()
+				require.Len(t, from, 2, "one acquire, one release")
+				for _, g := range from {
+					require.Equal(t, c.wantOwnGo, g != me, "sent from goroutine %d, the caller is %d", g, me)
+				}
+			})
+		}
+	})
+}
+
+// goroutineID is the running goroutine's ID, from its stack header
+// ("goroutine 42 [running]:"), for tests only.
+func goroutineID() uint64 {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	id, _ := strconv.ParseUint(f[1], 10, 64)
+	return id
 }

@@ -72,6 +72,9 @@ func (s *single) askPolicy(ctx context.Context) error {
 // transient reports an error to try again after: busy, or on a Cluster a
 // connection that could not be made.
 func (s *single) transient(err error) bool {
+	if err == nil {
+		return false
+	}
 	if busy(err) {
 		return true
 	}
@@ -206,7 +209,14 @@ func (s *single) undo(r *call) error {
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
 		return retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
-			return scripts.Abandon(context.WithoutCancel(ctx), s.rdb, r.keys, &r.req)
+			// A call that bounded leaves running past ctx must outlive the
+			// cancel below; one the client bounds by the deadline itself
+			// (run inline) must not outlive the deadline.
+			actx := ctx
+			if !c.deadlines {
+				actx = context.WithoutCancel(ctx)
+			}
+			return scripts.Abandon(actx, s.rdb, r.keys, &r.req)
 		})
 	}, func(_ bool, err error) {
 		if err != nil {
