@@ -1,11 +1,7 @@
 package lua_test
 
 import (
-	"bufio"
 	"context"
-	"net"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -290,52 +286,10 @@ func TestReentrySendsNoZREMWithoutWaiters(t *testing.T) {
 	r := newQueueRig(t, rdb)
 	first := r.acquire("o", "outer", r.waiter("o", time.Second))
 	require.True(t, first.OK)
-
-	// A raw connection: MONITOR streams status lines, one per command.
-	conn, err := net.Dial("tcp", rdb.Options().Addr)
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = conn.Write([]byte("MONITOR\r\n"))
-	require.NoError(t, err)
-	lines := make(chan string, 256)
-	go func() {
-		sc := bufio.NewScanner(conn)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	marker := "end-" + testenv.Unique(t)
-	saw := func(want string) []string { // the lines up to want
-		var got []string
-		for deadline := time.After(10 * time.Second); ; {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("MONITOR ended before %q; saw %q", want, got)
-				}
-				got = append(got, l)
-				if strings.Contains(l, want) {
-					return got
-				}
-			case <-deadline:
-				t.Fatalf("MONITOR never showed %q; saw %q", want, got)
-			}
-		}
-	}
-	saw("+OK") // MONITOR is on
+	mon := testenv.NewMonitor(t, rdb)
 
 	inner := r.acquire("o", "inner", r.waiter("o", time.Second))
 	require.Equal(t, lua.Acquired{OK: true, Token: first.Token, Depth: 2}, inner)
-	require.NoError(t, rdb.Echo(r.ctx, marker).Err())
-	// Other tests may run scripts meanwhile: only the commands on this
-	// lock's keys are ours (TIME names none).
-	var ours []string
-	for _, l := range saw(marker) {
-		if f := strings.Fields(l); len(f) > 4 && strings.Contains(l, "[0 lua]") &&
-			(f[4] == strconv.Quote(r.k.Lock) || f[4] == strconv.Quote(r.k.Queue)) {
-			ours = append(ours, strings.ToUpper(f[3]))
-		}
-	}
-	require.Equal(t, []string{`"HGETALL"`, `"HSET"`}, ours, "the commands of a reentry on the lock's keys")
+	require.Equal(t, []string{"HGETALL", "HSET"}, testenv.ScriptCommands(mon.Lines(), r.k.Lock, r.k.Queue),
+		"the commands of a reentry on the lock's keys")
 }

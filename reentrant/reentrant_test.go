@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -679,7 +678,7 @@ func TestCallsRunInlineUnlessATimerMustBoundThem(t *testing.T) {
 				rdb.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, _ bool) {
 					if cmds[0].Name() == "evalsha" {
 						mu.Lock()
-						from = append(from, goroutineID())
+						from = append(from, testenv.GoroutineID())
 						mu.Unlock()
 					}
 				}})
@@ -700,7 +699,7 @@ func TestCallsRunInlineUnlessATimerMustBoundThem(t *testing.T) {
 				l, err := lc.Lock(ctx, testenv.Unique(t))
 				require.NoError(t, err)
 				require.NoError(t, l.Unlock(ctx))
-				me := goroutineID()
+				me := testenv.GoroutineID()
 				mu.Lock()
 				defer mu.Unlock()
 				require.Len(t, from, 2, "one acquire, one release")
@@ -710,14 +709,4 @@ func TestCallsRunInlineUnlessATimerMustBoundThem(t *testing.T) {
 			})
 		}
 	})
-}
-
-// goroutineID is the running goroutine's ID, from its stack header
-// ("goroutine 42 [running]:"), for tests only.
-func goroutineID() uint64 {
-	buf := make([]byte, 64)
-	buf = buf[:runtime.Stack(buf, false)]
-	f := strings.Fields(string(buf))
-	id, _ := strconv.ParseUint(f[1], 10, 64)
-	return id
 }
