@@ -61,7 +61,7 @@ if h.held and h.o == ARGV[1] then
   if not h.granted and h.depth >= tonumber(ARGV[8]) then
     -- Refused; a waiting caller also leaves the queue, or the lock would
     -- later be handed to a call that has already returned.
-    if member ~= '' and h.q then
+    if member ~= '' then
       local left, lerr = callOn('ZREM', KEYS[2], member)
       if not left then
         return lerr
@@ -73,8 +73,9 @@ if h.held and h.o == ARGV[1] then
   h.x = math.max(h.x, now + tonumber(ARGV[2]))
   redis.call('HSET', KEYS[1], level, dec(depth), 'x', dec(h.x))
   keep(KEYS[1], h, mode, now)
-  if not h.granted and member ~= '' and h.q then
-    -- Without the flag q nobody queued, the caller included: no ZREM.
+  if not h.granted and member ~= '' then
+    -- Even without the flag q: an operator's DEL of the hash drops the
+    -- flag and leaves the queue, where this call may still wait.
     redis.call('ZREM', KEYS[2], member)
   end
   return {1, h.t, depth}

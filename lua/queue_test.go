@@ -277,11 +277,31 @@ func TestQueueExpiryNeverShortened(t *testing.T) {
 	})
 }
 
-// A reentry through Lock carries the call's queue member, but with nobody
-// queued (no flag q) it sends no ZREM: TIME, HGETALL and HSET, as
-// docs/design.md's table says. MONITOR shows the commands a script runs;
-// this needs a real Redis.
-func TestReentrySendsNoZREMWithoutWaiters(t *testing.T) {
+// A reentry through Lock carries the call's queue member and takes it out
+// of the queue, also when the hash has lost its flag q: an operator's DEL of
+// the hash leaves the queue where the call still waits, and a member left
+// there would later be handed the lock after its call had returned.
+func TestReentryLeavesTheQueueAfterADeletedHash(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		r := newQueueRig(t, b.Client)
+		require.True(t, r.acquire("x", "rx", nil).OK)
+		w := r.waiter("o", time.Second)
+		require.False(t, r.acquire("o", "ra", w).OK, "o's call A queues")
+		require.NoError(t, b.Client.Del(r.ctx, r.k.Lock).Err()) // the operator
+		require.True(t, r.acquire("o", "rb", nil).OK, "o's call B takes the free lock")
+		again := r.acquire("o", "ra", w) // A polls: a reentry
+		require.True(t, again.OK)
+		require.EqualValues(t, 2, again.Depth)
+		n, err := b.Client.ZCard(r.ctx, r.k.Queue).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "A's entry must leave the queue")
+	})
+}
+
+// A reentry through Lock runs HGETALL, HSET and ZREM on the lock's keys
+// (and TIME), as docs/design.md's table says. MONITOR shows the commands a
+// script runs; this needs a real Redis.
+func TestReentryCommands(t *testing.T) {
 	rdb := testenv.Redis(t)
 	r := newQueueRig(t, rdb)
 	first := r.acquire("o", "outer", r.waiter("o", time.Second))
@@ -290,6 +310,6 @@ func TestReentrySendsNoZREMWithoutWaiters(t *testing.T) {
 
 	inner := r.acquire("o", "inner", r.waiter("o", time.Second))
 	require.Equal(t, lua.Acquired{OK: true, Token: first.Token, Depth: 2}, inner)
-	require.Equal(t, []string{"HGETALL", "HSET"}, testenv.ScriptCommands(mon.Lines(), r.k.Lock, r.k.Queue),
+	require.Equal(t, []string{"HGETALL", "HSET", "ZREM"}, testenv.ScriptCommands(mon.Lines(), r.k.Lock, r.k.Queue),
 		"the commands of a reentry on the lock's keys")
 }

@@ -181,17 +181,14 @@ func retries(rdb redis.UniversalClient) bool {
 
 // honoursDeadlines reports whether rdb puts a context's deadline on its
 // reads and writes (go-redis's ContextTimeoutEnabled), so that a call
-// returns by that deadline however long the server takes.
+// returns by that deadline however long the server takes. Only a
+// *redis.Client (one server, or Sentinel's failover client) counts: a
+// ClusterClient with the option still loads its COMMAND table under a 5 s
+// timeout of its own, whatever the caller's deadline, and a Ring's routing
+// was not examined, so both keep the local timer.
 func honoursDeadlines(rdb redis.UniversalClient) bool {
-	switch rdb := rdb.(type) {
-	case *redis.Client:
-		return rdb.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return rdb.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return rdb.Options().ContextTimeoutEnabled
-	}
-	return false
+	c, ok := rdb.(*redis.Client)
+	return ok && c.Options().ContextTimeoutEnabled
 }
 
 func (c *Client) keys(name string) scripts.Keys { return scripts.KeysFor(c.cfg.prefix, name) }

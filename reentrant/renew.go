@@ -164,13 +164,25 @@ func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 // and a frozen server must not hold back the renewals of ownerships taken
 // meanwhile. A batch still in flight then settles in the background, and
 // its ownerships are not sent again until it has.
+//
+// The batch always runs on a goroutine of its own, never inline as bounded
+// may run a call: renew bounds its calls by the renew interval, and its
+// retries of busy replies may take that long, far past half a tick.
 func (r *renewer) send(batch []*ownership) {
 	wait, cancel := context.WithTimeout(r.c.bg, r.tickNow()/2)
 	defer cancel()
-	bounded(r.c, wait, 0, func(context.Context) (struct{}, error) {
+	done := make(chan struct{})
+	if !r.c.goBackground(func() {
+		defer close(done)
 		r.renew(batch)
-		return struct{}{}, nil
-	}, nil)
+	}) {
+		r.renew(batch) // closed: nothing runs in the background
+		return
+	}
+	select {
+	case <-done:
+	case <-wait.Done():
+	}
 }
 
 // renew sends the batch's renewals and applies the replies. The call's own

@@ -5,6 +5,7 @@ package reentrant_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -337,9 +338,20 @@ func TestFrozenServerEndsBatchedLeasesBeforeTTL(t *testing.T) {
 // A pipeline that hangs does not hold the renewer back: ownerships taken
 // meanwhile are renewed in later ticks, while the hung batch's ownerships
 // are not sent again and end by their local timer.
+//
+// With ContextTimeoutEnabled too, where calls run inline: the batch still
+// runs off the renewer's loop.
 func TestRenewerNotHeldBackByHungPipeline(t *testing.T) {
+	for _, enforce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", enforce), func(t *testing.T) {
+			renewerNotHeldBack(t, redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: enforce}))
+		})
+	}
+}
+
+func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	const ttl = 600 * time.Millisecond
-	rdb := testenv.Redis(t)
+	t.Cleanup(func() { _ = rdb.Close() })
 	h := &traffic{}
 	rdb.AddHook(h)
 	c := newClient(t, rdb, reentrant.WithTTL(ttl))
