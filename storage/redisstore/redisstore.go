@@ -65,34 +65,47 @@ type Store struct {
 	prefix string
 }
 
-// Option configures a Store.
-type Option func(*Store)
+// Option configures a Store, given to [New]; a bad value is refused there.
+type Option func(*config) error
+
+type config struct{ prefix string }
 
 // WithPrefix sets the prefix of every Redis key the Store uses. The default
 // is [DefaultPrefix]. A prefix must be non-empty and must not contain '{'
-// or '}', which would move the Cluster hash tag; [New] refuses it otherwise.
-// It may equal the prefix of redfence's locks: a record never shares a key
-// with a lock (see the package documentation).
-func WithPrefix(prefix string) Option { return func(s *Store) { s.prefix = prefix } }
+// or '}', which would move the Cluster hash tag; [New] refuses it otherwise,
+// with an error wrapping storage.ErrInvalid. It may equal the prefix of
+// redfence's locks: a record never shares a key with a lock (see the
+// package documentation).
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if prefix == "" || strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("redisstore: prefix %q must be non-empty and free of braces: %w", prefix, storage.ErrInvalid)
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
 
 // New returns a Store on c, which may be a *redis.Client, *redis.ClusterClient,
 // redis.UniversalClient or anything else that runs scripts. The Store only
 // runs scripts (EVALSHA, falling back to EVAL on NOSCRIPT), so a SCRIPT FLUSH
 // or a failover to a server without the scripts cached is harmless.
-// New returns an error wrapping storage.ErrInvalid for a nil client or a bad
-// prefix. The caller owns c and closes it.
+// New returns an error wrapping storage.ErrInvalid for a nil client, a nil
+// option or a bad prefix. The caller owns c and closes it.
 func New(c redis.Scripter, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, fmt.Errorf("redisstore: nil client: %w", storage.ErrInvalid)
 	}
-	s := &Store{c: c, prefix: DefaultPrefix}
+	cfg := config{prefix: DefaultPrefix}
 	for _, o := range opts {
-		o(s)
+		if o == nil {
+			return nil, fmt.Errorf("redisstore: nil option: %w", storage.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
-	if s.prefix == "" || strings.ContainsAny(s.prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q must be non-empty and free of braces: %w", s.prefix, storage.ErrInvalid)
-	}
-	return s, nil
+	return &Store{c: c, prefix: cfg.prefix}, nil
 }
 
 // recordSuffix follows the hash tag of every record. A lock's keys end

@@ -133,6 +133,7 @@ func TestNewInvalid(t *testing.T) {
 		"empty prefix": func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithPrefix("")) },
 		"open brace":   func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithPrefix("a{b")) },
 		"close brace":  func() (*redisstore.Store, error) { return redisstore.New(c, redisstore.WithPrefix("a}b")) },
+		"nil option":   func() (*redisstore.Store, error) { return redisstore.New(c, nil) },
 	} {
 		if s, err := f(); !errors.Is(err, storage.ErrInvalid) || s != nil {
 			t.Errorf("%s: New = %v, %v; want nil, storage.ErrInvalid", name, s, err)
