@@ -40,9 +40,8 @@ type Client struct {
 	ren     *renewer
 	checked atomic.Bool
 
-	// deadlines: every go-redis client the backend calls has
-	// ContextTimeoutEnabled, so a call returns by its context's deadline
-	// and bounded may run it inline.
+	// deadlines: New's go-redis client enforces a context's deadline
+	// itself (honoursDeadlines), so bounded may run calls inline.
 	deadlines bool
 
 	reqPrefix string

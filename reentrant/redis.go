@@ -43,7 +43,7 @@ type outcome[T any] struct {
 // deadline). After Close nothing runs in the background, so f runs inline
 // too.
 func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) outcome[T] {
-	if _, deadline := ctx.Deadline(); !deadline || c.deadlines {
+	if c.inline(ctx) {
 		v, err := f(ctx)
 		return outcome[T]{v: v, err: err, ended: ctx.Done() != nil && ctxErr(ctx) != nil, known: true}
 	}
@@ -75,6 +75,13 @@ func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(
 		})
 	}
 	return outcome[T]{err: ctxErr(ctx), ended: true}
+}
+
+// inline reports whether bounded runs a call under ctx on the caller's
+// goroutine: ctx has no deadline to keep, or the client keeps it itself.
+func (c *Client) inline(ctx context.Context) bool {
+	_, deadline := ctx.Deadline()
+	return !deadline || c.deadlines
 }
 
 // mayHaveRun reports whether a script call that returned err may have been

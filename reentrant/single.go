@@ -213,7 +213,7 @@ func (s *single) undo(r *call) error {
 			// cancel below; one the client bounds by the deadline itself
 			// (run inline) must not outlive the deadline.
 			actx := ctx
-			if !c.deadlines {
+			if !c.inline(ctx) {
 				actx = context.WithoutCancel(ctx)
 			}
 			return scripts.Abandon(actx, s.rdb, r.keys, &r.req)

@@ -152,7 +152,7 @@ func parseAcquire(v any) (Acquired, error) {
 // it removed a level. A lock it hands to the next waiter gets a token
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
-	v, err := abandonScript.Run(ctx, rdb, k.all(), r.Owner, r.Level, r.member(), r.Tokens.arg()).Result()
+	v, err := run(ctx, rdb, abandonScript, []any{nil, nil, 3, k.Lock, k.Queue, k.Counter, r.Owner, r.Level, r.member(), r.Tokens.arg()})
 	if err != nil {
 		return false, scriptErr(err)
 	}

@@ -13,7 +13,7 @@ import (
 // Extend runs extend.lua and reports whether the ownership still held the
 // lock and now has ttl left. m sets the hash's own expiry (time tokens).
 func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (bool, error) {
-	v, err := extendScript.Run(ctx, rdb, []string{k.Lock}, owner, token.String(), ttl.Milliseconds(), m.arg()).Result()
+	v, err := run(ctx, rdb, extendScript, []any{nil, nil, 1, k.Lock, owner, token.String(), ttl.Milliseconds(), m.arg()})
 	if err != nil {
 		return false, scriptErr(err)
 	}

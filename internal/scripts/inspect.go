@@ -51,7 +51,7 @@ type Ended struct {
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := inspectScript.Run(ctx, rdb, k.all()).Result()
+	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 3, k.Lock, k.Queue, k.Counter})
 	if err != nil {
 		return State{}, scriptErr(err)
 	}

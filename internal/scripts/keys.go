@@ -46,7 +46,3 @@ func KeysFor(prefix, name string) Keys {
 	base := len(prefix) + len(":{}") + len(tag)
 	return Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2:]}
 }
-
-// all is the KEYS of the scripts that may issue a token or read the
-// counter: the lock hash, the queue and the counter, in that order.
-func (k Keys) all() []string { return []string{k.Lock, k.Queue, k.Counter} }

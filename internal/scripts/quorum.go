@@ -30,7 +30,7 @@ func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (QAcq
 	if depth <= 0 {
 		depth = math.MaxInt32
 	}
-	v, err := qacquireScript.Run(ctx, rdb, []string{k.Lock, k.Counter}, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth).Result()
+	v, err := run(ctx, rdb, qacquireScript, []any{nil, nil, 2, k.Lock, k.Counter, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth})
 	if err != nil {
 		return QAcquired{}, scriptErr(err)
 	}
@@ -61,7 +61,7 @@ func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string
 	if held {
 		mode = "held"
 	}
-	v, err := qraiseScript.Run(ctx, rdb, []string{k.Lock, k.Counter}, owner, level, tok.String(), mode).Result()
+	v, err := run(ctx, rdb, qraiseScript, []any{nil, nil, 2, k.Lock, k.Counter, owner, level, tok.String(), mode})
 	if err != nil {
 		return false, scriptErr(err)
 	}

@@ -174,7 +174,8 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// run sends s as EVALSHA with argv, built by the caller as
+// run sends s, every script but ExtendBatch's pipeline, as EVALSHA with
+// argv, built by the caller as
 // {nil, nil, len(keys), keys..., args...}, and EVAL with the source when
 // the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). The
 // command is built in argv itself, one slice, where go-redis's Script.Run
