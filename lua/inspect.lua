@@ -23,11 +23,10 @@
 --                 false if none.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
 local _, now = clock()
-local h, err = lockOf(KEYS[1], nil, now)
+local h, err = lockOf(KEYS[1], nil, now, KEYS[3])
 if not h then
   return err
 end
-h.ckey = KEYS[3]
 local c, cerr = counterOf(h)
 if not c then
   return cerr

@@ -7,6 +7,11 @@
 --            lock) does not reset it: a counter that restarted at 1 would
 --            hand out a token a living holder still writes with. No script
 --            deletes it; in time mode it expires with the lock hash.
+--            A strict lock released with nothing else to remember is
+--            compacted (see compact): its hash goes, and the counter
+--            becomes the record "<t> <b> <o>" of the hash it replaced,
+--            which scripts read back when they find no hash: one key per
+--            released name instead of two.
 --   P:{N}:q  the wait queue (queue.lua)
 --   P:{N}    the lock hash, the state of the current or last ownership:
 --   t       the token of the last ownership of this incarnation of the hash
@@ -103,6 +108,46 @@ local function clock()
   return us, math.floor(us / 1000)
 end
 
+-- parseCounter reads a counter value (a string, or false for no key): the
+-- highest token issued and, for a compacted record "<t> <b> <o>", the b
+-- and o of the hash it replaced (nil for a plain counter); nil for a
+-- foreign value.
+local function parseCounter(v)
+  if v == false then
+    return 0
+  elseif canonical(v) then
+    return tonumber(v)
+  end
+  local ts, bs, o = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) (.+)$')
+  if not ts or not canonical(ts) or not canonical(bs) or tonumber(bs) > tonumber(ts) then
+    return nil
+  end
+  return tonumber(ts), tonumber(bs), o
+end
+
+-- readCounter reads h's counter key, h.ckey, into h.c. With absent (the
+-- hash does not exist), a compacted record gives h the state of the hash
+-- it replaced: exists, compact, t, ts, b and o. true, or nil plus an error
+-- reply for a foreign value.
+local function readCounter(h, absent)
+  local v = redis.pcall('GET', h.ckey)
+  if type(v) == 'table' and v.err then
+    if string.sub(v.err, 1, 9) == 'WRONGTYPE' then
+      return foreign(h.ckey)
+    end
+    return nil, v
+  end
+  local c, b, o = parseCounter(v)
+  if not c then
+    return foreign(h.ckey)
+  end
+  h.c = c
+  if b and absent then
+    h.exists, h.compact, h.t, h.ts, h.b, h.o = true, true, c, dec(c), b, o
+  end
+  return true
+end
+
 -- lockOf reads the lock hash in one HGETALL and returns its state at server
 -- time now (ms): a table with
 --   exists   whether the hash exists
@@ -114,18 +159,29 @@ end
 --   q        whether the queue may hold someone
 --   p        whether a Redlock hold is pending (ts is nil when the hash
 --            was created by it and no token was ever raised here)
+--   compact  the hash is absent and the counter (ckey, when given) is
+--            the record of a compacted one: exists, t, ts, b and o are the
+--            record's, and h.c the counter (see compact)
 --   held     x is there and has not passed
 --   levels   the live level IDs, depth their number
 --   granted  the depth the field named level was granted at, or nil
 --   expired  the e: fields, token (string) to owner
 -- or nil plus an error reply for a foreign value (or the server's own
 -- error, passed on unchanged so the caller keeps its code).
-local function lockOf(key, level, now)
+local function lockOf(key, level, now, ckey)
   local r, err = callOn('HGETALL', key)
   if not r then
     return nil, err
   end
-  local h = {exists = #r > 0, t = 0, levels = {}, expired = {}}
+  local h = {exists = #r > 0, t = 0, levels = {}, expired = {}, ckey = ckey}
+  if not h.exists and ckey then
+    local ok, cerr = readCounter(h, true)
+    if not ok then
+      return nil, cerr
+    end
+    h.depth, h.held = 0, false
+    return h
+  end
   for i = 1, #r, 2 do
     local f, v = r[i], r[i + 1]
     local p = string.sub(f, 1, 2)
@@ -202,11 +258,10 @@ local function begin(modeArg, level, ckey)
     return nil, err
   end
   local us, now = clock()
-  local h, herr = lockOf(KEYS[1], level, now)
+  local h, herr = lockOf(KEYS[1], level, now, ckey)
   if not h then
     return nil, herr
   end
-  h.ckey = ckey
   return h, nil, mode, us, now
 end
 
@@ -216,19 +271,9 @@ end
 -- plus an error reply for a foreign value.
 local function counterOf(h)
   if not h.c then
-    local v = redis.pcall('GET', h.ckey)
-    if type(v) == 'table' and v.err then
-      if string.sub(v.err, 1, 9) == 'WRONGTYPE' then
-        return foreign(h.ckey)
-      end
-      return nil, v
-    end
-    if v == false then
-      h.c = 0
-    elseif canonical(v) then
-      h.c = tonumber(v)
-    else
-      return foreign(h.ckey)
+    local ok, err = readCounter(h, false)
+    if not ok then
+      return nil, err
     end
   end
   return math.max(h.c, h.t)
@@ -295,6 +340,9 @@ local function take(key, h, owner, t, level, x, mode, now, meta)
   if not h.exists then
     fields[#fields + 1], fields[#fields + 2] = 'b', ts
     h.b = t
+  elseif h.compact then
+    fields[#fields + 1], fields[#fields + 2] = 'b', dec(h.b)
+    h.compact = nil
   end
   redis.call('HSET', key, unpack(fields))
   redis.call('SET', h.ckey, ts)
@@ -354,6 +402,42 @@ local function free(key, h, expired)
   end
   redis.call('HDEL', key, unpack(del))
   h.x, h.held, h.levels, h.depth = nil, false, {}, 0
+end
+
+-- compact frees the lock h at the release of its last level when its hash
+-- would keep nothing but t, b and o: strict mode (mode 0, no y), no
+-- expired or forced record, no w, nobody queued, no pending hold. The hash
+-- is deleted and the counter becomes the record "<t> <b> <o>", which
+-- lockOf reads back as the hash it replaced: retried releases are answered
+-- as before, inspect still says whose the last ownership was, and the next
+-- take continues the incarnation (b). A released name then costs one key,
+-- not two. A counter found above t (written by hand) is put back, and
+-- nothing compacted. true when compacted; false, having written nothing,
+-- otherwise.
+local function compact(key, h, mode)
+  if mode ~= 0 or h.y or h.f or h.w or h.p or (h.q and not h.qEmpty) or next(h.expired)
+      or not h.ckey or not h.ts or not h.b or h.b < 1 or not h.o then
+    return false
+  end
+  local rec = h.ts .. ' ' .. dec(h.b) .. ' ' .. h.o
+  local old = redis.pcall('SET', h.ckey, rec, 'GET')
+  if type(old) == 'table' and old.err then
+    -- A server before 6.2 (no SET ... GET), or a foreign counter.
+    old = redis.pcall('GET', h.ckey)
+    if type(old) == 'table' or (old and not parseCounter(old)) or parseCounter(old) > h.t then
+      return false
+    end
+    redis.call('SET', h.ckey, rec)
+  elseif old then
+    local c = parseCounter(old)
+    if not c or c > h.t then
+      redis.call('SET', h.ckey, old)
+      return false
+    end
+  end
+  redis.call('DEL', key)
+  h.compact, h.x, h.held, h.levels, h.depth, h.m, h.o, h.q, h.qEmpty, h.c = true, nil, false, {}, 0, nil, nil, nil, nil, h.t
+  return true
 end
 
 -- settle frees a lock whose lease has passed, recording its ownership as

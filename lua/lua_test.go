@@ -191,6 +191,9 @@ func TestForeignCounterRefused(t *testing.T) {
 		}{
 			{"non-numeric string", func(key string) error { return rdb.Set(ctx, key, "x", 0).Err() }},
 			{"negative number", func(key string) error { return rdb.Set(ctx, key, "-3", 0).Err() }},
+			{"record whose first token is above its last", func(key string) error { return rdb.Set(ctx, key, "3 4 o", 0).Err() }},
+			{"record without an owner", func(key string) error { return rdb.Set(ctx, key, "3 1 ", 0).Err() }},
+			{"record with a zero token", func(key string) error { return rdb.Set(ctx, key, "3 0 o", 0).Err() }},
 			{"hash", func(key string) error { return rdb.HSet(ctx, key, "t", "3").Err() }},
 		} {
 			k := keys(t)
@@ -404,8 +407,8 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 		}
 		strict := takeAndFree(t, rdb, k, lua.Tokens{})
 		require.EqualValues(t, 1, strict)
-		require.Equal(t, time.Duration(-1), pttl(), "the strict hash never expires")
-		require.Equal(t, time.Duration(-1), cttl(), "nor does the strict counter")
+		require.Equal(t, time.Duration(-2), pttl(), "a strict lock released cleanly keeps no hash (compacted)")
+		require.Equal(t, time.Duration(-1), cttl(), "and its counter never expires")
 
 		timed := takeAndFree(t, rdb, k, timeTokens)
 		require.Greater(t, timed, strict)
@@ -434,9 +437,8 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 		next := takeAndFree(t, rdb, k, timeTokens)
 
 		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
-		require.Equal(t, time.Duration(-1), pttl(), "and its hash never expires")
-		require.Equal(t, time.Duration(-1), cttl(), "nor its counter")
-		require.ElementsMatch(t, []string{"t", "o", "b"}, rdb.HKeys(ctx, k.Lock).Val(), "nor keeps the time mode's mark")
+		require.Equal(t, time.Duration(-2), pttl(), "and, released, its hash is compacted")
+		require.Equal(t, time.Duration(-1), cttl(), "into a counter that never expires")
 
 		// Idle past the expiry, the hash is gone; the next token still
 		// comes out above every earlier one, from the clock.

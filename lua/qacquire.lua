@@ -61,11 +61,15 @@ if not c then
   return cerr
 end
 settle(KEYS[1], h)
-local x = dec(now + tonumber(ARGV[2]))
+local fields = {'o', ARGV[1], 'x', dec(now + tonumber(ARGV[2])), level, '1', 'p', '1'}
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'x', x, level, '1', 'p', '1', 'm', ARGV[4])
-else
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'x', x, level, '1', 'p', '1')
+  fields[#fields + 1], fields[#fields + 2] = 'm', ARGV[4]
 end
+if h.compact then
+  -- The hash a compacted record stands for comes back with its t and b.
+  fields[#fields + 1], fields[#fields + 2] = 't', h.ts
+  fields[#fields + 1], fields[#fields + 2] = 'b', dec(h.b)
+end
+redis.call('HSET', KEYS[1], unpack(fields))
 keep(KEYS[1], h, 0, now)
 return {3, c, 1, us}

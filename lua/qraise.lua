@@ -46,7 +46,11 @@ if ARGV[2] == '' then
     return 0
   end
   settle(KEYS[1], h)
-  redis.call('HSET', KEYS[1], 't', ARGV[3])
+  if h.compact then
+    redis.call('HSET', KEYS[1], 't', ARGV[3], 'b', dec(h.b))
+  else
+    redis.call('HSET', KEYS[1], 't', ARGV[3])
+  end
   redis.call('SET', KEYS[2], ARGV[3])
   return 1
 end

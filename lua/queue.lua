@@ -98,6 +98,9 @@ local function passOn(lock, queue, h, mode, us, now, expired)
   if w == nil then
     return nil, err
   end
+  if not w and not expired and compact(lock, h, mode) then
+    return true
+  end
   free(lock, h, expired)
   if w then
     handTo(lock, queue, h, w, mode, now)

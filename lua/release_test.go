@@ -254,3 +254,103 @@ func TestOwnerAndTokenChecked(t *testing.T) {
 		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute)
 	})
 }
+
+// A strict lock released with nothing else to remember is compacted: its
+// hash goes and the counter holds "<last token> <first token> <owner>".
+// Everything the hash answered is answered the same from the record:
+// inspect's last ownership, a retried release (even after other
+// ownerships came and went: the incarnation goes on), a release by the
+// wrong owner or of a token never issued, and the next token.
+func TestCleanReleaseCompactsTheLock(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		acquire := func(owner, level string) fence.Token {
+			t.Helper()
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			return a.Token
+		}
+		release := func(owner string, tok fence.Token, level string) int64 {
+			t.Helper()
+			n, err := lua.Release(ctx, rdb, k, owner, tok, level, lua.Tokens{})
+			require.NoError(t, err)
+			return n
+		}
+		first := acquire("o1", "r1")
+		require.Zero(t, release("o1", first, "r1"))
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a clean release leaves no hash")
+		require.Equal(t, "1 1 o1", rdb.Get(ctx, k.Counter).Val())
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, lua.State{Name: k.Name, LastToken: first, LastOwner: "o1",
+			Ended: []lua.Ended{{Token: first, Owner: "o1"}}}, st, "inspect reads the record as the hash it replaced")
+
+		require.Zero(t, release("o1", first, "r1"), "a retried release is answered released")
+		require.EqualValues(t, -1, release("o2", first, "r1"), "by its own owner only")
+		require.EqualValues(t, -1, release("o1", first+1, "r1"), "a token never issued is not held")
+
+		second := acquire("o2", "r2")
+		require.Equal(t, first+1, second)
+		require.Equal(t, "1", rdb.HGet(ctx, k.Lock, "b").Val(), "the next ownership continues the incarnation")
+		require.Zero(t, release("o1", first, "r1"), "a retry of the earlier release, while another holds the lock")
+		require.Zero(t, release("o2", second, "r2"))
+		require.Equal(t, "2 1 o2", rdb.Get(ctx, k.Counter).Val())
+		require.Zero(t, release("o1", first, "r1"), "and after that one was released too (the fault run's race)")
+
+		// Deleting the record would reset the counter, as deleting the
+		// counter always did: what stays is what an operator's DEL of the
+		// lock key may remove.
+		require.Zero(t, rdb.Del(ctx, k.Lock).Val(), "the lock key an operator deletes is already gone")
+		require.Equal(t, second+1, acquire("o3", "r3"))
+	})
+}
+
+// Nothing is compacted that a later answer needs: an ownership that
+// expired (its e: record), a forced unlock (f), a handoff to a waiter,
+// time tokens (the keys expire), a counter someone set above the lock's
+// last token (put back as it was).
+func TestCompactionKeepsWhatItCannotRecord(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		take := func(k lua.Keys, owner, level string, ttl time.Duration, m lua.Tokens) lua.Acquired {
+			t.Helper()
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: ttl, Level: level, Tokens: m})
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			return a
+		}
+
+		k := keys(t) // expired, then another ownership released cleanly
+		take(k, "o1", "r1", 50*time.Millisecond, lua.Tokens{})
+		b.Expire(60 * time.Millisecond)
+		a := take(k, "o2", "r2", time.Minute, lua.Tokens{})
+		n, err := lua.Release(ctx, rdb, k, "o2", a.Token, "r2", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Contains(t, rdb.HKeys(ctx, k.Lock).Val(), "e:1", "an expiry record keeps the hash")
+
+		k = keys(t) // forced
+		a = take(k, "o1", "r1", time.Minute, lua.Tokens{})
+		_, err = lua.Force(ctx, rdb, k, a.Token, "ops", lua.Tokens{})
+		require.NoError(t, err)
+		require.Contains(t, rdb.HKeys(ctx, k.Lock).Val(), "f", "a forced unlock keeps the hash")
+
+		k = keys(t) // time tokens
+		a = take(k, "o1", "r1", time.Minute, timeTokens)
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", timeTokens)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "a time-mode hash stays, to expire")
+
+		k = keys(t) // a counter set by hand above the last token
+		a = take(k, "o1", "r1", time.Minute, lua.Tokens{})
+		require.NoError(t, rdb.Set(ctx, k.Counter, "100", 0).Err())
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Equal(t, "100", rdb.Get(ctx, k.Counter).Val(), "a higher counter is put back")
+		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "and the hash kept")
+		require.EqualValues(t, 101, take(k, "o2", "r2", time.Minute, lua.Tokens{}).Token)
+	})
+}
