@@ -158,7 +158,9 @@ func (c *Client) isClosed() bool {
 }
 
 func (c *Client) reqID() string {
-	return c.reqPrefix + strconv.FormatUint(c.reqSeq.Add(1), 36)
+	// One allocation: the prefix and the number appended in one buffer.
+	var b [64]byte
+	return string(strconv.AppendUint(append(b[:0], c.reqPrefix...), c.reqSeq.Add(1), 36))
 }
 
 // retries reports whether rdb may re-send a command on its own: go-redis

@@ -25,11 +25,19 @@ type Lease struct {
 	depth  int64
 	level  string // this level's ID in the lock hash: every Unlock attempt names it
 	own    *ownership
+	caller context.Context // the Lock call's context: the lease's values come from it
+
+	mu       sync.Mutex // held through an Unlock's call to Redis
+	unlocked bool
+
+	// The lease's own end and context, guarded by cmu: a lease ends with its
+	// ownership, or before it at Unlock (cause). Its context is made the
+	// first time it is asked for, so that a Lock+Unlock whose caller never
+	// asks makes none.
+	cmu    sync.Mutex
+	cause  error
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-
-	mu       sync.Mutex
-	unlocked bool
 }
 
 // Name returns the lock's name.
@@ -60,20 +68,58 @@ func (l *Lease) ID() string { return l.level }
 // clock, whether or not Redis answers), ErrLeaseClosed (also ErrClosed)
 // when the Client closes. It keeps the values, but not the
 // deadline, of the context Lock was called with.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	if l.ctx == nil {
+		// Its cancellation is a child of the ownership's, so that ending
+		// the ownership (loss, Close) ends every lease's context before the
+		// call that ended it returns. The values are the Lock call's, but
+		// not its cancellation: the context given to Lock bounds the wait,
+		// as in etcd's and redislock's APIs, and a deadline meant for
+		// acquiring must not end a lock once held.
+		done, cancel := context.WithCancelCause(l.own.ctx)
+		if l.cause != nil {
+			cancel(l.cause)
+		}
+		l.ctx = leaseCtx{Context: done, values: WithOwner(context.WithoutCancel(l.caller), l.owner)}
+		l.cancel = cancel
+	}
+	return l.ctx
+}
 
 // Done is closed when the lease's context is cancelled; see [Lease.Context].
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
 // Err returns nil while the lease is live, and afterwards why it ended:
 // ErrReleased, or an error wrapping ErrGone, ErrUnconfirmed or
 // ErrLeaseClosed, each of which is ErrLost (see [Lease.Context]).
 // errors.Is(l.Err(), ErrLost) reports a lost lease.
 func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
+	l.cmu.Lock()
+	cause := l.cause
+	l.cmu.Unlock()
+	if cause != nil {
+		return cause
+	}
+	if l.own.ctx.Err() == nil {
 		return nil
 	}
-	return context.Cause(l.ctx)
+	return context.Cause(l.own.ctx)
+}
+
+// end ends the lease, not its ownership, with cause; its context, if it
+// was made, is cancelled. The first cause stays.
+func (l *Lease) end(cause error) {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	if l.cause != nil || l.own.ctx.Err() != nil {
+		return
+	}
+	l.cause = cause
+	if l.cancel != nil {
+		l.cancel(cause)
+	}
 }
 
 // Extend keeps the lock held for at least ttl from now, if this lease's
@@ -216,19 +262,8 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 	}
 	o.refs++
 	c.mu.Unlock()
-
-	// The lease keeps the caller's values (owner, tracing) but not its
-	// cancellation: the context given to Lock bounds the wait, as in etcd's
-	// and redislock's APIs, and a deadline meant for acquiring must not
-	// silently stop renewal of the lock once held. Its cancellation is a
-	// child of the ownership's, so that ending the ownership (loss, Close)
-	// ends every lease before the call that ended it returns.
-	done, cancel := context.WithCancelCause(o.ctx)
-	lctx := leaseCtx{Context: done, values: WithOwner(context.WithoutCancel(ctx), r.owner)}
-	l := &Lease{c: c, name: r.name, keys: r.keys, owner: r.owner, token: a.Token, depth: a.Depth,
-		level: r.req.Level, own: o, ctx: lctx, cancel: cancel}
-	context.AfterFunc(lctx, func() { c.dropRef(o) })
-	return l, nil
+	return &Lease{c: c, name: r.name, keys: r.keys, owner: r.owner, token: a.Token, depth: a.Depth,
+		level: r.req.Level, own: o, caller: ctx}, nil
 }
 
 // leaseCtx is a lease's context: cancellation from a child of the

@@ -45,12 +45,17 @@ func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*
 // call is one Lock or TryLock: what each of its attempts, and the undo of
 // one, needs.
 type call struct {
-	c     *Client
-	name  string
-	keys  scripts.Keys
-	cfg   *leaseConfig
-	req   scripts.Request // Level is the call's own ID; Waiter is set when it waits
-	owner Owner
+	c    *Client
+	name string
+	keys scripts.Keys
+	cfg  *leaseConfig
+	req  scripts.Request // Level is the call's own ID; Waiter is set when it waits
+	// waiter is req.Waiter's storage, and wait the notifier's record of
+	// the call while it waits: parts of the call, not allocations of their
+	// own
+	waiter scripts.Waiter
+	wait   waiter
+	owner  Owner
 	// attempted: a Redlock attempt was made, so the next takes a new
 	// level ID (acquireQuorum)
 	attempted bool

@@ -63,12 +63,13 @@ func newNotifier(rdb redis.UniversalClient, prefix, id string, spawn func(func()
 	return n
 }
 
-// register makes a waiter for level, which waits for the lock whose hash is
-// lockKey, and picks its channel: on a Cluster with sharded pub/sub, the
+// register fills w (storage the caller keeps, zero) as the waiter for
+// level, which waits for the lock whose hash is lockKey, and picks its
+// channel: on a Cluster with sharded pub/sub, the
 // shard channel of lockKey's slot. The first call on a Cluster asks the
 // server once whether it has SPUBLISH. Register before the request that
 // may queue, so that a message sent right after it finds the waiter.
-func (n *notifier) register(ctx context.Context, lockKey, level string) (*waiter, error) {
+func (n *notifier) register(ctx context.Context, lockKey, level string, w *waiter) (*waiter, error) {
 	slot := -1
 	if n.shards != nil && n.shards.on(ctx) {
 		slot = hashslot.Of(lockKey)
@@ -78,7 +79,7 @@ func (n *notifier) register(ctx context.Context, lockKey, level string) (*waiter
 	if n.closed {
 		return nil, ErrClosed
 	}
-	w := &waiter{n: n, level: level, channel: n.channel, slot: slot, wake: make(chan struct{}, 1)}
+	w.n, w.level, w.channel, w.slot, w.wake = n, level, n.channel, slot, make(chan struct{}, 1)
 	if slot >= 0 {
 		w.channel = n.shards.ref(slot)
 	}

@@ -26,6 +26,7 @@ type ownership struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
+	early    *time.Timer // the first renewal of a short window, if it has its own timer
 	deadline time.Time   // sent time of the last confirmation + TTL - margin
 	timer    *time.Timer // fires at deadline
 	lastErr  error       // the last renewal's error, for the loss's cause
@@ -47,28 +48,51 @@ func (c *Client) newOwnership(key holdKey, k scripts.Keys, tok fence.Token, cfg 
 		deadline: sent.Add(window)}
 	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
 	// retries can hold a renewal call far past the lease.
+	// The timers are set under o.mu: one may fire, and end o, at once.
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.timer = time.AfterFunc(time.Until(o.deadline), o.expire)
-	context.AfterFunc(ctx, func() { o.timer.Stop() })
 	if cfg.renew > 0 {
 		first := min(cfg.renew, window/2)
 		c.ren.add(o, sent.Add(first))
 		if first < cfg.renew {
-			early := time.AfterFunc(time.Until(sent.Add(first)), func() { c.ren.renewNow(o) })
-			context.AfterFunc(ctx, func() { early.Stop() })
+			o.early = time.AfterFunc(time.Until(sent.Add(first)), func() { c.ren.renewNow(o) })
 		}
 	}
 	return o
 }
 
-func (o *ownership) end(cause error) { o.cancel(cause) }
+// end ends the ownership with cause, and with it every lease of it, and
+// stops its timers; the renewer drops it at its next tick. Every end of an
+// ownership goes through here.
+func (o *ownership) end(cause error) {
+	o.cancel(cause)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.timer.Stop()
+	if o.early != nil {
+		o.early.Stop()
+	}
+}
 
-// lose ends the ownership because the lock is gone, and reports it.
+// lose ends the ownership because the lock is gone, forgets it, and
+// reports it.
 func (o *ownership) lose(cause error) {
 	if o.ctx.Err() != nil {
 		return
 	}
 	o.end(cause)
+	o.c.forget(o)
 	o.reportLost(cause)
+}
+
+// forget removes o from the client's ownerships, if it is still there.
+func (c *Client) forget(o *ownership) {
+	c.mu.Lock()
+	if c.owns[o.key] == o {
+		delete(c.owns, o.key)
+	}
+	c.mu.Unlock()
 }
 
 // reportLost logs a loss and tells the observer; never called with c.mu
@@ -129,11 +153,9 @@ func (c *Client) dropRef(o *ownership) {
 	c.mu.Lock()
 	o.refs--
 	last := o.refs == 0
-	if last && c.owns[o.key] == o {
-		delete(c.owns, o.key)
-	}
 	c.mu.Unlock()
 	if last {
 		o.end(ErrReleased)
+		c.forget(o)
 	}
 }

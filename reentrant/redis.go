@@ -45,7 +45,7 @@ type outcome[T any] struct {
 func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) outcome[T] {
 	if c.inline(ctx) {
 		v, err := f(ctx)
-		return outcome[T]{v: v, err: err, ended: ctx.Done() != nil && ctxErr(ctx) != nil, known: true}
+		return ranInline(ctx, v, err)
 	}
 	done := make(chan result[T], 1)
 	if !c.goBackground(func() {
@@ -75,6 +75,14 @@ func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(
 		})
 	}
 	return outcome[T]{err: ctxErr(ctx), ended: true}
+}
+
+// ranInline is the outcome of a call that bounded ran, or would have run,
+// inline. The hot paths (acquire, release) call f themselves when
+// c.inline(ctx), so that f, which bounded may hand to a goroutine, is not
+// allocated on the heap for every call.
+func ranInline[T any](ctx context.Context, v T, err error) outcome[T] {
+	return outcome[T]{v: v, err: err, ended: ctx.Done() != nil && ctxErr(ctx) != nil, known: true}
 }
 
 // inline reports whether bounded runs a call under ctx on the caller's

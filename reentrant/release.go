@@ -33,27 +33,35 @@ func (l *Lease) unlock(ctx context.Context) error {
 	if l.unlocked {
 		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
 	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
-		return retryBusy(l.c, ctx, func(ctx context.Context) (int64, error) {
-			return l.c.be.release(ctx, l.keys, l.owner, l.token, l.level)
-		})
-	}, nil)
+	var out outcome[int64]
+	if l.c.inline(ctx) { // see ranInline
+		n, err := retryBusy(l.c, ctx, l.release)
+		out = ranInline(ctx, n, err)
+	} else {
+		out = bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
+			return retryBusy(l.c, ctx, l.release)
+		}, nil)
+	}
 	n, err := out.v, out.err
 	if err != nil {
 		return err
 	}
 	l.unlocked = true
+	defer l.c.dropRef(l.own)
 	if n < 0 {
-		err := l.goneFromRedis()
-		l.cancel(l.own.lostErr(ErrGone, "Unlock found it expired, taken, forced or deleted", nil))
-		return err
+		return l.goneFromRedis() // the lease ends with its ownership's cause
 	}
-	l.cancel(ErrReleased)
+	l.end(ErrReleased)
 	if n == 0 {
 		l.own.end(ErrReleased)
 		l.c.emit(Event{Kind: Released, Name: l.name, Token: l.token})
 	}
 	return nil
+}
+
+// release sends one release of l's level.
+func (l *Lease) release(ctx context.Context) (int64, error) {
+	return l.c.be.release(ctx, l.keys, l.owner, l.token, l.level)
 }
 
 // undo removes the level, and the queue entry, that an attempt of r may

@@ -107,37 +107,26 @@ func (s *single) close() error { return s.note.close() }
 // caller is still there, in the background otherwise.
 func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, error) {
 	c := s.c
-	type reply struct {
-		a     scripts.Acquired
-		acked int
-		sent  time.Time // when the last attempt left
-	}
-	// left says whether an attempt whose caller has gone left something to
-	// undo: a level, or (a waiter's) a place in the queue.
-	left := func(rep reply, err error) bool {
-		if err != nil {
-			return mayHaveRun(err, s.retries)
-		}
-		return rep.a.OK || r.req.Waiter != nil
-	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		return retryBusy(c, ctx, func(ctx context.Context) (reply, error) {
-			sent := time.Now()
-			a, acked, err := s.runAcquire(ctx, r, poll)
-			return reply{a, acked, sent}, err
+	var out outcome[acquireReply]
+	if c.inline(ctx) {
+		rep, err := retryBusy(c, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
+		out = ranInline(ctx, rep, err)
+	} else {
+		out = bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (acquireReply, error) {
+			return retryBusy(c, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
+		}, func(rep acquireReply, err error) {
+			if r.left(rep, err, s.retries) {
+				r.undoInBackground()
+			}
 		})
-	}, func(rep reply, err error) {
-		if left(rep, err) {
-			r.undoInBackground()
-		}
-	})
+	}
 	rep, err := out.v, out.err
 	switch {
 	case out.ended && !out.known:
 		return acquired{}, join(ErrNotAcquired, err)
 	case out.ended:
 		// The caller has gone: whatever the attempt did is undone.
-		if left(rep, err) {
+		if r.left(rep, err, s.retries) {
 			err = join(err, r.undo())
 		}
 		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
@@ -158,6 +147,29 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 		return acquired{}, join(ErrNotAcquired, cerr, err)
 	}
 	return acquired{}, err
+}
+
+// acquireReply is one attempt's reply.
+type acquireReply struct {
+	a     scripts.Acquired
+	acked int
+	sent  time.Time // when the last attempt left
+}
+
+// attempt runs one acquisition attempt and notes when it left.
+func (s *single) attempt(ctx context.Context, r *call, poll bool) (acquireReply, error) {
+	sent := time.Now()
+	a, acked, err := s.runAcquire(ctx, r, poll)
+	return acquireReply{a, acked, sent}, err
+}
+
+// left says whether an attempt whose caller has gone left something to
+// undo: a level, or (a waiter's) a place in the queue.
+func (r *call) left(rep acquireReply, err error, retries bool) bool {
+	if err != nil {
+		return mayHaveRun(err, retries)
+	}
+	return rep.a.OK || r.req.Waiter != nil
 }
 
 // runAcquire runs the acquire script, followed by WAIT on the same

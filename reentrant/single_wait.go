@@ -28,15 +28,16 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 	}
 	// Registered before the first request, so that a handoff published
 	// right after it finds this waiter.
-	w, err := s.note.register(ctx, r.keys.Lock, r.req.Level)
+	w, err := s.note.register(ctx, r.keys.Lock, r.req.Level, &r.wait)
 	if err != nil {
 		return nil, err
 	}
 	defer w.stop()
 	// A handed lock waits at most half the handoff timeout to be claimed,
 	// and never longer than a lease would have lasted.
-	r.req.Waiter = &scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
+	r.waiter = scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
 		Claim: min(c.cfg.handoff/2, r.cfg.ttl), Queue: 2*r.cfg.ttl + c.cfg.handoff}
+	r.req.Waiter = &r.waiter
 	// A Lock is work of the client's: Close ends its wait and waits for it,
 	// so that nothing of a closed client sends another command.
 	if !c.track() {

@@ -55,23 +55,33 @@ func (r *Request) member() string {
 	if w == nil {
 		return ""
 	}
-	kind := "p"
+	kind := byte('p')
 	if w.Sharded {
-		kind = "s"
+		kind = 's'
 	}
-	return r.Level + "\n" + strconv.FormatInt(max(w.Claim.Milliseconds(), 1), 10) + "\n" + r.Owner + "\n" + r.Meta + "\n" + kind + w.Channel
+	// Built in one buffer: one allocation, the string.
+	b := make([]byte, 0, len(r.Level)+len(r.Owner)+len(r.Meta)+len(w.Channel)+32)
+	b = append(append(b, r.Level...), '\n')
+	b = append(strconv.AppendInt(b, max(w.Claim.Milliseconds(), 1), 10), '\n')
+	b = append(append(b, r.Owner...), '\n')
+	b = append(append(b, r.Meta...), '\n', kind)
+	return string(append(b, w.Channel...))
 }
+
+// noDepthLimit is acquire's ARGV[8] for a request without MaxDepth, boxed
+// once.
+var noDepthLimit any = int64(math.MaxInt32)
 
 func acquireArgs(k Keys, r *Request) []any {
 	var queue int64
 	if r.Waiter != nil {
 		queue = max(r.Waiter.Queue.Milliseconds(), 1)
 	}
-	depth := r.MaxDepth
-	if depth <= 0 {
-		depth = math.MaxInt32
+	depth := noDepthLimit
+	if r.MaxDepth > 0 {
+		depth = r.MaxDepth
 	}
-	return []any{nil, nil, 3, k.Lock, k.Queue, k.Counter,
+	return []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2),
 		r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
 }
 
@@ -152,7 +162,7 @@ func parseAcquire(v any) (Acquired, error) {
 // it removed a level. A lock it hands to the next waiter gets a token
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
-	v, err := run(ctx, rdb, abandonScript, []any{nil, nil, 3, k.Lock, k.Queue, k.Counter, r.Owner, r.Level, r.member(), r.Tokens.arg()})
+	v, err := run(ctx, rdb, abandonScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), r.Owner, r.Level, r.member(), r.Tokens.arg()})
 	if err != nil {
 		return false, scriptErr(err)
 	}

@@ -18,9 +18,10 @@ func Script(name string) *redis.Script { return *get(name).s }
 // test starts its clients' goroutines.
 func Swap(name, src string) (restore func()) {
 	s := get(name)
-	old, oldSrc := *s.s, s.src
+	old, oldSrc, oldHash := *s.s, s.src, s.hash
 	*s.s, s.src = redis.NewScript(src), src
-	return func() { *s.s, s.src = old, oldSrc }
+	s.hash = (*s.s).Hash()
+	return func() { *s.s, s.src, s.hash = old, oldSrc, oldHash }
 }
 
 func get(name string) *script {

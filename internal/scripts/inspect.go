@@ -51,7 +51,7 @@ type Ended struct {
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 3, k.Lock, k.Queue, k.Counter})
+	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2)})
 	if err != nil {
 		return State{}, scriptErr(err)
 	}

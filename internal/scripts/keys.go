@@ -9,6 +9,18 @@ type Keys struct {
 	Lock    string // P:{N}, the lock hash: the holder, its lease, the last ownership
 	Queue   string // P:{N}:q, the Lock calls waiting, oldest first
 	Counter string // P:{N}:t, the fencing counter: the highest token issued
+
+	// boxed holds Lock, Queue and Counter as command arguments, made once
+	// by KeysFor: a lock's acquire and release then box none of them.
+	boxed [3]any
+}
+
+// arg returns key i (Lock, Queue, Counter) as a command argument.
+func (k *Keys) arg(i int) any {
+	if k.boxed[0] != nil {
+		return k.boxed[i]
+	}
+	return [3]string{k.Lock, k.Queue, k.Counter}[i]
 }
 
 // escaper makes a string safe inside a hash tag. Redis takes the tag from
@@ -44,5 +56,7 @@ func KeysFor(prefix, name string) Keys {
 	tag := escape(name)
 	all := prefix + ":{" + tag + "}:q" + prefix + ":{" + tag + "}:t"
 	base := len(prefix) + len(":{}") + len(tag)
-	return Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2:]}
+	k := Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2:]}
+	k.boxed = [3]any{k.Lock, k.Queue, k.Counter}
+	return k
 }

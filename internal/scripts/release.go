@@ -14,7 +14,7 @@ import (
 // ownership does not hold the lock. A lock handed to a waiter gets a token
 // issued as m says.
 func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (int64, error) {
-	v, err := run(ctx, rdb, releaseScript, []any{nil, nil, 3, k.Lock, k.Queue, k.Counter, owner, token.String(), level, m.arg()})
+	v, err := run(ctx, rdb, releaseScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), owner, int64(token), level, m.arg()})
 	if err != nil {
 		return 0, scriptErr(err)
 	}

@@ -43,6 +43,7 @@ type script struct {
 	name string
 	s    **redis.Script // the variable the wrappers run
 	src  string         // set by Install
+	hash any            // (*s).Hash() as a command argument, made once
 }
 
 // scripts names every script with its source as the server runs it, for
@@ -75,6 +76,7 @@ func Install(src fs.FS) {
 		s := &scripts[i]
 		s.src = assemble(helpers, read(s.name+".lua"))
 		*s.s = redis.NewScript(s.src)
+		s.hash = (*s.s).Hash()
 	}
 }
 
@@ -192,23 +194,27 @@ func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, argv []any) (
 		}
 		return s.Run(ctx, rdb, keys, argv[3+n:]...).Result()
 	}
-	argv[0], argv[1] = "evalsha", s.Hash()
+	in := installed(s)
+	argv[0], argv[1] = "evalsha", in.hash
 	cmd := redis.NewCmd(ctx, argv...)
 	_ = p.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		argv[0], argv[1] = "eval", sourceOf(s)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", in.src
 		cmd = redis.NewCmd(ctx, argv...)
 		_ = p.Process(ctx, cmd)
 	}
 	return cmd.Result()
 }
 
-// sourceOf returns the source Install built s from.
-func sourceOf(s *redis.Script) string {
+// installed returns the entry of s, a script Install built.
+func installed(s *redis.Script) *script {
 	for i := range scripts {
 		if *scripts[i].s == s {
-			return scripts[i].src
+			return &scripts[i]
 		}
 	}
 	panic("scripts: a script not installed")
 }
+
+// sourceOf returns the source Install built s from.
+func sourceOf(s *redis.Script) string { return installed(s).src }
