@@ -100,9 +100,10 @@ if not h.held then
         return terr
       end
     end
-    if w or (member ~= '' and not h.exists) then
-      -- The caller leaves the queue: as its head, or, when the hash was
-      -- deleted by hand with its flag q, from wherever it queued before.
+    if not w and member ~= '' and not h.exists then
+      -- The caller leaves the queue (as its head, nextWaiter took it out
+      -- already): when the hash was deleted by hand with its flag q, from
+      -- wherever it queued before.
       local left, lerr = callOn('ZREM', KEYS[2], member)
       if not left then
         return lerr

@@ -46,17 +46,27 @@ local function notify(channel, msg)
   end
 end
 
--- nextWaiter reads the oldest waiter of queue and the token it would get
--- in mode, writing nothing: false when nobody waits, a table {member, id,
--- claim, owner, channel, meta, token} otherwise, nil plus an error reply for a
--- foreign queue or a token at 2^53. The queue is read only when h's flag q
--- says it may hold someone; found empty, h.qEmpty asks the caller's next
--- write to clear the flag (free does).
+-- nextWaiter takes the oldest waiter out of queue (ZPOPMIN) and returns it
+-- with the token it gets in mode: false when nobody waits, a table {member,
+-- id, claim, owner, channel, meta, token} otherwise, nil plus an error
+-- reply for a foreign queue, a foreign counter or a token at 2^53, with
+-- nothing written (a malformed head is put back, with its score; should it
+-- have been the queue's only member, the queue key then lacks its expiry
+-- until the next waiter's poll sets it). The caller must hand the lock to
+-- the waiter returned (handTo) or take it for that waiter itself. The
+-- queue is read only when h's flag q says it may hold someone; found
+-- empty, h.qEmpty asks the caller's next write to clear the flag (free
+-- does).
 local function nextWaiter(lock, queue, h, mode, us)
   if not h.q then
     return false
   end
-  local head, err = callOn('ZRANGE', queue, 0, 0)
+  -- The token first: an error there must leave the queue as it was.
+  local t, terr = freshToken(lock, h, mode, us)
+  if not t then
+    return nil, terr
+  end
+  local head, err = callOn('ZPOPMIN', queue)
   if not head then
     return nil, err
   end
@@ -66,17 +76,14 @@ local function nextWaiter(lock, queue, h, mode, us)
   end
   local id, claim, owner, channel, meta = parseWaiter(head[1])
   if not id then
+    redis.call('ZADD', queue, head[2], head[1])
     return foreign(queue)
-  end
-  local t, terr = freshToken(lock, h, mode, us)
-  if not t then
-    return nil, terr
   end
   return {member = head[1], id = id, claim = tonumber(claim), owner = owner, channel = channel, meta = meta, token = t}
 end
 
--- handTo gives the free lock h to waiter w, from nextWaiter with the same
--- mode: the new token, depth 1 at the waiter's level, a lease of the
+-- handTo gives the free lock h to waiter w, taken out of the queue by
+-- nextWaiter with the same mode: the new token, depth 1 at the waiter's level, a lease of the
 -- waiter's claim time, and one message "<level ID> <token>" on the
 -- waiter's channel. The waiter claims it by calling acquire with its level
 -- ID, which raises the lease to its TTL. A waiter that never claims (it
@@ -84,7 +91,6 @@ end
 -- when the claim time runs out, and the next acquire or poll of another
 -- waiter hands it on.
 local function handTo(lock, queue, h, w, mode, now)
-  redis.call('ZREM', queue, w.member)
   local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now, w.meta)
   notify(w.channel, w.id .. ' ' .. ts)
 end
