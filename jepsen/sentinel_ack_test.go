@@ -65,7 +65,7 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 		trips.reset()
 		acquire(t, conn)
 		require.NoError(t, conn.Do(ctx, "WAIT", 1, 1000).Err())
-		assert.Equal(t, []string{"evalsha", "wait"}, trips.take(), "two round trips")
+		assert.Equal(t, []string{"fcall", "wait"}, trips.take(), "two round trips (the script as a Function)")
 	})
 	t.Run("WAIT on another connection is caught", func(t *testing.T) {
 		mon := sentinelMonitor(t, g.Primary().Addr())
@@ -75,7 +75,7 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 		require.NoError(t, other.Ping(ctx).Err())
 		acquire(t, rdb)
 		require.NoError(t, other.Do(ctx, "WAIT", 1, 1000).Err())
-		assert.ErrorContains(t, mon.sameConn(t, "evalsha", "wait"), "came from")
+		assert.ErrorContains(t, mon.sameConn(t, "fcall", "wait"), "came from")
 	})
 }
 

@@ -22,7 +22,7 @@
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
 local level = 'l:' .. ARGV[2]
-local h, err, mode, us, now = begin(ARGV[4], level, KEYS[3])
+local h, err, mode, us, now = begin(KEYS[1], ARGV[4], level, KEYS[3])
 if not h then
   return err
 end

@@ -45,7 +45,7 @@
 -- member or token mode. Nothing is written in any of these cases.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
 local level = 'l:' .. ARGV[3]
-local h, err, mode, us, now = begin(ARGV[6], level, KEYS[3])
+local h, err, mode, us, now = begin(KEYS[1], ARGV[6], level, KEYS[3])
 if not h then
   return err
 end

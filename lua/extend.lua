@@ -15,7 +15,7 @@
 -- the same owner). Repeating the call is harmless.
 -- Error "FOREIGN <key>" when the lock key holds a value this library did
 -- not write; "ERR malformed token mode" for a bad ARGV[4].
-local h, err, mode, _, now = begin(ARGV[4], nil)
+local h, err, mode, _, now = begin(KEYS[1], ARGV[4], nil)
 if not h then
   return err
 end

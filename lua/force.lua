@@ -31,7 +31,7 @@ end
 if string.find(ARGV[2], '\n', 1, true) then
   return redis.error_reply('ERR malformed forcer')
 end
-local h, err, mode, us, now = begin(ARGV[3], nil, KEYS[3])
+local h, err, mode, us, now = begin(KEYS[1], ARGV[3], nil, KEYS[3])
 if not h then
   return err
 end

@@ -248,17 +248,17 @@ local function modeOf(arg)
 end
 
 -- begin starts a script: it parses the token mode in modeArg, reads the
--- server's clock and the lock hash KEYS[1] (with level, a field name or
+-- server's clock and the lock hash key (with level, a field name or
 -- nil, as lockOf), and notes ckey, the counter key (nil in a script that
 -- issues no token). It returns the hash's state, nil, the mode and the
 -- time in µs and ms; or nil plus an error reply.
-local function begin(modeArg, level, ckey)
+local function begin(key, modeArg, level, ckey)
   local mode, err = modeOf(modeArg)
   if not mode then
     return nil, err
   end
   local us, now = clock()
-  local h, herr = lockOf(KEYS[1], level, now, ckey)
+  local h, herr = lockOf(key, level, now, ckey)
   if not h then
     return nil, herr
   end

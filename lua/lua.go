@@ -1,10 +1,12 @@
 // Package lua holds the Redis scripts behind redfence's locks (the .lua
 // files of this directory, embedded) and the typed wrappers a caller of the
 // scripts needs: [Acquire], [Release], [Extend], [Abandon], [Inspect] and
-// [Force], on the keys [KeysFor] lays out. Each wrapper sends EVALSHA and
-// falls back to EVAL when the server answers NOSCRIPT (after SCRIPT FLUSH
-// or a restart); [Load] puts every script into a server's cache ahead of
-// use.
+// [Force], on the keys [KeysFor] lays out. On Redis 7 the scripts are one
+// library of Functions, loaded by the first call that finds it missing and
+// called with FCALL; on a server without Functions each wrapper sends
+// EVALSHA and falls back to EVAL when the server answers NOSCRIPT (after
+// SCRIPT FLUSH or a restart). [Load] loads both ahead of use.
+// docs/design.md ("Scripts") says what an operator sees in FUNCTION LIST.
 //
 // The scripts are the whole of the lock's server-side logic; each .lua
 // file's header gives its KEYS, ARGV and every reply. A script refuses a
@@ -140,8 +142,11 @@ func Force(ctx context.Context, rdb redis.Scripter, k Keys, tok fence.Token, by 
 }
 
 // Load puts every script into the script cache of rdb with SCRIPT LOAD
-// (through a ClusterClient, of every node), so that the first call of each
-// is an EVALSHA. It is optional: every wrapper falls back to EVAL by itself.
+// (through a ClusterClient, of every node) and, on a server with Functions,
+// loads the library (on every primary), so that the first call of each
+// needs no load. It is optional: every wrapper loads what it needs by
+// itself. It fails with the server's error, or ErrReply when the server
+// names a script by another SHA1.
 func Load(ctx context.Context, rdb redis.Scripter) error { return scripts.Load(ctx, rdb) }
 
 // IsRefusal reports whether err is one of the scripts' own refusals

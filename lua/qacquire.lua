@@ -24,7 +24,7 @@
 -- written. Returns {0, pttl, 0} when another owner holds it.
 -- Error "FOREIGN <key>" as the other scripts; nothing is written then.
 local level = 'l:' .. ARGV[3]
-local h, err, _, us, now = begin('0', level, KEYS[2])
+local h, err, _, us, now = begin(KEYS[1], '0', level, KEYS[2])
 if not h then
   return err
 end

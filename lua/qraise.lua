@@ -29,7 +29,7 @@ local level = nil
 if ARGV[2] ~= '' then
   level = 'l:' .. ARGV[2]
 end
-local h, err = begin('0', level, KEYS[2])
+local h, err = begin(KEYS[1], '0', level, KEYS[2])
 if not h then
   return err
 end

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redfence/redfence/internal/hashslot"
 	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
@@ -344,9 +345,24 @@ func TestClusterThousandNames(t *testing.T) {
 		assert.Positive(t, perMaster[m], "primary %d got no name", i)
 		assert.EqualValues(t, perMaster[m], n, "primary %d keeps one key per released name (the compacted counter), no queue", i)
 		counts = append(counts, fmt.Sprint(perMaster[m]))
+		assert.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "primary %d has the library", i)
 	}
 	t.Logf("SUMMARY cluster-names names=%d masters=%d per_master=%s calls=%d took_ms=%d",
 		len(names), len(perMaster), strings.Join(counts, "/"), 6*len(names), took.Milliseconds())
+
+	// A primary that lost the library (FUNCTION FLUSH; or a node that
+	// joined after the load) gets it again from the first call there.
+	m := c.Masters()[0]
+	require.NoError(t, m.Client().FunctionFlush(ctx).Err())
+	for _, name := range names {
+		if owner[hashslot.Of(lua.KeysFor(prefix, name).Lock)] == m {
+			l, err := lc.Lock(ctx, name)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+			break
+		}
+	}
+	require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "reloaded on the primary that lost it")
 }
 
 // A lock nobody waits for has no queue key, so from SETSLOT MIGRATING to
@@ -549,7 +565,7 @@ func (h *busyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 func (h *busyHook) refuse(cmd redis.Cmder) bool {
-	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+	if !testenv.ScriptCall(cmd.Name()) {
 		return false
 	}
 	if h.n.Add(-1) < 0 {

@@ -204,9 +204,9 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 				// Counted once answered: a poll counted when sent could
 				// still run after the release below and take the lock
 				// itself.
-				rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, _ error) {
+				rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
 					for _, cmd := range cmds {
-						if a := cmd.Args(); !pipe && len(a) > 1 && (a[1] == scripts.Script("acquire").Hash() || a[1] == scripts.Source("acquire")) {
+						if !pipe && scripts.Ran("acquire", cmd, err) {
 							n.Add(1)
 						}
 					}

@@ -405,11 +405,10 @@ func holdGrants(t *testing.T, node redis.UniversalClient) (*heldGrants, redis.Un
 	testenv.ShortTimeouts(time.Second, -1)(o)
 	rdb := redis.NewClient(o)
 	t.Cleanup(func() { _ = rdb.Close() })
-	// Every call an EVALSHA that runs: no NOSCRIPT and EVAL to tell apart.
+	// Every call an FCALL (or EVALSHA) that runs: no load to tell apart.
 	require.NoError(t, lua.Load(t.Context(), rdb))
 	isGrant := func(cmds []redis.Cmder, pipe bool) bool {
-		a := cmds[0].Args()
-		return !pipe && len(a) > 1 && (a[1] == scripts.Script("qacquire").Hash() || a[1] == scripts.Source("qacquire"))
+		return !pipe && scripts.Runs("qacquire", cmds[0].Args())
 	}
 	var mine sync.Map // the held commands, to report their outcome
 	rdb.AddHook(testenv.Hook{

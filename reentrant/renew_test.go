@@ -46,7 +46,7 @@ func (h *traffic) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *traffic) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		if testenv.ScriptCall(cmd.Name()) {
 			h.singles.Add(1)
 		}
 		return next(ctx, cmd)

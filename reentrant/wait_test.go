@@ -270,7 +270,7 @@ func (h *delayFirst) DialHook(next redis.DialHook) redis.DialHook { return next 
 func (h *delayFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.done.CompareAndSwap(false, true) {
+		if testenv.ScriptCall(cmd.Name()) && h.done.CompareAndSwap(false, true) {
 			time.Sleep(h.d)
 		}
 		return err

@@ -39,7 +39,7 @@ func ReleaseWithoutOwnerCheck(t testing.TB) {
 func HandoffToNewestWaiter(t testing.TB) {
 	t.Helper()
 	for _, name := range []string{"acquire", "release", "abandon"} {
-		swap(t, name, "callOn('ZRANGE', queue, 0, 0)", "callOn('ZRANGE', queue, -1, -1)")
+		swap(t, name, "callOn('ZPOPMIN', queue)", "callOn('ZPOPMAX', queue)")
 	}
 }
 

@@ -8,3 +8,6 @@ var (
 	ParseExtend  = parseExtend
 	ParseInspect = parseInspect
 )
+
+// NoFunctions classifies a load or call error (functions.go).
+var NoFunctions = noFunctions

@@ -1,6 +1,10 @@
 package scripts
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The module's tests reach the scripts here: their source as the server
 // runs it, the script the wrappers run now, and a swap for a modified copy
@@ -18,10 +22,11 @@ func Script(name string) *redis.Script { return *get(name).s }
 // test starts its clients' goroutines.
 func Swap(name, src string) (restore func()) {
 	s := get(name)
-	old, oldSrc, oldHash := *s.s, s.src, s.hash
+	old, oldSrc, oldHash, oldFn := *s.s, s.src, s.hash, s.fn
 	*s.s, s.src = redis.NewScript(src), src
 	s.hash = (*s.s).Hash()
-	return func() { *s.s, s.src, s.hash = old, oldSrc, oldHash }
+	s.fn = "" // the library holds the original: the swapped script goes as EVALSHA
+	return func() { *s.s, s.src, s.hash, s.fn = old, oldSrc, oldHash, oldFn }
 }
 
 func get(name string) *script {
@@ -34,4 +39,32 @@ func get(name string) *script {
 		}
 	}
 	panic("scripts: no script " + name)
+}
+
+// LibrarySource returns the Functions library as Install built it:
+// "#!lua name=<LibraryName()>" and its code.
+func LibrarySource() string { return lib.src }
+
+// Runs reports whether a command with args runs the named script: an
+// EVALSHA or EVAL of it, or an FCALL of its function.
+func Runs(name string, args []any) bool {
+	if len(args) < 2 {
+		return false
+	}
+	s := get(name)
+	return args[1] == (*s.s).Hash() || args[1] == s.src || (s.fn != "" && args[1] == s.fn)
+}
+
+// Ran reports whether cmd, answered with err (a hook's, or cmd.Err()),
+// ran the named script: Runs, and not refused for want of it (NOSCRIPT, a
+// function not loaded, no Functions).
+func Ran(name string, cmd redis.Cmder, err error) bool {
+	if !Runs(name, cmd.Args()) {
+		return false
+	}
+	if err == nil {
+		err = cmd.Err()
+	}
+	return err == nil || !(redis.HasErrorPrefix(err, "NOSCRIPT") ||
+		strings.HasPrefix(err.Error(), "ERR Function not found") || noFunctions(err))
 }

@@ -8,8 +8,10 @@
 // pipelined [ExtendBatch]. Being internal, none of that is a promise to
 // the module's users.
 //
-// Each wrapper sends EVALSHA and falls back to EVAL when the server answers
-// NOSCRIPT (after SCRIPT FLUSH or a restart). A script refuses a key it did
+// Each wrapper sends FCALL of the Functions library where the server has
+// Functions (functions.go), else EVALSHA, falling back to EVAL when the
+// server answers NOSCRIPT (after SCRIPT FLUSH or a restart). A script
+// refuses a key it did
 // not write with [ErrForeign], and changes nothing.
 package scripts
 
@@ -44,6 +46,7 @@ type script struct {
 	s    **redis.Script // the variable the wrappers run
 	src  string         // set by Install
 	hash any            // (*s).Hash() as a command argument, made once
+	fn   string         // its function in the library: redfence_<version>_<name>
 }
 
 // scripts names every script with its source as the server runs it, for
@@ -72,20 +75,24 @@ func Install(src fs.FS) {
 		return string(b)
 	}
 	helpers := read("lib.lua") + read("queue.lua")
+	bodies := map[string]string{}
 	for i := range scripts {
 		s := &scripts[i]
-		s.src = assemble(helpers, read(s.name+".lua"))
+		bodies[s.name] = read(s.name + ".lua")
+		s.src = assemble(helpers, bodies[s.name])
 		*s.s = redis.NewScript(s.src)
 		s.hash = (*s.s).Hash()
 	}
+	buildLibrary(helpers, bodies)
 }
 
 // Load puts every script into the script cache of rdb with SCRIPT LOAD
-// (through a ClusterClient, of every node), so that the first call of each
-// is an EVALSHA that needs no EVAL fallback. It is optional: every wrapper
-// falls back to EVAL by itself when the server answers NOSCRIPT. It fails
-// with ErrReply if the server names a script by another SHA1 than the
-// wrappers do.
+// (through a ClusterClient, of every node), and the Functions library with
+// FUNCTION LOAD where the server has Functions (on every primary), so that
+// the first call of each needs no load. It is optional: every wrapper loads
+// what it needs by itself. It fails with ErrReply if the server names a
+// script by another SHA1 than the wrappers do, and with the server's error
+// if it refuses the library for another reason than lacking Functions.
 func Load(ctx context.Context, rdb redis.Scripter) error {
 	for _, s := range scripts {
 		want := (*s.s).Hash()
@@ -96,6 +103,19 @@ func Load(ctx context.Context, rdb redis.Scripter) error {
 		if sha != want {
 			return fmt.Errorf("%w: SCRIPT LOAD of %s.lua returned %q, want %s", ErrReply, s.name, sha, want)
 		}
+	}
+	p, ok := rdb.(processor)
+	if !ok {
+		return nil
+	}
+	if err := load(ctx, rdb, p); err != nil {
+		if noFunctions(err) {
+			if mode := modeOf(rdb); mode != nil {
+				mode.Store(int32(fnNo))
+			}
+			return nil
+		}
+		return fmt.Errorf("scripts: load library %s: %w", lib.name, err)
 	}
 	return nil
 }
@@ -176,8 +196,9 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// run sends s, every script but ExtendBatch's pipeline, as EVALSHA with
-// argv, built by the caller as
+// run sends s, every script but the pipelines' (ExtendBatch,
+// AcquireAcked), as FCALL where the server has Functions (see fcall), else
+// as EVALSHA with argv, built by the caller as
 // {nil, nil, len(keys), keys..., args...}, and EVAL with the source when
 // the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). The
 // command is built in argv itself, one slice, where go-redis's Script.Run
@@ -195,6 +216,11 @@ func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, argv []any) (
 		return s.Run(ctx, rdb, keys, argv[3+n:]...).Result()
 	}
 	in := installed(s)
+	if mode := modeOf(rdb); in.fn != "" && (mode == nil || fnMode(mode.Load()) != fnNo) {
+		if cmd, ok := fcall(ctx, p, rdb, mode, in, argv); ok {
+			return cmd.Result()
+		}
+	}
 	argv[0], argv[1] = "evalsha", in.hash
 	cmd := redis.NewCmd(ctx, argv...)
 	_ = p.Process(ctx, cmd)

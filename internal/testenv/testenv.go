@@ -178,3 +178,28 @@ func Snapshot(t testing.TB, rdb redis.Cmdable, key string) string {
 	}
 	return fmt.Sprintf("%s %v", kind, content)
 }
+
+// ScriptCall reports whether a command named name runs one of the lock
+// scripts: FCALL or FCALL_RO of the library, or EVALSHA or EVAL where the
+// server has no Functions (miniredis, Redis before 7).
+func ScriptCall(name string) bool {
+	switch strings.ToLower(name) {
+	case "fcall", "fcall_ro", "evalsha", "eval":
+		return true
+	}
+	return false
+}
+
+// Libraries lists the redfence Functions libraries loaded on one server.
+func Libraries(t testing.TB, rdb *redis.Client) []string {
+	t.Helper()
+	libs, err := rdb.FunctionList(context.Background(), redis.FunctionListQuery{LibraryNamePattern: "redfence_*"}).Result()
+	if err != nil {
+		t.Fatalf("FUNCTION LIST: %v", err)
+	}
+	var names []string
+	for _, l := range libs {
+		names = append(names, l.Name)
+	}
+	return names
+}
