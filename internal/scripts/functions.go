@@ -59,6 +59,7 @@ func buildLibrary(helpers string, bodies map[string]string) {
 	lib.src = "#!lua name=" + name + "\n" + strings.ReplaceAll(code.String(), "'@_", "'"+name+"_")
 	for i := range scripts {
 		scripts[i].fn = name + "_" + scripts[i].name
+		scripts[i].fnArg = scripts[i].fn
 	}
 }
 
@@ -70,8 +71,7 @@ func LibraryName() string { return lib.name }
 type fnMode int32
 
 const (
-	fnUnknown fnMode = iota // not tried yet: FCALL first
-	fnYes                   // FCALL works
+	fnUnknown fnMode = iota // FCALL first
 	fnNo                    // no Functions: EVALSHA
 )
 
@@ -110,7 +110,7 @@ func cell[T any](p *T) *atomic.Int32 {
 // argv as run builds it, loading the library when the server lacks it.
 // ok is false when the server has no Functions: the caller sends EVALSHA.
 func fcall(ctx context.Context, p processor, rdb redis.Scripter, mode *atomic.Int32, in *script, argv []any) (cmd *redis.Cmd, ok bool) {
-	argv[0], argv[1] = "fcall", in.fn
+	argv[0], argv[1] = "fcall", in.fnArg
 	if in.name == "inspect" {
 		argv[0] = "fcall_ro"
 	}
@@ -120,16 +120,16 @@ func fcall(ctx context.Context, p processor, rdb redis.Scripter, mode *atomic.In
 		err := cmd.Err()
 		switch {
 		case err == nil || !isRedisErr(err):
-			if mode != nil && err == nil {
-				mode.Store(int32(fnYes))
-			}
 			return cmd, true
 		case noFunctions(err):
 			if mode != nil {
 				mode.Store(int32(fnNo))
 			}
 			return nil, false
-		case attempt == 0 && strings.HasPrefix(err.Error(), "ERR Function not found"):
+		case strings.HasPrefix(err.Error(), "ERR Function not found"):
+			if attempt > 0 {
+				return nil, false // loaded, and still missing: EVALSHA this time
+			}
 			if lerr := load(ctx, rdb, p); lerr != nil {
 				// A server that cannot load it now (OOM: FUNCTION LOAD is
 				// refused where a script's reads still run; a replica)

@@ -42,11 +42,12 @@ var (
 )
 
 type script struct {
-	name string
-	s    **redis.Script // the variable the wrappers run
-	src  string         // set by Install
-	hash any            // (*s).Hash() as a command argument, made once
-	fn   string         // its function in the library: redfence_<version>_<name>
+	name  string
+	s     **redis.Script // the variable the wrappers run
+	src   string         // set by Install
+	hash  any            // (*s).Hash() as a command argument, made once
+	fn    string         // its function in the library: redfence_<version>_<name>
+	fnArg any            // fn as a command argument, made once
 }
 
 // scripts names every script with its source as the server runs it, for
