@@ -67,49 +67,68 @@ func buildLibrary(helpers string, bodies map[string]string) {
 // redfence_<version>.
 func LibraryName() string { return lib.name }
 
-// fnMode is what a client's servers are known to support.
-type fnMode int32
-
-const (
-	fnUnknown fnMode = iota // FCALL first
-	fnNo                    // no Functions: EVALSHA
+// without remembers the clients whose servers have no Functions (a
+// *redis.Client, *redis.ClusterClient or *redis.Ring), held weakly: a
+// client that is dropped takes its entry with it. Other Scripters (a Conn,
+// a pipeline) are not remembered; they try FCALL first each time. The map
+// is read only once some client was found without Functions (anyWithout),
+// so the common path pays no lookup.
+var (
+	without    sync.Map // weak.Pointer[T] -> struct{}
+	anyWithout atomic.Bool
 )
 
-// modes remembers the mode per client (a *redis.Client, *redis.ClusterClient
-// or *redis.Ring), held weakly: a client that is dropped takes its entry
-// with it. Other Scripters (a Conn, a pipeline) are not remembered; they
-// try FCALL first each time.
-var modes sync.Map // weak.Pointer[T] -> *atomic.Int32
-
-// modeOf returns the mode cell of rdb, nil for a Scripter not remembered.
-func modeOf(rdb redis.Scripter) *atomic.Int32 {
+// key returns rdb's key in without, nil for a Scripter not remembered.
+func key(rdb redis.Scripter) any {
 	switch c := rdb.(type) {
 	case *redis.Client:
-		return cell(c)
+		return weak.Make(c)
 	case *redis.ClusterClient:
-		return cell(c)
+		return weak.Make(c)
 	case *redis.Ring:
-		return cell(c)
+		return weak.Make(c)
 	}
 	return nil
 }
 
-func cell[T any](p *T) *atomic.Int32 {
-	key := weak.Make(p)
-	if v, ok := modes.Load(key); ok {
-		return v.(*atomic.Int32)
+// hasFunctions reports whether rdb may have Functions: false once it was
+// found without.
+func hasFunctions(rdb redis.Scripter) bool {
+	if !anyWithout.Load() {
+		return true
 	}
-	v, loaded := modes.LoadOrStore(key, new(atomic.Int32))
-	if !loaded {
-		runtime.AddCleanup(p, func(k weak.Pointer[T]) { modes.Delete(k) }, key)
+	k := key(rdb)
+	if k == nil {
+		return true
 	}
-	return v.(*atomic.Int32)
+	_, no := without.Load(k)
+	return !no
+}
+
+// markWithout remembers that rdb's servers have no Functions.
+func markWithout(rdb redis.Scripter) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		remember(c)
+	case *redis.ClusterClient:
+		remember(c)
+	case *redis.Ring:
+		remember(c)
+	}
+}
+
+func remember[T any](p *T) {
+	k := weak.Make(p)
+	if _, loaded := without.LoadOrStore(k, struct{}{}); !loaded {
+		runtime.AddCleanup(p, func(k weak.Pointer[T]) { without.Delete(k) }, k)
+	}
+	anyWithout.Store(true)
 }
 
 // fcall runs the script of in as FCALL (FCALL_RO for a read-only one) with
 // argv as run builds it, loading the library when the server lacks it.
 // ok is false when the server has no Functions: the caller sends EVALSHA.
-func fcall(ctx context.Context, p processor, rdb redis.Scripter, mode *atomic.Int32, in *script, argv []any) (cmd *redis.Cmd, ok bool) {
+func fcall(ctx context.Context, p processor, rdb redis.Scripter, in *script, argv []any) (cmd *redis.Cmd, ok bool) {
 	argv[0], argv[1] = "fcall", in.fnArg
 	if in.name == "inspect" {
 		argv[0] = "fcall_ro"
@@ -122,9 +141,7 @@ func fcall(ctx context.Context, p processor, rdb redis.Scripter, mode *atomic.In
 		case err == nil || !isRedisErr(err):
 			return cmd, true
 		case noFunctions(err):
-			if mode != nil {
-				mode.Store(int32(fnNo))
-			}
+			markWithout(rdb)
 			return nil, false
 		case strings.HasPrefix(err.Error(), "ERR Function not found"):
 			if attempt > 0 {
@@ -135,8 +152,8 @@ func fcall(ctx context.Context, p processor, rdb redis.Scripter, mode *atomic.In
 				// refused where a script's reads still run; a replica)
 				// gets this call as EVALSHA; one without Functions, every
 				// call from now on.
-				if mode != nil && noFunctions(lerr) {
-					mode.Store(int32(fnNo))
+				if noFunctions(lerr) {
+					markWithout(rdb)
 				}
 				return nil, false
 			}

@@ -111,9 +111,7 @@ func Load(ctx context.Context, rdb redis.Scripter) error {
 	}
 	if err := load(ctx, rdb, p); err != nil {
 		if noFunctions(err) {
-			if mode := modeOf(rdb); mode != nil {
-				mode.Store(int32(fnNo))
-			}
+			markWithout(rdb)
 			return nil
 		}
 		return fmt.Errorf("scripts: load library %s: %w", lib.name, err)
@@ -217,8 +215,8 @@ func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, argv []any) (
 		return s.Run(ctx, rdb, keys, argv[3+n:]...).Result()
 	}
 	in := installed(s)
-	if mode := modeOf(rdb); in.fn != "" && (mode == nil || fnMode(mode.Load()) != fnNo) {
-		if cmd, ok := fcall(ctx, p, rdb, mode, in, argv); ok {
+	if in.fn != "" && hasFunctions(rdb) {
+		if cmd, ok := fcall(ctx, p, rdb, in, argv); ok {
 			return cmd.Result()
 		}
 	}
