@@ -44,8 +44,12 @@
 -- which Lua's doubles are not exact; "ERR malformed ..." for a bad queue
 -- member or token mode. Nothing is written in any of these cases.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
+local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7])
+if quick then
+  return quick
+end
 local level = 'l:' .. ARGV[3]
-local h, err, mode, us, now = begin(KEYS[1], ARGV[6], level, KEYS[3])
+local h, err, mode, us, now = begin(KEYS[1], ARGV[6], level, KEYS[3], read)
 if not h then
   return err
 end
@@ -69,15 +73,19 @@ if h.held and h.o == ARGV[1] then
     end
     return {2, h.t, h.depth}
   end
+  if not h.granted and member ~= '' then
+    -- Even without the flag q: an operator's DEL of the hash drops the
+    -- flag and leaves the queue, where this call may still wait. First,
+    -- so that a foreign queue is refused before anything is written.
+    local left, lerr = callOn('ZREM', KEYS[2], member)
+    if not left then
+      return lerr
+    end
+  end
   local depth = h.granted or h.depth + 1
   h.x = math.max(h.x, now + tonumber(ARGV[2]))
   redis.call('HSET', KEYS[1], level, dec(depth), 'x', dec(h.x))
   keep(KEYS[1], h, mode, now)
-  if not h.granted and member ~= '' then
-    -- Even without the flag q: an operator's DEL of the hash drops the
-    -- flag and leaves the queue, where this call may still wait.
-    redis.call('ZREM', KEYS[2], member)
-  end
   return {1, h.t, depth}
 end
 

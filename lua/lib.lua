@@ -167,11 +167,15 @@ end
 --   granted  the depth the field named level was granted at, or nil
 --   expired  the e: fields, token (string) to owner
 -- or nil plus an error reply for a foreign value (or the server's own
--- error, passed on unchanged so the caller keeps its code).
-local function lockOf(key, level, now, ckey)
-  local r, err = callOn('HGETALL', key)
+-- error, passed on unchanged so the caller keeps its code). read, when
+-- given, is the hash's HGETALL reply, already read by a quick path.
+local function lockOf(key, level, now, ckey, read)
+  local r, err = read, nil
   if not r then
-    return nil, err
+    r, err = callOn('HGETALL', key)
+    if not r then
+      return nil, err
+    end
   end
   local h = {exists = #r > 0, t = 0, levels = {}, expired = {}, ckey = ckey}
   if not h.exists and ckey then
@@ -184,7 +188,6 @@ local function lockOf(key, level, now, ckey)
   end
   for i = 1, #r, 2 do
     local f, v = r[i], r[i + 1]
-    local p = string.sub(f, 1, 2)
     if f == 't' and canonical(v) then
       h.t, h.ts = tonumber(v), v
     elseif f == 'o' then
@@ -205,15 +208,19 @@ local function lockOf(key, level, now, ckey)
       h.y = true
     elseif f == 'f' and parseForced(v) then
       h.f = parseForced(v)
-    elseif p == 'l:' and canonical(v) then
-      h.levels[#h.levels + 1] = string.sub(f, 3)
-      if f == level then
-        h.granted = tonumber(v)
-      end
-    elseif p == 'e:' and canonical(string.sub(f, 3)) then
-      h.expired[string.sub(f, 3)] = v
     else
-      return foreign(key)
+      -- The one-letter fields are done: only now the two-letter prefix.
+      local p = string.sub(f, 1, 2)
+      if p == 'l:' and canonical(v) then
+        h.levels[#h.levels + 1] = string.sub(f, 3)
+        if f == level then
+          h.granted = tonumber(v)
+        end
+      elseif p == 'e:' and canonical(string.sub(f, 3)) then
+        h.expired[string.sub(f, 3)] = v
+      else
+        return foreign(key)
+      end
     end
   end
   h.depth = #h.levels
@@ -249,16 +256,17 @@ end
 
 -- begin starts a script: it parses the token mode in modeArg, reads the
 -- server's clock and the lock hash key (with level, a field name or
--- nil, as lockOf), and notes ckey, the counter key (nil in a script that
--- issues no token). It returns the hash's state, nil, the mode and the
--- time in µs and ms; or nil plus an error reply.
-local function begin(key, modeArg, level, ckey)
+-- nil, and read, the hash's HGETALL reply if a quick path read it, as
+-- lockOf), and notes ckey, the counter key (nil in a script that issues
+-- no token). It returns the hash's state, nil, the mode and the time in
+-- µs and ms; or nil plus an error reply.
+local function begin(key, modeArg, level, ckey, read)
   local mode, err = modeOf(modeArg)
   if not mode then
     return nil, err
   end
   local us, now = clock()
-  local h, herr = lockOf(key, level, now, ckey)
+  local h, herr = lockOf(key, level, now, ckey, read)
   if not h then
     return nil, herr
   end
@@ -412,11 +420,12 @@ end
 -- as before, inspect still says whose the last ownership was, and the next
 -- take continues the incarnation (b). A released name then costs one key,
 -- not two. A counter found above t (written by hand) is put back, and
--- nothing compacted. true when compacted; false, having written nothing,
+-- nothing compacted; nor is a b above t (written by hand), which would
+-- make a record parseCounter refuses. true when compacted; false, having written nothing,
 -- otherwise.
 local function compact(key, h, mode)
   if mode ~= 0 or h.y or h.f or h.w or h.p or (h.q and not h.qEmpty) or next(h.expired)
-      or not h.ckey or not h.ts or not h.b or h.b < 1 or not h.o then
+      or not h.ckey or not h.ts or not h.b or h.b < 1 or h.b > h.t or not h.o then
     return false
   end
   local rec = h.ts .. ' ' .. dec(h.b) .. ' ' .. h.o

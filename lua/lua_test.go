@@ -559,3 +559,28 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 		}
 	})
 }
+
+// A waiting call that reenters, or takes a lock never used, leaves the
+// queue: a queue key of another type is refused before anything is
+// written, on the quick path and the general one alike.
+func TestForeignQueueRefusedBeforeAnyWrite(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		w := &lua.Waiter{Channel: "ch", Claim: time.Second, Queue: time.Minute}
+		for _, held := range []bool{false, true} {
+			k := keys(t)
+			if held {
+				a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r1"})
+				require.NoError(t, err)
+				require.True(t, a.OK)
+			}
+			require.NoError(t, rdb.Set(ctx, k.Queue, "not a zset", 0).Err())
+			before := testenv.Snapshot(t, rdb, k.Lock) + testenv.Snapshot(t, rdb, k.Counter)
+			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w})
+			require.ErrorIs(t, err, lua.ErrForeign, "held: %v", held)
+			require.ErrorContains(t, err, k.Queue)
+			require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock)+testenv.Snapshot(t, rdb, k.Counter),
+				"held: %v: nothing written", held)
+		}
+	})
+}

@@ -29,8 +29,12 @@
 -- Error "FOREIGN <key>" when a key holds a value this library did not write;
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
+local quick, read = quickRelease(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if quick then
+  return quick
+end
 local level = 'l:' .. ARGV[3]
-local h, err, mode, us, now = begin(KEYS[1], ARGV[4], level, KEYS[3])
+local h, err, mode, us, now = begin(KEYS[1], ARGV[4], level, KEYS[3], read)
 if not h then
   return err
 end

@@ -352,5 +352,14 @@ func TestCompactionKeepsWhatItCannotRecord(t *testing.T) {
 		require.Equal(t, "100", rdb.Get(ctx, k.Counter).Val(), "a higher counter is put back")
 		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "and the hash kept")
 		require.EqualValues(t, 101, take(k, "o2", "r2", time.Minute, lua.Tokens{}).Token)
+
+		k = keys(t) // a b set by hand above the last token
+		a = take(k, "o1", "r1", time.Minute, lua.Tokens{})
+		require.NoError(t, rdb.HSet(ctx, k.Lock, "b", "5").Err())
+		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Equal(t, "1", rdb.Get(ctx, k.Counter).Val(), "no record that would read as foreign")
+		require.EqualValues(t, 2, take(k, "o2", "r2", time.Minute, lua.Tokens{}).Token)
 	})
 }

@@ -27,9 +27,10 @@ import (
 )
 
 // The scripts, built once per process by Install: the helpers the script
-// calls (from lib.lua, the lock hash and the tokens, and queue.lua, the wait
-// queue), then the script's own file, without comments (assemble), so the
-// helpers that recognise a lock are written once.
+// calls (from lib.lua, the lock hash and the tokens; queue.lua, the wait
+// queue; quick.lua, the uncontended acquire and release), then the
+// script's own file, without comments (assemble), so the helpers that
+// recognise a lock are written once.
 var (
 	acquireScript  *redis.Script
 	releaseScript  *redis.Script
@@ -63,8 +64,8 @@ var scripts = []script{
 	{name: "force", s: &forceScript},
 }
 
-// Install builds every script from the .lua files in src: lib.lua and
-// queue.lua, then one file per script, named after it. Package lua calls it
+// Install builds every script from the .lua files in src: lib.lua,
+// queue.lua and quick.lua, then one file per script, named after it. Package lua calls it
 // from init with its embedded files, once, before any wrapper can run; a
 // file missing from src is a build defect, and panics.
 func Install(src fs.FS) {
@@ -75,7 +76,7 @@ func Install(src fs.FS) {
 		}
 		return string(b)
 	}
-	helpers := read("lib.lua") + read("queue.lua")
+	helpers := read("lib.lua") + read("queue.lua") + read("quick.lua")
 	bodies := map[string]string{}
 	for i := range scripts {
 		s := &scripts[i]

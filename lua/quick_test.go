@@ -1,0 +1,249 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/redfence/redfence/internal/scripts"
+	"github.com/redfence/redfence/internal/testenv"
+)
+
+// The quick paths (lib.lua's quickTake and quickRelease) must answer and
+// write exactly what the general path would. TestQuickPathsMatchTheGeneralPath
+// runs each script twice on the same generated state, as it ships and with
+// its quick path cut out, and compares the replies and every key after.
+// The states lean towards the ones the quick paths take (a compacted or
+// absent lock for acquire; a live depth-1 ownership for release) and mix in
+// every field, malformed values, other owners, tokens and levels, the
+// other token mode and wrong key types, which the quick paths must leave
+// to the general path.
+
+// withoutQuick returns the named script's source with its quick path cut
+// out (the general path then reads the hash itself), failing t if the text
+// to cut is not there.
+func withoutQuick(t *testing.T, name, quick string) string {
+	src := scripts.Source(name)
+	require.Contains(t, src, quick, "the %s script's quick path", name)
+	return strings.Replace(src, quick, "local read\n", 1)
+}
+
+const (
+	quickTakeCall = "local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7])\n" +
+		"if quick then\n  return quick\nend\n"
+	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
+		"if quick then\n  return quick\nend\n"
+)
+
+var lineNumber = regexp.MustCompile(`:[0-9]+:`)
+
+// quickState is a generated state of a lock's three keys.
+type quickState struct {
+	counter string            // "" none, "#hash" a hash (wrong type)
+	hash    map[string]string // nil none
+	hashStr bool              // the lock key is a string (wrong type)
+	queue   []string          // members, scores in order
+	qStr    bool              // the queue key is a string (wrong type)
+}
+
+// drawQuickState draws a state at server time now (ms); exact when TIME
+// stands still (miniredis), so that leases may end within a millisecond
+// of now.
+func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState {
+	var s quickState
+	s.counter = rapid.SampledFrom([]string{"", "5", "6", "5 1 o1", "5 1 o1", "5 3 o2", "6 1 o1",
+		"5 7 o1", "5 1 ", "5 01 o1", "abc", "0", "05", "#hash", "9007199254740991",
+		"9007199254740990", "9007199254740991 1 o1", "12345678901234567 1 o1"}).Draw(t, "counter")
+	kind := rapid.IntRange(0, 12).Draw(t, "hashKind")
+	if rapid.Bool().Draw(t, "typical") {
+		// What the script's quick path takes, give or take a field.
+		kind = map[string]int{"acquire": 0, "release": 5}[script]
+	}
+	switch kind {
+	case 0, 1, 2, 3:
+		// absent: what a compacted or new lock looks like
+	case 4:
+		s.hashStr = true
+	case 5, 6, 7:
+		// A live ownership at depth 1, as take left it: what a release
+		// compacts.
+		lefts := []int64{60_000, 60_000, 60_000, -1_000}
+		if exact {
+			lefts = append(lefts, 1, 0, -1)
+		}
+		x := rapid.SampledFrom(lefts).Draw(t, "heldLeaseLeft")
+		b := rapid.SampledFrom([]string{"1", "1", "1", "6", "7"}).Draw(t, "heldB")
+		s.hash = map[string]string{"o": "o1", "t": "6", "x": strconv.FormatInt(now+x, 10), "b": b, "l:r1": "1"}
+		if rapid.Bool().Draw(t, "meta") {
+			s.hash["m"] = "meta"
+		}
+		// At most one field more, which the quick path must leave alone.
+		extra := map[string]string{"q": "1", "y": "1", "e:4": "o3", "w": "3", "f": "4 100 admin",
+			"p": "1", "zz": "junk", "l:r2": "2", "-": ""}
+		if f := rapid.SampledFrom([]string{"-", "-", "-", "q", "y", "e:4", "w", "f", "p", "zz", "l:r2"}).Draw(t, "extra"); f != "-" {
+			s.hash[f] = extra[f]
+		}
+		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "6 1 o1"}).Draw(t, "heldCounter")
+	default:
+		s.hash = map[string]string{}
+		pick := func(field string, values ...string) {
+			if v := rapid.SampledFrom(values).Draw(t, field); v != "-" {
+				s.hash[field] = v
+			}
+		}
+		future, past := strconv.FormatInt(now+60_000, 10), strconv.FormatInt(now-1_000, 10)
+		pick("o", "o1", "o1", "o1", "o2", "-")
+		pick("t", "6", "6", "6", "5", "x", "-")
+		pick("x", future, future, future, past, "bad", "-")
+		pick("b", "1", "1", "6", "9", "0", "-")
+		pick("l:r1", "1", "1", "2", "z", "-", "-")
+		pick("l:r2", "1", "2", "-", "-", "-", "-")
+		for _, f := range []string{"m", "q", "y", "e:4", "w", "f", "p", "zz"} {
+			v := map[string]string{"m": "meta", "q": "1", "y": "1", "e:4": "o3", "w": "3",
+				"f": "4 100 admin", "p": "1", "zz": "junk"}[f]
+			pick(f, v, "-", "-", "-", "-", "-")
+		}
+	}
+	s.qStr = rapid.IntRange(0, 9).Draw(t, "queueKind") == 0
+	s.queue = rapid.SliceOfN(rapid.SampledFrom([]string{
+		"w1\n1000\no4\n\np" + "chan1", "w2\n1000\no5\nmeta\np" + "chan2", "junk"}), 0, 2).Draw(t, "queue")
+	return s
+}
+
+func (s quickState) write(t *testing.T, rdb *redis.Client, keys []string) {
+	ctx := context.Background()
+	require.NoError(t, rdb.Del(ctx, keys...).Err())
+	switch {
+	case s.counter == "#hash":
+		require.NoError(t, rdb.HSet(ctx, keys[2], "a", "b").Err())
+	case s.counter != "":
+		require.NoError(t, rdb.Set(ctx, keys[2], s.counter, 0).Err())
+	}
+	if s.hashStr {
+		require.NoError(t, rdb.Set(ctx, keys[0], "foreign", 0).Err())
+	} else if len(s.hash) > 0 {
+		require.NoError(t, rdb.HSet(ctx, keys[0], s.hash).Err())
+	}
+	if s.qStr {
+		require.NoError(t, rdb.Set(ctx, keys[1], "foreign", 0).Err())
+		return
+	}
+	for i, m := range s.queue {
+		require.NoError(t, rdb.ZAdd(ctx, keys[1], redis.Z{Score: float64(i + 1), Member: m}).Err())
+	}
+}
+
+// quickSnapshot returns the keys' contents, the lock hash's x (a time)
+// as its distance from now (rounded to the second unless exact: TIME
+// moves on a real Redis), the queue's members in order without their
+// scores (TIME too), and whether each key has an expiry.
+func quickSnapshot(t *testing.T, rdb *redis.Client, keys []string, now int64, exact bool) string {
+	ctx := context.Background()
+	var b strings.Builder
+	for i, k := range keys {
+		if h := rdb.HGetAll(ctx, k); i == 0 && h.Err() == nil && len(h.Val()) > 0 {
+			var fields []string
+			for f, v := range h.Val() {
+				if x, err := strconv.ParseInt(v, 10, 64); f == "x" && err == nil && !exact {
+					v = fmt.Sprintf("now%+ds", (x-now+500)/1000)
+				}
+				fields = append(fields, f+"="+v)
+			}
+			sort.Strings(fields)
+			fmt.Fprintf(&b, "hash %v", fields)
+		} else if q := rdb.ZRange(ctx, k, 0, -1); i == 1 && q.Err() == nil {
+			fmt.Fprintf(&b, "queue %q", q.Val()) // the scores are TIME
+		} else {
+			b.WriteString(testenv.Snapshot(t, rdb, k))
+		}
+		fmt.Fprintf(&b, " expiry=%v\n", rdb.PTTL(ctx, k).Val() > 0)
+	}
+	return b.String()
+}
+
+func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		rdb, k := be.Client, keys(t)
+		ks := []string{k.Lock, k.Queue, k.Counter}
+		general := map[string]*redis.Script{
+			"acquire": redis.NewScript(withoutQuick(t, "acquire", quickTakeCall)),
+			"release": redis.NewScript(withoutQuick(t, "release", quickReleaseCall)),
+		}
+		shipped := map[string]*redis.Script{
+			"acquire": redis.NewScript(scripts.Source("acquire")),
+			"release": redis.NewScript(scripts.Source("release")),
+		}
+		// probe answers "quick" when the quick path takes the call.
+		probe := map[string]*redis.Script{
+			"acquire": redis.NewScript(strings.Replace(scripts.Source("acquire"), quickTakeCall,
+				strings.Replace(quickTakeCall, "return quick\n", "return 'quick'\n", 1)+"do return 'general' end\n", 1)),
+			"release": redis.NewScript(strings.Replace(scripts.Source("release"), quickReleaseCall,
+				strings.Replace(quickReleaseCall, "return quick", "return 'quick'", 1)+"do return 'general' end\n", 1)),
+		}
+		quickTaken := map[string]int{}
+		check := func(rt *rapid.T) {
+			ctx := context.Background()
+			now := rdb.Time(ctx).Val().UnixMilli()
+			if be.Mini != nil {
+				be.Mini.SetTime(time.UnixMilli(now)) // TIME stands still
+			}
+			name := rapid.SampledFrom([]string{"acquire", "release"}).Draw(rt, "script")
+			st := drawQuickState(rt, now, be.Mini != nil, name)
+			owner := rapid.SampledFrom([]string{"o1", "o1", "o1", "o1", "o2"}).Draw(rt, "owner")
+			level := rapid.SampledFrom([]string{"r1", "r1", "r1", "r1", "r2", "r3"}).Draw(rt, "level")
+			modes := []string{"0", "0", "0", "0", "0", "x"}
+			if be.Mini != nil {
+				// Time tokens are TIME in µs: equal only where TIME stands still.
+				modes = append(modes, "5000")
+			}
+			mode := rapid.SampledFrom(modes).Draw(rt, "mode")
+			var args []any
+			if name == "acquire" {
+				member := rapid.SampledFrom([]string{"", "", "", "w1\n1000\no4\n\npchan1", "bad"}).Draw(rt, "member")
+				meta := rapid.SampledFrom([]string{"", "", "meta2"}).Draw(rt, "meta")
+				ttl := rapid.SampledFrom([]string{"10000", "10000", "0"}).Draw(rt, "ttl")
+				args = []any{owner, ttl, level, member, "30000", mode, meta, "5"}
+			} else {
+				token := rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "5", "7", "x"}).Draw(rt, "token")
+				args = []any{owner, token, level, mode}
+			}
+			run := func(s *redis.Script) string {
+				st.write(t, rdb, ks)
+				r, err := s.Run(ctx, rdb, ks, args...).Result()
+				if a, ok := r.([]any); ok && len(a) == 3 && a[0] == int64(0) && be.Mini == nil {
+					a[1] = fmt.Sprintf("%ds", (a[1].(int64)+500)/1000) // a lease left, in ms
+				}
+				// A script error names the line, which the cut moves.
+				errText := lineNumber.ReplaceAllString(fmt.Sprint(err), ":N:")
+				return fmt.Sprintf("reply=%v err=%v\n%s", r, errText, quickSnapshot(t, rdb, ks, now, be.Mini != nil))
+			}
+			want, got := run(general[name]), run(shipped[name])
+			if want != got {
+				rt.Fatalf("%s(%q) on %+v:\ngeneral path:\n%s\nshipped:\n%s", name, args, st, want, got)
+			}
+			st.write(t, rdb, ks)
+			if probe[name].Run(ctx, rdb, ks, args...).Val() == "quick" {
+				quickTaken[name]++
+			}
+		}
+		// A release meets the state its quick path takes in about 2% of
+		// the draws: run batches until both paths were taken 20 times.
+		for i := 0; i < 20 && (quickTaken["acquire"] < 20 || quickTaken["release"] < 20); i++ {
+			rapid.Check(t, check)
+		}
+		// The generator must reach the states the quick paths take, or the
+		// comparison says nothing about them.
+		require.GreaterOrEqual(t, quickTaken["acquire"], 20, "the quick path took too few generated acquires")
+		require.GreaterOrEqual(t, quickTaken["release"], 20, "the quick path took too few generated releases")
+		t.Logf("the quick paths took %v of the calls", quickTaken)
+	})
+}
