@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -59,30 +61,82 @@ func (r *Request) member() string {
 	if w.Sharded {
 		kind = 's'
 	}
-	// Built in one buffer: one allocation, the string.
-	b := make([]byte, 0, len(r.Level)+len(r.Owner)+len(r.Meta)+len(w.Channel)+32)
-	b = append(append(b, r.Level...), '\n')
-	b = append(strconv.AppendInt(b, max(w.Claim.Milliseconds(), 1), 10), '\n')
-	b = append(append(b, r.Owner...), '\n')
-	b = append(append(b, r.Meta...), '\n', kind)
-	return string(append(b, w.Channel...))
+	// Built in one buffer, which becomes the string: one allocation.
+	var b strings.Builder
+	b.Grow(len(r.Level) + len(r.Owner) + len(r.Meta) + len(w.Channel) + 32)
+	b.WriteString(r.Level)
+	b.WriteByte('\n')
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], max(w.Claim.Milliseconds(), 1), 10))
+	b.WriteByte('\n')
+	b.WriteString(r.Owner)
+	b.WriteByte('\n')
+	b.WriteString(r.Meta)
+	b.WriteByte('\n')
+	b.WriteByte(kind)
+	b.WriteString(w.Channel)
+	return b.String()
+}
+
+// argv is the argument vector of one script call, with the values it
+// sends stored beside it. A string, or an int64 above 255, put in an
+// interface is an allocation of its own; an *arg is not, so a vector costs
+// one allocation whatever it holds. go-redis writes an *arg from its bytes
+// (encoding.BinaryMarshaler), and hooks and logs that print a command see
+// its text (fmt.Stringer), as they would a string. A vector is built for
+// one call and not changed after: a command go-redis sends again (a retry)
+// sends the same values.
+type argv struct {
+	vals   [8]arg
+	digits [4 * 20]byte // the numbers' text: four at most, of 20 digits at most
+	used   int          // of digits
+	args   [14]any
+}
+
+// arg is one value of an argv.
+type arg struct{ b []byte }
+
+// MarshalBinary returns the value as go-redis writes it.
+func (a *arg) MarshalBinary() ([]byte, error) { return a.b, nil }
+
+// String returns the value as text, for whoever prints the command.
+func (a *arg) String() string { return string(a.b) }
+
+// str stores v as the vector's i-th value and returns it as an argument.
+// The bytes are v's own, which go-redis only reads.
+func (a *argv) str(i int, v string) any {
+	a.vals[i].b = unsafe.Slice(unsafe.StringData(v), len(v))
+	return &a.vals[i]
+}
+
+// num stores v in decimal as the vector's i-th value and returns it as an
+// argument.
+func (a *argv) num(i int, v int64) any {
+	b := strconv.AppendInt(a.digits[a.used:a.used], v, 10)
+	a.used += len(b)
+	a.vals[i].b = b
+	return &a.vals[i]
 }
 
 // noDepthLimit is acquire's ARGV[8] for a request without MaxDepth, boxed
 // once.
 var noDepthLimit any = int64(math.MaxInt32)
 
+// acquireArgs returns the argument vector of acquire.lua for r, the first
+// two left for run: [cmd, script, 3, keys..., ARGV...].
 func acquireArgs(k Keys, r *Request) []any {
 	var queue int64
 	if r.Waiter != nil {
 		queue = max(r.Waiter.Queue.Milliseconds(), 1)
 	}
 	depth := noDepthLimit
+	a := new(argv)
 	if r.MaxDepth > 0 {
-		depth = r.MaxDepth
+		depth = a.num(7, r.MaxDepth)
 	}
-	return []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2),
-		r.Owner, r.TTL.Milliseconds(), r.Level, r.member(), queue, r.Tokens.arg(), r.Meta, depth}
+	a.args = [14]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
+		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.num(5, r.Tokens.arg()), a.str(6, r.Meta), depth}
+	return a.args[:]
 }
 
 // Acquire runs acquire.lua for r without waiting: a free lock others queue
@@ -162,7 +216,10 @@ func parseAcquire(v any) (Acquired, error) {
 // it removed a level. A lock it hands to the next waiter gets a token
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
-	v, err := run(ctx, rdb, abandonScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), r.Owner, r.Level, r.member(), r.Tokens.arg()})
+	a := new(argv)
+	a.args = [14]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.str(1, r.Level),
+		a.str(2, r.member()), a.num(3, r.Tokens.arg())}
+	v, err := run(ctx, rdb, abandonScript, a.args[:10])
 	if err != nil {
 		return false, scriptErr(err)
 	}

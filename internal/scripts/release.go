@@ -14,7 +14,10 @@ import (
 // ownership does not hold the lock. A lock handed to a waiter gets a token
 // issued as m says.
 func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (int64, error) {
-	v, err := run(ctx, rdb, releaseScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), owner, int64(token), level, m.arg()})
+	a := new(argv)
+	a.args = [14]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, owner), a.num(1, int64(token)),
+		a.str(2, level), a.num(3, m.arg())}
+	v, err := run(ctx, rdb, releaseScript, a.args[:10])
 	if err != nil {
 		return 0, scriptErr(err)
 	}

@@ -1,0 +1,44 @@
+package scripts
+
+import (
+	"context"
+	"encoding"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// An argument vector sends what the plain values would: each value's bytes
+// (what go-redis writes) and its text (what a hook prints) are the value,
+// for the largest numbers it may hold, in one allocation besides the queue
+// member's string.
+func TestArgvHoldsTheValues(t *testing.T) {
+	k := KeysFor("p", "n")
+	r := &Request{Owner: "owner-1", Level: "level-1", TTL: math.MaxInt64, Meta: "meta",
+		MaxDepth: math.MaxInt64, Waiter: &Waiter{Channel: "ch", Claim: time.Second, Queue: math.MaxInt64},
+		Tokens: Tokens{Time: true, Idle: math.MaxInt64}}
+	ms := fmt.Sprint(int64(math.MaxInt64) / int64(time.Millisecond))
+	want := []string{"3", k.Lock, k.Queue, k.Counter, "owner-1", ms, "level-1",
+		"level-1\n1000\nowner-1\nmeta\npch", ms, ms, "meta", fmt.Sprint(int64(math.MaxInt64))}
+	args := acquireArgs(k, r)
+	require.Len(t, args, 14)
+	for i, a := range args[2:] {
+		require.Equal(t, want[i], fmt.Sprint(a), "argument %d as text", i+2)
+		if m, ok := a.(encoding.BinaryMarshaler); ok {
+			b, err := m.MarshalBinary()
+			require.NoError(t, err)
+			require.Equal(t, want[i], string(b), "argument %d as written", i+2)
+		}
+	}
+	args[0], args[1] = "fcall", "f"
+	require.Equal(t, "fcall f "+strings.Join(want, " "), redis.NewCmd(context.Background(), args...).String(),
+		"a printed command shows the values")
+
+	r.Waiter, r.MaxDepth, r.Tokens = nil, 0, Tokens{}
+	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { acquireArgs(k, r) }), 1.0)
+}
