@@ -49,8 +49,8 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			got := trips.take()
 			require.NoError(t, l.Unlock(ctx))
-			assert.Equal(t, []string{"evalsha wait"}, got, "round trips of one Lock")
-			assert.NoError(t, mon.sameConn(t, "evalsha", "wait"))
+			assert.Equal(t, []string{"fcall wait"}, got, "round trips of one Lock: the script as a Function, WAIT in its pipeline")
+			assert.NoError(t, mon.sameConn(t, "fcall", "wait"))
 		})
 	}
 

@@ -34,6 +34,8 @@ import (
 type traffic struct {
 	pipes, pipeCmds, evals atomic.Int64
 	singles                atomic.Int64 // scripts sent on their own
+	loads                  atomic.Int64 // FUNCTION LOADs
+	fcalls                 atomic.Int64 // FCALLs in pipelines
 
 	mu      sync.Mutex
 	batches [][]string // the lock keys of each renewal pipeline, when recording
@@ -46,6 +48,9 @@ func (h *traffic) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *traffic) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(cmd.Name(), "function") && strings.EqualFold(fmt.Sprint(a[1]), "load") {
+			h.loads.Add(1)
+		}
 		if testenv.ScriptCall(cmd.Name()) {
 			h.singles.Add(1)
 		}
@@ -62,6 +67,9 @@ func (h *traffic) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 			a := c.Args()
 			if strings.EqualFold(c.Name(), "eval") {
 				h.evals.Add(1)
+			}
+			if strings.EqualFold(c.Name(), "fcall") {
+				h.fcalls.Add(1)
 			}
 			if len(a) > 3 {
 				keys = append(keys, a[3].(string))
@@ -87,6 +95,8 @@ func (h *traffic) reset() {
 	h.pipeCmds.Store(0)
 	h.evals.Store(0)
 	h.singles.Store(0)
+	h.loads.Store(0)
+	h.fcalls.Store(0)
 }
 
 // holdNext makes the next pipeline wait until the returned func is called.
@@ -169,26 +179,48 @@ func TestRenewer10kLeasesOnePipelinePerTick(t *testing.T) {
 	}
 }
 
-// SCRIPT FLUSH between renewals: the batch's EVALSHAs are answered
-// NOSCRIPT, the renewer re-sends them with EVAL, and no lease is lost.
+// Flushes between renewals. With Functions, FUNCTION FLUSH: the batch's
+// FCALLs are answered that the function is missing, the renewer loads the
+// library and sends them again. Without (FUNCTION and FCALL renamed away),
+// SCRIPT FLUSH: its EVALSHAs are answered NOSCRIPT and re-sent with EVAL.
+// No lease is lost either way.
 func TestRenewalSurvivesScriptFlush(t *testing.T) {
-	const n, ttl = 50, 600 * time.Millisecond
-	srv := redisproc.Start(t)
-	rdb, admin := srv.Client(), srv.Client()
-	h := &traffic{}
-	rdb.AddHook(h)
-	c := newClient(t, rdb, reentrant.WithTTL(ttl))
-	leases := lockMany(t, c, n)
-	h.reset()
-	for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
-		require.NoError(t, admin.ScriptFlush(t.Context()).Err())
-		time.Sleep(ttl / 6)
+	for _, functions := range []bool{true, false} {
+		t.Run(map[bool]string{true: "functions", false: "evalsha"}[functions], func(t *testing.T) {
+			const n, ttl = 50, 600 * time.Millisecond
+			var opts []redisproc.Option
+			if !functions {
+				opts = append(opts, redisproc.WithArgs("--rename-command", "FUNCTION", "", "--rename-command", "FCALL", ""))
+			}
+			srv := redisproc.Start(t, opts...)
+			rdb, admin := srv.Client(), srv.Client()
+			h := &traffic{}
+			rdb.AddHook(h)
+			c := newClient(t, rdb, reentrant.WithTTL(ttl))
+			leases := lockMany(t, c, n)
+			h.reset()
+			for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+				if functions {
+					require.NoError(t, admin.FunctionFlush(t.Context()).Err())
+				} else {
+					require.NoError(t, admin.ScriptFlush(t.Context()).Err())
+				}
+				time.Sleep(ttl / 6)
+			}
+			for _, l := range leases {
+				require.NoError(t, l.Err())
+			}
+			if functions {
+				require.Positive(t, h.fcalls.Load(), "renewals go as FCALL")
+				require.Positive(t, h.loads.Load(), "the library must have been loaded again")
+				require.Zero(t, h.evals.Load(), "and no renewal sent as a script")
+			} else {
+				require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
+				require.Positive(t, h.evals.Load(), "the NOSCRIPT fallback must have run")
+			}
+			t.Logf("%d pipelines, %d EVAL re-sends, %d library loads", h.pipes.Load(), h.evals.Load(), h.loads.Load())
+		})
 	}
-	for _, l := range leases {
-		require.NoError(t, l.Err())
-	}
-	require.Positive(t, h.evals.Load(), "the NOSCRIPT fallback must have run")
-	t.Logf("%d pipelines, %d EVAL re-sends", h.pipes.Load(), h.evals.Load())
 }
 
 // One batch that finds some ownerships gone (key deleted), one refused

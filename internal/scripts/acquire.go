@@ -157,7 +157,7 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 // returns the acquire reply and how many replicas acknowledged it.
 func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
 	argv := acquireArgs(k, r)
-	send := func(cmd, script string) (*redis.Cmd, *redis.Cmd, error) {
+	send := func(cmd string, script any) (*redis.Cmd, *redis.Cmd, error) {
 		argv[0], argv[1] = cmd, script
 		pipe := node.Pipeline()
 		acq := redis.NewCmd(ctx, argv...)
@@ -166,9 +166,34 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 		_, err := pipe.Exec(ctx)
 		return acq, ack, err
 	}
-	acq, ack, err := send("evalsha", acquireScript.Hash())
-	if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
-		acq, ack, err = send("eval", sourceOf(acquireScript))
+	// As run: FCALL where the server has Functions (the library loaded
+	// once if missing), else EVALSHA, and EVAL after NOSCRIPT.
+	in := installed(acquireScript)
+	var (
+		acq, ack *redis.Cmd
+		err      error
+		ran      bool
+	)
+	if in.fn != "" && hasFunctions(node) {
+		acq, ack, err = send("fcall", in.fnArg)
+		if functionMissing(acq.Err()) {
+			if lerr := load(ctx, node, node); lerr == nil {
+				acq, ack, err = send("fcall", in.fnArg)
+			} else if noFunctions(lerr) {
+				markWithout(node)
+			}
+		}
+		if e := acq.Err(); e != nil && isRedisErr(e) && noFunctions(e) {
+			markWithout(node)
+		} else {
+			ran = !functionMissing(e)
+		}
+	}
+	if !ran {
+		acq, ack, err = send("evalsha", in.hash)
+		if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+			acq, ack, err = send("eval", in.src)
+		}
 	}
 	if err := acq.Err(); err != nil {
 		return Acquired{}, 0, scriptErr(err)

@@ -37,44 +37,28 @@ type ExtendResult struct {
 	Sent time.Time
 }
 
-// ExtendBatch runs extend.lua for every request in one go-redis pipeline on
-// rdb: one round trip per Redis node (a Cluster or Ring client splits the
-// pipeline by node itself). Entries answered NOSCRIPT (after SCRIPT FLUSH or
-// a restart) are sent again with EVAL in a second pipeline, which also
-// loads the script for the next batch. The i-th result answers reqs[i].
+// ExtendBatch runs extend.lua for every request in pipelines on rdb: one
+// round trip per Redis node (a Cluster or Ring client splits the pipeline
+// by node itself), as FCALL where the server has Functions, else as
+// EVALSHA (see pipelined: entries that find the library or the script
+// missing are sent again once it is loaded). The i-th result answers
+// reqs[i].
 func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tokens) []ExtendResult {
+	mode := m.arg()
+	b := pipelined(ctx, rdb, extendScript, len(reqs), func(i int) []any {
+		r := reqs[i]
+		return []any{1, r.Keys.Lock, r.Owner, r.Token.String(), r.TTL.Milliseconds(), mode}
+	})
 	out := make([]ExtendResult, len(reqs))
-	idx := make([]int, len(reqs))
-	for i := range idx {
-		idx[i] = i
-	}
-	run := func(idx []int, eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) []int {
-		pipe := rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(idx))
-		for j, i := range idx {
-			r := reqs[i]
-			cmds[j] = eval(ctx, pipe, []string{r.Keys.Lock}, r.Owner, r.Token.String(), r.TTL.Milliseconds(), m.arg())
+	for i, cmd := range b.cmds {
+		v, err := cmd.Result()
+		if err == nil && v == nil && b.execs[i] != nil {
+			err = b.execs[i] // a command the pipeline never got to
 		}
-		sent := time.Now()
-		_, execErr := pipe.Exec(ctx)
-		var noscript []int
-		for j, i := range idx {
-			v, err := cmds[j].Result()
-			if err == nil && v == nil && execErr != nil {
-				err = execErr // a command the pipeline never got to
-			}
-			if redis.HasErrorPrefix(err, "NOSCRIPT") {
-				noscript = append(noscript, i)
-			}
-			out[i] = ExtendResult{Err: scriptErr(err), Sent: sent}
-			if err == nil {
-				out[i].Held, out[i].Err = parseExtend(v)
-			}
+		out[i] = ExtendResult{Err: scriptErr(err), Sent: b.sent[i]}
+		if err == nil {
+			out[i].Held, out[i].Err = parseExtend(v)
 		}
-		return noscript
-	}
-	if again := run(idx, extendScript.EvalSha); len(again) > 0 {
-		run(again, extendScript.Eval)
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
@@ -143,7 +144,7 @@ func fcall(ctx context.Context, p processor, rdb redis.Scripter, in *script, arg
 		case noFunctions(err):
 			markWithout(rdb)
 			return nil, false
-		case strings.HasPrefix(err.Error(), "ERR Function not found"):
+		case functionMissing(err):
 			if attempt > 0 {
 				return nil, false // loaded, and still missing: EVALSHA this time
 			}
@@ -167,6 +168,12 @@ func fcall(ctx context.Context, p processor, rdb redis.Scripter, in *script, arg
 func isRedisErr(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+}
+
+// functionMissing reports whether err is the server's answer to an FCALL
+// of a function it has not loaded.
+func functionMissing(err error) bool {
+	return err != nil && isRedisErr(err) && strings.HasPrefix(err.Error(), "ERR Function not found")
 }
 
 // noFunctions reports whether err says the server cannot run this
@@ -199,4 +206,73 @@ func load(ctx context.Context, rdb redis.Scripter, p processor) error {
 		return c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n) })
 	}
 	return one(ctx, p)
+}
+
+// batch is the outcome of pipelined: for each entry, its command, the
+// instant before the pipeline that carried its last attempt was sent, and
+// that pipeline's own error (for a command it never got to).
+type batch struct {
+	cmds  []*redis.Cmd
+	sent  []time.Time
+	execs []error
+}
+
+// pipelined runs the script of s once per entry, n of them, in pipelines
+// on rdb: one round trip per Redis node (a Cluster or Ring client splits a
+// pipeline by node itself). args(i) returns entry i's arguments after the
+// command and the script: the key count, the keys, the ARGV. Like run, it
+// sends FCALL where the server has Functions; the entries answered that
+// the function is missing are sent again once the library is loaded, and
+// those that still cannot run it go as EVALSHA, with EVAL for those
+// answered NOSCRIPT.
+func pipelined(ctx context.Context, rdb redis.Cmdable, s *redis.Script, n int, args func(i int) []any) batch {
+	b := batch{cmds: make([]*redis.Cmd, n), sent: make([]time.Time, n), execs: make([]error, n)}
+	send := func(idx []int, cmd string, script any) {
+		pipe := rdb.Pipeline()
+		for _, i := range idx {
+			b.cmds[i] = redis.NewCmd(ctx, append([]any{cmd, script}, args(i)...)...)
+			_ = pipe.Process(ctx, b.cmds[i])
+		}
+		sent := time.Now()
+		_, err := pipe.Exec(ctx)
+		for _, i := range idx {
+			b.sent[i], b.execs[i] = sent, err
+		}
+	}
+	// answered returns the entries of idx whose reply err satisfies is.
+	answered := func(idx []int, is func(error) bool) []int {
+		var out []int
+		for _, i := range idx {
+			if err := b.cmds[i].Err(); err != nil && isRedisErr(err) && is(err) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+
+	pending := make([]int, n)
+	for i := range pending {
+		pending[i] = i
+	}
+	in := installed(s)
+	sc, scripter := rdb.(redis.Scripter)
+	p, processes := rdb.(processor)
+	if in.fn != "" && scripter && processes && hasFunctions(sc) {
+		send(pending, "fcall", in.fnArg)
+		if len(answered(pending, noFunctions)) > 0 {
+			markWithout(sc)
+		}
+		again := answered(pending, functionMissing)
+		if len(again) > 0 && load(ctx, sc, p) == nil {
+			send(again, "fcall", in.fnArg)
+		}
+		pending = answered(pending, func(err error) bool { return functionMissing(err) || noFunctions(err) })
+	}
+	if len(pending) > 0 {
+		send(pending, "evalsha", in.hash)
+		if again := answered(pending, func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }); len(again) > 0 {
+			send(again, "eval", in.src)
+		}
+	}
+	return b
 }

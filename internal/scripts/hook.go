@@ -1,8 +1,6 @@
 package scripts
 
 import (
-	"strings"
-
 	"github.com/redis/go-redis/v9"
 )
 
@@ -66,5 +64,5 @@ func Ran(name string, cmd redis.Cmder, err error) bool {
 		err = cmd.Err()
 	}
 	return err == nil || !(redis.HasErrorPrefix(err, "NOSCRIPT") ||
-		strings.HasPrefix(err.Error(), "ERR Function not found") || noFunctions(err))
+		functionMissing(err) || noFunctions(err))
 }

@@ -196,8 +196,8 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// run sends s, every script but the pipelines' (ExtendBatch,
-// AcquireAcked), as FCALL where the server has Functions (see fcall), else
+// run sends s, every script but the pipelines' (ExtendBatch and
+// AcquireAcked, which do the same in pipelined and in their own), as FCALL where the server has Functions (see fcall), else
 // as EVALSHA with argv, built by the caller as
 // {nil, nil, len(keys), keys..., args...}, and EVAL with the source when
 // the server answers NOSCRIPT (after SCRIPT FLUSH or a restart). The
