@@ -17,7 +17,7 @@ package reentrant
 import (
 	"context"
 	crand "crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"reflect"
 	"strconv"
 	"sync"
@@ -95,7 +95,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) (*Client, error) {
 func build(cfg config) (*Client, string) {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := base64.RawURLEncoding.EncodeToString(b[:]) // 11 characters, in every level ID
 	bg, stop := context.WithCancel(context.Background())
 	c := &Client{
 		cfg:       cfg,
