@@ -96,18 +96,20 @@ if not h.held then
   if w == nil then
     return werr
   end
+  -- The token before anything is written: a foreign counter or an
+  -- overflow leaves the lock as it was, an expired lease unrecorded.
+  local t = w and w.token
+  if not w then
+    local terr
+    t, terr = freshToken(KEYS[1], h, mode, us)
+    if not t then
+      return terr
+    end
+  end
   settle(KEYS[1], h)
   if w and w.member ~= member then
     handTo(KEYS[1], KEYS[2], h, w, mode, now)
   else
-    local t = w and w.token
-    if not w then
-      local terr
-      t, terr = freshToken(KEYS[1], h, mode, us)
-      if not t then
-        return terr
-      end
-    end
     if not w and member ~= '' and not h.exists then
       -- The caller leaves the queue (as its head, nextWaiter took it out
       -- already): when the hash was deleted by hand with its flag q, from

@@ -584,3 +584,21 @@ func TestForeignQueueRefusedBeforeAnyWrite(t *testing.T) {
 		}
 	})
 }
+
+// An acquire that finds the last lease expired and the counter foreign is
+// refused before it records the expiry: nothing is written.
+func TestForeignCounterRefusedBeforeTheExpiryIsRecorded(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
+		require.NoError(t, err)
+		require.True(t, a.OK)
+		b.Expire(60 * time.Millisecond)
+		require.NoError(t, rdb.Set(ctx, k.Counter, "not a counter", 0).Err())
+		before := testenv.Snapshot(t, rdb, k.Lock)
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
+		require.ErrorIs(t, err, lua.ErrForeign)
+		require.ErrorContains(t, err, k.Counter)
+		require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock), "the expired ownership is not recorded")
+	})
+}

@@ -7,11 +7,13 @@
 -- (every field into a table, the token mode, the e:/f/w records) costs
 -- more than the commands themselves, so quickTake and quickRelease
 -- recognise exactly that state with a few comparisons and do what the
--- general path would do there, command for command. Anything else (another field, a malformed value, an error
--- reply) makes them return nil having written nothing, with the hash as
--- HGETALL read it when it read it without error, and the script goes on
--- with the general path (begin takes that reply), which then answers as
--- it always did.
+-- general path would do there, command for command. Anything else
+-- (another field, a malformed value, an error reply) makes them return
+-- nil, with the hash as HGETALL read it when it read it without error,
+-- and the script goes on with the general path (begin takes that reply),
+-- which then answers as it always did. They write nothing before
+-- returning nil, but for quickRelease's counter found above the token or
+-- foreign: put back as it was, which the general path then does again.
 -- The property tests run both paths on the same states (quick_test.go).
 
 -- quickNow returns the server's time in ms.
@@ -74,8 +76,8 @@ end
 
 -- quickRelease is release.lua for the last level of a live strict
 -- ownership whose hash holds nothing else (o, t, x, b, the level, maybe
--- m): it compacts the lock as compact would and returns 0; nil, having
--- written nothing, in any other case.
+-- m): it compacts the lock as compact would and returns 0; nil in any
+-- other case (see above for the one write it may then have undone).
 local function quickRelease(lock, ckey, owner, token, id, modeArg)
   if modeArg ~= '0' then
     return nil
@@ -105,18 +107,23 @@ local function quickRelease(lock, ckey, owner, token, id, modeArg)
     end
   end
   if o ~= owner or t ~= token or not (l and x and b) or not (canonical(t) and canonical(l)
-      and canonical(x) and canonical(b)) or tonumber(b) > tonumber(t) or tonumber(x) <= quickNow() then
+      and canonical(x) and canonical(b)) or tonumber(t) >= 9007199254740992
+      or tonumber(b) > tonumber(t) or tonumber(x) <= quickNow() then
     return nil, r
   end
   local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
   if old ~= t and old ~= false then
-    -- Not the counter take left, nor none (deleted by hand): a server
-    -- before 6.2 refused the GET, or the counter was set by hand. Put it
-    -- back; the general path decides.
-    if type(old) == 'string' then
-      redis.call('SET', ckey, old)
+    -- Not the counter take left, nor none (deleted by hand): compact's
+    -- rule, a counter at or below t is replaced. Otherwise (a server
+    -- before 6.2 refused the GET, a counter set above t or foreign) it is
+    -- put back and the general path decides, as it would have.
+    local c = type(old) == 'string' and parseCounter(old)
+    if not c or c > tonumber(t) then
+      if type(old) == 'string' then
+        redis.call('SET', ckey, old)
+      end
+      return nil, r
     end
-    return nil, r
   end
   redis.call('DEL', lock)
   return 0

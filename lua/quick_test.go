@@ -18,7 +18,7 @@ import (
 	"github.com/redfence/redfence/internal/testenv"
 )
 
-// The quick paths (lib.lua's quickTake and quickRelease) must answer and
+// The quick paths (quick.lua's quickTake and quickRelease) must answer and
 // write exactly what the general path would. TestQuickPathsMatchTheGeneralPath
 // runs each script twice on the same generated state, as it ships and with
 // its quick path cut out, and compares the replies and every key after.

@@ -83,9 +83,10 @@ func (r *Request) member() string {
 // interface is an allocation of its own; an *arg is not, so a vector costs
 // one allocation whatever it holds. go-redis writes an *arg from its bytes
 // (encoding.BinaryMarshaler), and hooks and logs that print a command see
-// its text (fmt.Stringer), as they would a string. A vector is built for
-// one call and not changed after: a command go-redis sends again (a retry)
-// sends the same values.
+// its text (fmt.Stringer), as they would a string. A vector's values are
+// set when it is built and not changed after, so a command go-redis sends
+// again (a retry) sends the same values; only its first two elements, the
+// command and the script, are set anew for each way of sending it (run).
 type argv struct {
 	vals   [8]arg
 	digits [4 * 20]byte // the numbers' text: four at most, of 20 digits at most
@@ -114,7 +115,7 @@ func (a *argv) str(i int, v string) any {
 func (a *argv) num(i int, v int64) any {
 	b := strconv.AppendInt(a.digits[a.used:a.used], v, 10)
 	a.used += len(b)
-	a.vals[i].b = b
+	a.vals[i].b = b[:len(b):len(b)]
 	return &a.vals[i]
 }
 
@@ -154,7 +155,10 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 // AcquireAcked runs acquire.lua and then WAIT replicas timeout in one
 // pipeline on node, the primary that owns k's slot: WAIT counts the writes
 // of its own connection, so it must follow the script on the same one. It
-// returns the acquire reply and how many replicas acknowledged it.
+// returns the acquire reply and how many replicas acknowledged it. A
+// server that lacks the library (then loaded) or the script is sent the
+// pipeline again, so the call then waits up to timeout once more for each
+// such answer (twice at most): the WAIT runs whether or not the script did.
 func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
 	argv := acquireArgs(k, r)
 	send := func(cmd string, script any) (*redis.Cmd, *redis.Cmd, error) {

@@ -179,11 +179,16 @@ func functionMissing(err error) bool {
 // noFunctions reports whether err says the server cannot run this
 // library's functions at all: no FCALL or FUNCTION command (a server
 // before 7.0, miniredis, a command renamed away) or one the user may not
-// run (an ACL).
+// run (an ACL). An ACL's refusal of a key, or of a command inside a
+// function that ran, is the call's own error: sending the call again as
+// EVALSHA would run a script that may have written.
 func noFunctions(err error) bool {
 	msg := strings.ToLower(err.Error())
-	return (strings.HasPrefix(msg, "err unknown command") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function"))) ||
-		strings.HasPrefix(msg, "noperm")
+	if strings.Contains(msg, "script:") {
+		return false // an error inside a function that ran (an ACL refusing one of its commands)
+	}
+	names := strings.Contains(msg, "fcall") || strings.Contains(msg, "function")
+	return names && (strings.HasPrefix(msg, "err unknown command") || strings.HasPrefix(msg, "noperm"))
 }
 
 // load loads the library with FUNCTION LOAD (never REPLACE): on every
@@ -210,7 +215,8 @@ func load(ctx context.Context, rdb redis.Scripter, p processor) error {
 
 // batch is the outcome of pipelined: for each entry, its command, the
 // instant before the pipeline that carried its last attempt was sent, and
-// that pipeline's own error (for a command it never got to).
+// what that pipeline's Exec returned (the first failed command's error,
+// which stands for a command the pipeline never got to).
 type batch struct {
 	cmds  []*redis.Cmd
 	sent  []time.Time
@@ -262,9 +268,12 @@ func pipelined(ctx context.Context, rdb redis.Cmdable, s *redis.Script, n int, a
 		if len(answered(pending, noFunctions)) > 0 {
 			markWithout(sc)
 		}
-		again := answered(pending, functionMissing)
-		if len(again) > 0 && load(ctx, sc, p) == nil {
-			send(again, "fcall", in.fnArg)
+		if again := answered(pending, functionMissing); len(again) > 0 {
+			if err := load(ctx, sc, p); err == nil {
+				send(again, "fcall", in.fnArg)
+			} else if noFunctions(err) {
+				markWithout(sc)
+			}
 		}
 		pending = answered(pending, func(err error) bool { return functionMissing(err) || noFunctions(err) })
 	}

@@ -40,6 +40,9 @@ func TestNoFunctionsErrors(t *testing.T) {
 		"READONLY You can't write against a read only replica.":       false,
 		"ERR unknown command 'FOO', with args beginning with: ":       false,
 		"FOREIGN rftest:{x}": false,
+		"NOPERM User u has no permissions to access one of the keys used as arguments":                                    false,
+		"NOPERM User u has no permissions to run the 'publish' command script: redfence_x_release, on @user_function:12.": false,
+		"NOPERM User u has no permissions to run the 'function|load' command":                                             true,
 	} {
 		require.Equal(t, want, scripts.NoFunctions(errors.New(msg)), msg)
 	}
