@@ -161,44 +161,12 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 // such answer (twice at most): the WAIT runs whether or not the script did.
 func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
 	argv := acquireArgs(k, r)
-	send := func(cmd string, script any) (*redis.Cmd, *redis.Cmd, error) {
-		argv[0], argv[1] = cmd, script
-		pipe := node.Pipeline()
-		acq := redis.NewCmd(ctx, argv...)
-		_ = pipe.Process(ctx, acq)
-		ack := pipe.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
-		_, err := pipe.Exec(ctx)
-		return acq, ack, err
-	}
 	// As run: FCALL where the server has Functions (the library loaded
-	// once if missing), else EVALSHA, and EVAL after NOSCRIPT.
-	in := installed(acquireScript)
-	var (
-		acq, ack *redis.Cmd
-		err      error
-		ran      bool
-	)
-	if in.fn != "" && hasFunctions(node) {
-		acq, ack, err = send("fcall", in.fnArg)
-		if functionMissing(acq.Err()) {
-			if lerr := load(ctx, node, node); lerr == nil {
-				acq, ack, err = send("fcall", in.fnArg)
-			} else if noFunctions(lerr) {
-				markWithout(node)
-			}
-		}
-		if e := acq.Err(); e != nil && isRedisErr(e) && noFunctions(e) {
-			markWithout(node)
-		} else {
-			ran = !functionMissing(e)
-		}
-	}
-	if !ran {
-		acq, ack, err = send("evalsha", in.hash)
-		if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
-			acq, ack, err = send("eval", in.src)
-		}
-	}
+	// once if missing), else EVALSHA, and EVAL after NOSCRIPT; the WAIT in
+	// every pipeline.
+	b := pipelined(ctx, node, acquireScript, 1, func(int) []any { return argv[2:] },
+		"WAIT", replicas, timeout.Milliseconds())
+	acq, ack, err := b.cmds[0], b.tail, b.execs[0]
 	if err := acq.Err(); err != nil {
 		return Acquired{}, 0, scriptErr(err)
 	}

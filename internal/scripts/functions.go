@@ -221,6 +221,7 @@ type batch struct {
 	cmds  []*redis.Cmd
 	sent  []time.Time
 	execs []error
+	tail  *redis.Cmd // the tail command of the last pipeline sent, if any
 }
 
 // pipelined runs the script of s once per entry, n of them, in pipelines
@@ -230,14 +231,19 @@ type batch struct {
 // sends FCALL where the server has Functions; the entries answered that
 // the function is missing are sent again once the library is loaded, and
 // those that still cannot run it go as EVALSHA, with EVAL for those
-// answered NOSCRIPT.
-func pipelined(ctx context.Context, rdb redis.Cmdable, s *redis.Script, n int, args func(i int) []any) batch {
+// answered NOSCRIPT. tail, when given, is a command sent at the end of
+// every pipeline (AcquireAcked's WAIT, which must follow the script on its
+// connection).
+func pipelined(ctx context.Context, rdb redis.Cmdable, s *redis.Script, n int, args func(i int) []any, tail ...any) batch {
 	b := batch{cmds: make([]*redis.Cmd, n), sent: make([]time.Time, n), execs: make([]error, n)}
 	send := func(idx []int, cmd string, script any) {
 		pipe := rdb.Pipeline()
 		for _, i := range idx {
 			b.cmds[i] = redis.NewCmd(ctx, append([]any{cmd, script}, args(i)...)...)
 			_ = pipe.Process(ctx, b.cmds[i])
+		}
+		if len(tail) > 0 {
+			b.tail = pipe.Do(ctx, tail...)
 		}
 		sent := time.Now()
 		_, err := pipe.Exec(ctx)
