@@ -5,6 +5,8 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +213,74 @@ func failOver(t *testing.T, primary, replica *redisproc.Server) *reentrant.Clien
 	replica.Resume()
 	replica.Promote()
 	return newClient(t, replica.Client())
+}
+
+// A waiter's polls under WithReplicaAck run on a connection of their own,
+// so that their WAIT follows their script. On a server without Functions,
+// once the client has found it so, they go as EVALSHA at once: the
+// connection is remembered as the client it came from, instead of each
+// poll trying FCALL first.
+func TestReplicaAckPollsRememberNoFunctions(t *testing.T) {
+	noFunctions := redisproc.WithArgs("--rename-command", "FUNCTION", "", "--rename-command", "FCALL", "")
+	primary := redisproc.Start(t, noFunctions)
+	replica := redisproc.Start(t, noFunctions, redisproc.WithReplicaOf(primary))
+	ctx := t.Context()
+	replica.WaitSync(ctx)
+	primary.WaitAcked(ctx, 1)
+	rdb := primary.Client()
+	calls := &scriptNames{}
+	rdb.AddHook(calls)
+	c := newClient(t, rdb, reentrant.WithReplicaAck(1, 3*time.Second))
+	name := testenv.Unique(t)
+	holder, err := c.Lock(ctx, name)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), calls.fcall.Load(), "the first call finds the server without Functions")
+
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, name, reentrant.WithRetry(reentrant.LinearBackoff(10*time.Millisecond)))
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// Polls go on while the holder keeps the lock: wait for a few.
+	const polls = 5
+	start := calls.evalsha.Load()
+	require.Eventually(t, func() bool { return calls.evalsha.Load()-start >= polls }, time.Minute, 5*time.Millisecond,
+		"the waiter must poll")
+	require.NoError(t, holder.Unlock(ctx))
+	require.NoError(t, <-got)
+	require.Equal(t, int64(1), calls.fcall.Load(), "a poll tried FCALL on a server known to lack Functions")
+}
+
+// scriptNames counts the script commands a client sends, by how: FCALL
+// (attempts included, answered or not) and EVALSHA.
+type scriptNames struct{ fcall, evalsha atomic.Int64 }
+
+func (h *scriptNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *scriptNames) count(cmd redis.Cmder) {
+	switch strings.ToLower(cmd.Name()) {
+	case "fcall":
+		h.fcall.Add(1)
+	case "evalsha":
+		h.evalsha.Add(1)
+	}
 }

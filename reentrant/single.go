@@ -199,7 +199,7 @@ func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.
 	}
 	conn := node.Conn()
 	defer conn.Close()
-	if a, err = scripts.Acquire(ctx, conn, r.keys, &r.req); err != nil || !a.OK {
+	if a, err = scripts.Acquire(ctx, scripts.Via(conn, node), r.keys, &r.req); err != nil || !a.OK {
 		return a, 0, err
 	}
 	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()

@@ -70,8 +70,9 @@ func LibraryName() string { return lib.name }
 
 // without remembers the clients whose servers have no Functions (a
 // *redis.Client, *redis.ClusterClient or *redis.Ring), held weakly: a
-// client that is dropped takes its entry with it. Other Scripters (a Conn,
-// a pipeline) are not remembered; they try FCALL first each time. The map
+// client that is dropped takes its entry with it. A Conn passed through Via
+// counts as the client it came from; other Scripters (a bare Conn, a
+// pipeline) are not remembered, and try FCALL first each time. The map
 // is read only once some client was found without Functions (anyWithout),
 // so the common path pays no lookup.
 var (
@@ -79,9 +80,25 @@ var (
 	anyWithout atomic.Bool
 )
 
+// onConn is a connection taken from a client (Via): it runs scripts as the
+// connection, and is remembered as that client.
+type onConn struct {
+	*redis.Conn
+	of redis.Scripter
+}
+
+// Via returns conn, taken from the client of, as a Scripter that the
+// scripts remember as of: a server that of was found to lack Functions
+// gets EVALSHA on conn at once, and one that conn finds without them marks
+// of. A bare Conn is not remembered, so each call on it would try FCALL
+// first (a waiter's polls under WithReplicaAck).
+func Via(conn *redis.Conn, of redis.Scripter) redis.Scripter { return onConn{conn, of} }
+
 // key returns rdb's key in without, nil for a Scripter not remembered.
 func key(rdb redis.Scripter) any {
 	switch c := rdb.(type) {
+	case onConn:
+		return key(c.of)
 	case *redis.Client:
 		return weak.Make(c)
 	case *redis.ClusterClient:
@@ -109,6 +126,8 @@ func hasFunctions(rdb redis.Scripter) bool {
 // markWithout remembers that rdb's servers have no Functions.
 func markWithout(rdb redis.Scripter) {
 	switch c := rdb.(type) {
+	case onConn:
+		markWithout(c.of)
 	case *redis.Client:
 		remember(c)
 	case *redis.ClusterClient:
