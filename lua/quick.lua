@@ -3,17 +3,20 @@
 --
 -- Most calls meet a lock in one state: free and compacted (or never
 -- used) for an acquire, held at depth 1 by the caller for its release, in
--- strict mode with nobody queued. For those, the general path's parsing
--- (every field into a table, the token mode, the e:/f/w records) costs
--- more than the commands themselves, so quickTake and quickRelease
--- recognise exactly that state with a few comparisons and do what the
+-- strict mode with nobody queued; under contention, held by another owner
+-- for a waiting acquire, and a release with someone queued. For those,
+-- the general path's parsing (every field into a table, the token mode,
+-- the e:/f/w records) costs more than the commands themselves, so
+-- quickTake (with quickQueue) and quickRelease (with quickHandOn)
+-- recognise exactly those states with a few comparisons and do what the
 -- general path would do there, command for command. Anything else
 -- (another field, a malformed value, an error reply) makes them return
 -- nil, with the hash as HGETALL read it when it read it without error,
 -- and the script goes on with the general path (begin takes that reply),
 -- which then answers as it always did. They write nothing before
 -- returning nil, but for quickRelease's counter found above the token or
--- foreign: put back as it was, which the general path then does again.
+-- foreign and quickHandOn's malformed queue head: put back as they were,
+-- which the general path then does again.
 -- The property tests run both paths on the same states (quick_test.go).
 
 -- quickNow returns the server's time in ms.
@@ -22,13 +25,59 @@ local function quickNow()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- quickQueue is acquire.lua in strict mode (quickTake checked it) for a
+-- waiting caller (member, already checked) when another owner's live
+-- ownership holds the lock and its hash, r as
+-- HGETALL read it, has nothing else (o, t, x, b, its levels, maybe m and
+-- q): the caller joins the queue, or stays in it and renews it (a poll),
+-- and gets what is left of the holder's lease. nil, having written
+-- nothing, in any other case (the caller's own hold included).
+local function quickQueue(lock, queue, r, owner, member, queueMs)
+  local o, t, x, b, q, levels = nil, nil, nil, nil, false, 0
+  for i = 1, #r, 2 do
+    local f, v = r[i], r[i + 1]
+    if f == 'o' then
+      o = v
+    elseif f == 't' then
+      t = v
+    elseif f == 'x' then
+      x = v
+    elseif f == 'b' then
+      b = v
+    elseif f == 'q' and v == '1' then
+      q = true
+    elseif string.sub(f, 1, 2) == 'l:' and canonical(v) then
+      levels = levels + 1
+    elseif f ~= 'm' then
+      return nil
+    end
+  end
+  if not o or o == owner or levels == 0 or not (canonical(t) and canonical(x))
+      or (b and b ~= '0' and not canonical(b)) then
+    return nil
+  end
+  local us, now = clock()
+  if tonumber(x) <= now then
+    return nil
+  end
+  local added = redis.pcall('ZADD', queue, 'NX', us, member)
+  if type(added) ~= 'number' then
+    return nil
+  end
+  refreshQueue(queue, queueMs)
+  if not q then
+    redis.call('HSET', lock, 'q', '1')
+  end
+  return {0, tonumber(x) - now, 0}
+end
+
 -- quickTake is acquire.lua in strict mode when the lock hash is absent:
 -- it takes the lock as take would (counter + 1, b continued from a
 -- compacted record or started) and returns acquire's reply; nil, having
 -- written nothing, in any other case. A caller that would wait (member,
 -- its queue member: Lock always passes one) leaves the queue as in
 -- acquire.lua when no record says the hash was compacted.
-local function quickTake(lock, queue, ckey, owner, ttl, id, member, modeArg, meta)
+local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta)
   if modeArg ~= '0' or (member ~= '' and not parseWaiter(member)) then
     return nil
   end
@@ -36,6 +85,12 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, modeArg, met
   if r.err then
     return nil
   elseif #r > 0 then
+    if member ~= '' then
+      local queued = quickQueue(lock, queue, r, owner, member, queueMs)
+      if queued then
+        return queued
+      end
+    end
     return nil, r
   end
   local v = redis.pcall('GET', ckey)
@@ -74,22 +129,68 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, modeArg, met
   return {1, c + 1, 1}
 end
 
+-- quickHandOn is release.lua for the last level of a live strict
+-- ownership, token t at level, whose hash (r as HGETALL read it) holds
+-- nothing else but the flag q and maybe metadata m, when a waiter is
+-- queued and the counter is plain: it hands the lock to the oldest waiter
+-- as passOn would (the next token, depth 1 at the waiter's level, a lease
+-- of its claim time from now, one message on its channel) and returns 0.
+-- nil plus r, having written nothing, in any other case (an empty queue,
+-- a counter that is a record or foreign, a token at 2^53, a malformed
+-- head, which is put back as the general path then does again).
+local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
+  local v = redis.pcall('GET', ckey)
+  local c = 0
+  if type(v) == 'string' and canonical(v) then
+    c = tonumber(v)
+  elseif v ~= false then
+    return nil, r
+  end
+  local tok = math.max(c, t) + 1
+  if tok >= 9007199254740992 then
+    return nil, r
+  end
+  local head = redis.pcall('ZPOPMIN', queue)
+  if head.err or #head == 0 then
+    return nil, r
+  end
+  local id, claim, owner, channel, meta = parseWaiter(head[1])
+  if not id then
+    redis.call('ZADD', queue, head[2], head[1])
+    return nil, r
+  end
+  if m and meta == '' then
+    redis.call('HDEL', lock, level, 'm')
+  else
+    redis.call('HDEL', lock, level)
+  end
+  local ts = dec(tok)
+  if meta == '' then
+    redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + tonumber(claim)), 'l:' .. id, '1')
+  else
+    redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + tonumber(claim)), 'l:' .. id, '1', 'm', meta)
+  end
+  redis.call('SET', ckey, ts)
+  notify(channel, id .. ' ' .. ts)
+  return 0
+end
+
 -- quickRelease is release.lua for the last level of a live strict
 -- ownership whose hash holds nothing else (o, t, x, b, the level, maybe
 -- m): it compacts the lock as compact would and returns 0; nil in any
 -- other case (see above for the one write it may then have undone).
-local function quickRelease(lock, ckey, owner, token, id, modeArg)
+local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
   if modeArg ~= '0' then
     return nil
   end
   local r = redis.pcall('HGETALL', lock)
   if r.err then
     return nil
-  elseif #r < 10 or #r > 12 then
+  elseif #r < 10 or #r > 14 then
     return nil, r
   end
   local level = 'l:' .. id
-  local o, t, x, b, l
+  local o, t, x, b, l, m, q
   for i = 1, #r, 2 do
     local f, v = r[i], r[i + 1]
     if f == 'o' then
@@ -102,14 +203,25 @@ local function quickRelease(lock, ckey, owner, token, id, modeArg)
       b = v
     elseif f == level then
       l = v
-    elseif f ~= 'm' then
+    elseif f == 'm' then
+      m = v
+    elseif f == 'q' and v == '1' then
+      q = true
+    else
       return nil, r
     end
   end
   if o ~= owner or t ~= token or not (l and x and b) or not (canonical(t) and canonical(l)
       and canonical(x) and canonical(b)) or tonumber(t) >= 9007199254740992
-      or tonumber(b) > tonumber(t) or tonumber(x) <= quickNow() then
+      or tonumber(b) > tonumber(t) then
     return nil, r
+  end
+  local now = quickNow()
+  if tonumber(x) <= now then
+    return nil, r
+  end
+  if q then
+    return quickHandOn(lock, queue, ckey, r, tonumber(t), level, m, now)
   end
   local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
   if old ~= t and old ~= false then

@@ -38,9 +38,9 @@ func withoutQuick(t *testing.T, name, quick string) string {
 }
 
 const (
-	quickTakeCall = "local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7])\n" +
+	quickTakeCall = "local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])\n" +
 		"if quick then\n  return quick\nend\n"
-	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
+	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
 		"if quick then\n  return quick\nend\n"
 )
 
@@ -64,9 +64,16 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		"5 7 o1", "5 1 ", "5 01 o1", "abc", "0", "05", "#hash", "9007199254740991",
 		"9007199254740990", "9007199254740991 1 o1", "12345678901234567 1 o1"}).Draw(t, "counter")
 	kind := rapid.IntRange(0, 12).Draw(t, "hashKind")
-	if rapid.Bool().Draw(t, "typical") {
-		// What the script's quick path takes, give or take a field.
+	typical := rapid.Bool().Draw(t, "typical")
+	if typical {
+		// What the script's quick paths take, give or take a field: for
+		// acquire, an absent hash (taken) or a live one (queued behind);
+		// for release, a live depth-1 ownership (compacted, or handed on
+		// to a waiter).
 		kind = map[string]int{"acquire": 0, "release": 5}[script]
+		if script == "acquire" && rapid.IntRange(0, 2).Draw(t, "typicalHeld") > 0 {
+			kind = 5
+		}
 	}
 	switch kind {
 	case 0, 1, 2, 3:
@@ -75,24 +82,32 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		s.hashStr = true
 	case 5, 6, 7:
 		// A live ownership at depth 1, as take left it: what a release
-		// compacts.
+		// compacts or hands on, and what a waiting acquire queues behind.
 		lefts := []int64{60_000, 60_000, 60_000, -1_000}
 		if exact {
 			lefts = append(lefts, 1, 0, -1)
 		}
 		x := rapid.SampledFrom(lefts).Draw(t, "heldLeaseLeft")
 		b := rapid.SampledFrom([]string{"1", "1", "1", "6", "7"}).Draw(t, "heldB")
-		s.hash = map[string]string{"o": "o1", "t": "6", "x": strconv.FormatInt(now+x, 10), "b": b, "l:r1": "1"}
+		o := "o1"
+		if script == "acquire" {
+			// Mostly another owner's hold, which a waiting caller queues
+			// behind; the caller is mostly o1.
+			o = rapid.SampledFrom([]string{"o1", "o2", "o2"}).Draw(t, "heldOwner")
+		}
+		s.hash = map[string]string{"o": o, "t": "6", "x": strconv.FormatInt(now+x, 10), "b": b, "l:r1": "1"}
 		if rapid.Bool().Draw(t, "meta") {
 			s.hash["m"] = "meta"
 		}
-		// At most one field more, which the quick path must leave alone.
+		// At most one field more (none in a plain typical state): the
+		// quick paths leave most to the general path.
 		extra := map[string]string{"q": "1", "y": "1", "e:4": "o3", "w": "3", "f": "4 100 admin",
 			"p": "1", "zz": "junk", "l:r2": "2"}
-		if f := rapid.SampledFrom([]string{"-", "-", "-", "q", "y", "e:4", "w", "f", "p", "zz", "l:r2"}).Draw(t, "extra"); f != "-" {
+		plain := typical && rapid.Bool().Draw(t, "plain")
+		if f := rapid.SampledFrom([]string{"-", "-", "-", "q", "y", "e:4", "w", "f", "p", "zz", "l:r2"}).Draw(t, "extra"); f != "-" && !plain {
 			s.hash[f] = extra[f]
 		}
-		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "6 1 o1"}).Draw(t, "heldCounter")
+		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "6 1 o1", "9 1 o1", "abc"}).Draw(t, "heldCounter")
 	default:
 		s.hash = map[string]string{}
 		pick := func(field string, values ...string) {
@@ -114,8 +129,15 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		}
 	}
 	s.qStr = rapid.IntRange(0, 9).Draw(t, "queueKind") == 0
-	s.queue = rapid.SliceOfN(rapid.SampledFrom([]string{
-		"w1\n1000\no4\n\np" + "chan1", "w2\n1000\no5\nmeta\np" + "chan2", "junk"}), 0, 2).Draw(t, "queue")
+	members := []string{"w1\n1000\no4\n\np" + "chan1", "w2\n1000\no5\nmeta\np" + "chan2", "w3\n2000\no1\n\nschan3", "junk"}
+	s.queue = rapid.SliceOfN(rapid.SampledFrom(members), 0, 2).Draw(t, "queue")
+	if typical && script == "release" && s.hash != nil && rapid.Bool().Draw(t, "handOn") {
+		// Someone waits: the release hands the lock on (to a well-formed
+		// head; a malformed one, or a flag not 1, is refused).
+		s.hash["q"] = rapid.SampledFrom([]string{"1", "1", "1", "1", "1", "x"}).Draw(t, "qFlag")
+		s.queue = append([]string{rapid.SampledFrom(append(members[:3:3], members...)).Draw(t, "head")}, s.queue...)
+		s.qStr = false
+	}
 	return s
 }
 
@@ -172,6 +194,67 @@ func quickSnapshot(t *testing.T, rdb *redis.Client, keys []string, now int64, ex
 	return b.String()
 }
 
+// waiters listens on the generated waiters' channels on a real Redis:
+// chan1 and chan2 by PUBLISH, chan3 by SPUBLISH. On miniredis it hears
+// nothing: its messages may come after a later PONG, so they cannot be
+// told apart by call (and it has no shard channels).
+type waiters struct{ ps *redis.PubSub }
+
+func listen(t *testing.T, rdb *redis.Client, real bool) waiters {
+	if !real {
+		return waiters{}
+	}
+	ctx := t.Context()
+	ps := rdb.Subscribe(ctx, "chan1", "chan2")
+	t.Cleanup(func() { _ = ps.Close() })
+	require.NoError(t, ps.SSubscribe(ctx, "chan3"))
+	w := waiters{ps}
+	w.heard(t) // the subscriptions' confirmations
+	return w
+}
+
+// heard returns the messages received since the last call, in order, each
+// as "<channel> <payload>". A PING on the subscriber's connection fences
+// them: Redis sends its PONG after every message published before it.
+func (w waiters) heard(t *testing.T) []string {
+	if w.ps == nil {
+		return nil
+	}
+	ctx := t.Context()
+	require.NoError(t, w.ps.Ping(ctx, "fence"))
+	var got []string
+	for {
+		m, err := w.ps.ReceiveTimeout(ctx, 10*time.Second)
+		require.NoError(t, err)
+		switch m := m.(type) {
+		case *redis.Message:
+			got = append(got, m.Channel+" "+m.Payload)
+		case *redis.Pong:
+			if m.Payload == "fence" {
+				return got
+			}
+		}
+	}
+}
+
+// quickPaths are the quick paths: quickTake, quickQueue, quickRelease's
+// compaction and quickHandOn.
+var quickPaths = []string{"take", "queue", "compact", "handOn"}
+
+// quickPath names the quick path a call of script that took one took on
+// state st: the lock hash tells them apart.
+func quickPath(script string, st quickState) string {
+	switch {
+	case script == "acquire" && len(st.hash) == 0:
+		return "take"
+	case script == "acquire":
+		return "queue"
+	case st.hash["q"] == "1":
+		return "handOn"
+	}
+	return "compact"
+}
+
 func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
 		rdb, k := be.Client, keys(t)
@@ -192,6 +275,7 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 				strings.Replace(quickReleaseCall, "return quick", "return 'quick'", 1)+"do return 'general' end\n", 1)),
 		}
 		quickTaken := map[string]int{}
+		sub := listen(t, rdb, be.Mini == nil)
 		check := func(rt *rapid.T) {
 			ctx := context.Background()
 			now := rdb.Time(ctx).Val().UnixMilli()
@@ -201,8 +285,8 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 			name := rapid.SampledFrom([]string{"acquire", "release"}).Draw(rt, "script")
 			st := drawQuickState(rt, now, be.Mini != nil, name)
 			owner := rapid.SampledFrom([]string{"o1", "o1", "o1", "o1", "o2"}).Draw(rt, "owner")
-			level := rapid.SampledFrom([]string{"r1", "r1", "r1", "r1", "r2", "r3"}).Draw(rt, "level")
-			modes := []string{"0", "0", "0", "0", "0", "x"}
+			level := rapid.SampledFrom([]string{"r1", "r1", "r1", "r1", "r1", "r1", "r2", "r3"}).Draw(rt, "level")
+			modes := []string{"0", "0", "0", "0", "0", "0", "0", "0", "x"}
 			if be.Mini != nil {
 				// Time tokens are TIME in µs: equal only where TIME stands still.
 				modes = append(modes, "5000")
@@ -210,15 +294,17 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 			mode := rapid.SampledFrom(modes).Draw(rt, "mode")
 			var args []any
 			if name == "acquire" {
-				member := rapid.SampledFrom([]string{"", "", "", "w1\n1000\no4\n\npchan1", "bad"}).Draw(rt, "member")
+				member := rapid.SampledFrom([]string{"", "w1\n1000\no4\n\npchan1", "w1\n1000\no4\n\npchan1",
+					"w3\n2000\no1\n\nschan3", "bad"}).Draw(rt, "member")
 				meta := rapid.SampledFrom([]string{"", "", "meta2"}).Draw(rt, "meta")
 				ttl := rapid.SampledFrom([]string{"10000", "10000", "0"}).Draw(rt, "ttl")
 				args = []any{owner, ttl, level, member, "30000", mode, meta, "5"}
 			} else {
-				token := rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "5", "7", "x"}).Draw(rt, "token")
+				token := rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "6", "6", "6", "5", "7", "x"}).Draw(rt, "token")
 				args = []any{owner, token, level, mode}
 			}
 			run := func(s *redis.Script) string {
+				sub.heard(t) // what the probe of the last draw published
 				st.write(t, rdb, ks)
 				r, err := s.Run(ctx, rdb, ks, args...).Result()
 				if a, ok := r.([]any); ok && len(a) == 3 && a[0] == int64(0) && be.Mini == nil {
@@ -226,7 +312,8 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 				}
 				// A script error names the line, which the cut moves.
 				errText := lineNumber.ReplaceAllString(fmt.Sprint(err), ":N:")
-				return fmt.Sprintf("reply=%v err=%v\n%s", r, errText, quickSnapshot(t, rdb, ks, now, be.Mini != nil))
+				return fmt.Sprintf("reply=%v err=%v heard=%q\n%s", r, errText, sub.heard(t),
+					quickSnapshot(t, rdb, ks, now, be.Mini != nil))
 			}
 			want, got := run(general[name]), run(shipped[name])
 			if want != got {
@@ -234,18 +321,27 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 			}
 			st.write(t, rdb, ks)
 			if probe[name].Run(ctx, rdb, ks, args...).Val() == "quick" {
-				quickTaken[name]++
+				quickTaken[quickPath(name, st)]++
 			}
 		}
-		// A release meets the state its quick path takes in about 2% of
-		// the draws: run batches until both paths were taken 20 times.
-		for i := 0; i < 20 && (quickTaken["acquire"] < 20 || quickTaken["release"] < 20); i++ {
+		// A release meets the states its quick paths take in a few % of
+		// the draws: run batches until each path was taken 20 times.
+		enough := func() bool {
+			for _, p := range quickPaths {
+				if quickTaken[p] < 20 {
+					return false
+				}
+			}
+			return true
+		}
+		for i := 0; i < 40 && !enough(); i++ {
 			rapid.Check(t, check)
 		}
 		// The generator must reach the states the quick paths take, or the
 		// comparison says nothing about them.
-		require.GreaterOrEqual(t, quickTaken["acquire"], 20, "the quick path took too few generated acquires")
-		require.GreaterOrEqual(t, quickTaken["release"], 20, "the quick path took too few generated releases")
+		for _, p := range quickPaths {
+			require.GreaterOrEqual(t, quickTaken[p], 20, "the quick path %s took too few generated calls", p)
+		}
 		t.Logf("the quick paths took %v of the calls", quickTaken)
 	})
 }

@@ -29,7 +29,7 @@
 -- Error "FOREIGN <key>" when a key holds a value this library did not write;
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
-local quick, read = quickRelease(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 if quick then
   return quick
 end
