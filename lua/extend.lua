@@ -15,7 +15,11 @@
 -- the same owner). Repeating the call is harmless.
 -- Error "FOREIGN <key>" when the lock key holds a value this library did
 -- not write; "ERR malformed token mode" for a bad ARGV[4].
-local h, err, mode, _, now = begin(KEYS[1], ARGV[4], nil)
+local quick, read = quickExtend(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if quick then
+  return quick
+end
+local h, err, mode, _, now = begin(KEYS[1], ARGV[4], nil, nil, read)
 if not h then
   return err
 end

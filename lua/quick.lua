@@ -240,3 +240,49 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
   redis.call('DEL', lock)
   return 0
 end
+
+-- quickExtend is extend.lua in strict mode when the hash holds an
+-- ownership and nothing else (o, t, x, b, its levels, maybe m and q): the
+-- lease is raised to end ttl ms from now, never shortened, and 1 returned
+-- when the caller's ownership (owner and token) holds the lock; 0, with
+-- nothing written, when it does not (expired, another owner or token).
+-- nil plus the HGETALL reply r, having written nothing, in any other case.
+local function quickExtend(lock, owner, token, ttl, modeArg)
+  if modeArg ~= '0' then
+    return nil
+  end
+  local r = redis.pcall('HGETALL', lock)
+  if r.err then
+    return nil
+  end
+  local o, t, x, b, levels = nil, nil, nil, nil, 0
+  for i = 1, #r, 2 do
+    local f, v = r[i], r[i + 1]
+    if f == 'o' then
+      o = v
+    elseif f == 't' then
+      t = v
+    elseif f == 'x' then
+      x = v
+    elseif f == 'b' then
+      b = v
+    elseif string.sub(f, 1, 2) == 'l:' and canonical(v) then
+      levels = levels + 1
+    elseif f ~= 'm' and not (f == 'q' and v == '1') then
+      return nil, r
+    end
+  end
+  local lease = tonumber(ttl)
+  if not (o and levels > 0 and canonical(t) and canonical(x) and lease)
+      or (b and b ~= '0' and not canonical(b)) then
+    return nil, r
+  end
+  local now = quickNow()
+  if tonumber(x) <= now or o ~= owner or t ~= token then
+    return 0
+  end
+  if now + lease > tonumber(x) then
+    redis.call('HSET', lock, 'x', dec(now + lease))
+  end
+  return 1
+end

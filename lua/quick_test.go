@@ -42,9 +42,14 @@ const (
 		"if quick then\n  return quick\nend\n"
 	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
 		"if quick then\n  return quick\nend\n"
+	quickExtendCall = "local quick, read = quickExtend(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
+		"if quick then\n  return quick\nend\n"
 )
 
-var lineNumber = regexp.MustCompile(`:[0-9]+:`)
+var (
+	lineNumber = regexp.MustCompile(`:[0-9]+:`)
+	scriptSite = regexp.MustCompile(`script: [0-9a-f]+, on @user_script:[0-9]+`)
+)
 
 // quickState is a generated state of a lock's three keys.
 type quickState struct {
@@ -69,8 +74,8 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		// What the script's quick paths take, give or take a field: for
 		// acquire, an absent hash (taken) or a live one (queued behind);
 		// for release, a live depth-1 ownership (compacted, or handed on
-		// to a waiter).
-		kind = map[string]int{"acquire": 0, "release": 5}[script]
+		// to a waiter); for extend, the same ownership.
+		kind = map[string]int{"acquire": 0, "release": 5, "extend": 5}[script]
 		if script == "acquire" && rapid.IntRange(0, 2).Draw(t, "typicalHeld") > 0 {
 			kind = 5
 		}
@@ -101,11 +106,11 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		}
 		// At most one field more (none in a plain typical state): the
 		// quick paths leave most to the general path.
-		extra := map[string]string{"q": "1", "y": "1", "e:4": "o3", "w": "3", "f": "4 100 admin",
-			"p": "1", "zz": "junk", "l:r2": "2"}
+		extra := map[string][2]string{"q": {"q", "1"}, "q=x": {"q", "x"}, "y": {"y", "1"}, "e:4": {"e:4", "o3"},
+			"w": {"w", "3"}, "f": {"f", "4 100 admin"}, "p": {"p", "1"}, "zz": {"zz", "junk"}, "l:r2": {"l:r2", "2"}}
 		plain := typical && rapid.Bool().Draw(t, "plain")
-		if f := rapid.SampledFrom([]string{"-", "-", "-", "q", "y", "e:4", "w", "f", "p", "zz", "l:r2"}).Draw(t, "extra"); f != "-" && !plain {
-			s.hash[f] = extra[f]
+		if f := rapid.SampledFrom([]string{"-", "-", "-", "q", "q=x", "y", "e:4", "w", "f", "p", "zz", "l:r2"}).Draw(t, "extra"); f != "-" && !plain {
+			s.hash[extra[f][0]] = extra[f][1]
 		}
 		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "6 1 o1", "9 1 o1", "abc"}).Draw(t, "heldCounter")
 	default:
@@ -238,8 +243,8 @@ func (w waiters) heard(t *testing.T) []string {
 }
 
 // quickPaths are the quick paths: quickTake, quickQueue, quickRelease's
-// compaction and quickHandOn.
-var quickPaths = []string{"take", "queue", "compact", "handOn"}
+// compaction, quickHandOn and quickExtend.
+var quickPaths = []string{"take", "queue", "compact", "handOn", "extend"}
 
 // quickPath names the quick path a call of script that took one took on
 // state st: the lock hash tells them apart.
@@ -249,6 +254,8 @@ func quickPath(script string, st quickState) string {
 		return "take"
 	case script == "acquire":
 		return "queue"
+	case script == "extend":
+		return "extend"
 	case st.hash["q"] == "1":
 		return "handOn"
 	}
@@ -259,20 +266,14 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
 		rdb, k := be.Client, keys(t)
 		ks := []string{k.Lock, k.Queue, k.Counter}
-		general := map[string]*redis.Script{
-			"acquire": redis.NewScript(withoutQuick(t, "acquire", quickTakeCall)),
-			"release": redis.NewScript(withoutQuick(t, "release", quickReleaseCall)),
-		}
-		shipped := map[string]*redis.Script{
-			"acquire": redis.NewScript(scripts.Source("acquire")),
-			"release": redis.NewScript(scripts.Source("release")),
-		}
-		// probe answers "quick" when the quick path takes the call.
-		probe := map[string]*redis.Script{
-			"acquire": redis.NewScript(strings.Replace(scripts.Source("acquire"), quickTakeCall,
-				strings.Replace(quickTakeCall, "return quick\n", "return 'quick'\n", 1)+"do return 'general' end\n", 1)),
-			"release": redis.NewScript(strings.Replace(scripts.Source("release"), quickReleaseCall,
-				strings.Replace(quickReleaseCall, "return quick", "return 'quick'", 1)+"do return 'general' end\n", 1)),
+		calls := map[string]string{"acquire": quickTakeCall, "release": quickReleaseCall, "extend": quickExtendCall}
+		general, shipped, probe := map[string]*redis.Script{}, map[string]*redis.Script{}, map[string]*redis.Script{}
+		for name, call := range calls {
+			general[name] = redis.NewScript(withoutQuick(t, name, call))
+			shipped[name] = redis.NewScript(scripts.Source(name))
+			// probe answers "quick" when the quick path takes the call.
+			probe[name] = redis.NewScript(strings.Replace(scripts.Source(name), call,
+				strings.Replace(call, "return quick\n", "return 'quick'\n", 1)+"do return 'general' end\n", 1))
 		}
 		quickTaken := map[string]int{}
 		sub := listen(t, rdb, be.Mini == nil)
@@ -282,7 +283,7 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 			if be.Mini != nil {
 				be.Mini.SetTime(time.UnixMilli(now)) // TIME stands still
 			}
-			name := rapid.SampledFrom([]string{"acquire", "release"}).Draw(rt, "script")
+			name := rapid.SampledFrom([]string{"acquire", "release", "release", "extend"}).Draw(rt, "script")
 			st := drawQuickState(rt, now, be.Mini != nil, name)
 			owner := rapid.SampledFrom([]string{"o1", "o1", "o1", "o1", "o2"}).Draw(rt, "owner")
 			level := rapid.SampledFrom([]string{"r1", "r1", "r1", "r1", "r1", "r1", "r2", "r3"}).Draw(rt, "level")
@@ -302,6 +303,10 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 			} else {
 				token := rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "6", "6", "6", "5", "7", "x"}).Draw(rt, "token")
 				args = []any{owner, token, level, mode}
+				if name == "extend" {
+					ttl := rapid.SampledFrom([]string{"90000", "90000", "90000", "100", "0", "x"}).Draw(rt, "ttl")
+					args = []any{owner, token, ttl, mode}
+				}
 			}
 			run := func(s *redis.Script) string {
 				sub.heard(t) // what the probe of the last draw published
@@ -310,8 +315,9 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 				if a, ok := r.([]any); ok && len(a) == 3 && a[0] == int64(0) && be.Mini == nil {
 					a[1] = fmt.Sprintf("%d0s", (a[1].(int64)+5000)/10000) // a lease left, in ms
 				}
-				// A script error names the line, which the cut moves.
-				errText := lineNumber.ReplaceAllString(fmt.Sprint(err), ":N:")
+				// A script error names the line, which the cut moves, and
+				// a Lua error also the script's SHA1.
+				errText := lineNumber.ReplaceAllString(scriptSite.ReplaceAllString(fmt.Sprint(err), "script: S"), ":N:")
 				return fmt.Sprintf("reply=%v err=%v heard=%q\n%s", r, errText, sub.heard(t),
 					quickSnapshot(t, rdb, ks, now, be.Mini != nil))
 			}

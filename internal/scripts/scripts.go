@@ -28,7 +28,7 @@ import (
 
 // The scripts, built once per process by Install: the helpers the script
 // calls (from lib.lua, the lock hash and the tokens; queue.lua, the wait
-// queue; quick.lua, the uncontended acquire and release), then the
+// queue; quick.lua, the quick paths of the common states), then the
 // script's own file, without comments (assemble), so the helpers that
 // recognise a lock are written once.
 var (
