@@ -25,15 +25,13 @@ local function quickNow()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- quickQueue is acquire.lua in strict mode (quickTake checked it) for a
--- waiting caller (member, already checked) when another owner's live
--- ownership holds the lock and its hash, r as
--- HGETALL read it, has nothing else (o, t, x, b, its levels, maybe m and
--- q): the caller joins the queue, or stays in it and renews it (a poll),
--- and gets what is left of the holder's lease. nil, having written
--- nothing, in any other case (the caller's own hold included).
-local function quickQueue(lock, queue, r, owner, member, queueMs)
-  local o, t, x, b, q, levels = nil, nil, nil, nil, false, 0
+-- quickScan reads r, a lock hash's HGETALL reply, when the hash holds no
+-- field but o, t, x, b, m, q (= 1) and levels (l:<ID> with a canonical
+-- depth): true, then o, t, x, b and m as stored (nil when absent), q as a
+-- boolean, the number of levels, and the depth stored at level (nil when
+-- it is absent); false when there is any other field or value.
+local function quickScan(r, level)
+  local o, t, x, b, m, q, n, l = nil, nil, nil, nil, nil, false, 0, nil
   for i = 1, #r, 2 do
     local f, v = r[i], r[i + 1]
     if f == 'o' then
@@ -44,15 +42,32 @@ local function quickQueue(lock, queue, r, owner, member, queueMs)
       x = v
     elseif f == 'b' then
       b = v
+    elseif f == 'm' then
+      m = v
     elseif f == 'q' and v == '1' then
       q = true
     elseif string.sub(f, 1, 2) == 'l:' and canonical(v) then
-      levels = levels + 1
-    elseif f ~= 'm' then
-      return nil
+      n = n + 1
+      if f == level then
+        l = v
+      end
+    else
+      return false
     end
   end
-  if not o or o == owner or levels == 0 or not (canonical(t) and canonical(x))
+  return true, o, t, x, b, m, q, n, l
+end
+
+-- quickQueue is acquire.lua in strict mode (quickTake checked it) for a
+-- waiting caller (member, already checked) when another owner's live
+-- ownership holds the lock and its hash, r as
+-- HGETALL read it, has nothing else (o, t, x, b, its levels, maybe m and
+-- q): the caller joins the queue, or stays in it and renews it (a poll),
+-- and gets what is left of the holder's lease. nil, having written
+-- nothing, in any other case (the caller's own hold included).
+local function quickQueue(lock, queue, r, owner, member, queueMs)
+  local ok, o, t, x, b, _, q, levels = quickScan(r)
+  if not ok or not o or o == owner or levels == 0 or not (canonical(t) and canonical(x))
       or (b and b ~= '0' and not canonical(b)) then
     return nil
   end
@@ -190,29 +205,9 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
     return nil, r
   end
   local level = 'l:' .. id
-  local o, t, x, b, l, m, q
-  for i = 1, #r, 2 do
-    local f, v = r[i], r[i + 1]
-    if f == 'o' then
-      o = v
-    elseif f == 't' then
-      t = v
-    elseif f == 'x' then
-      x = v
-    elseif f == 'b' then
-      b = v
-    elseif f == level then
-      l = v
-    elseif f == 'm' then
-      m = v
-    elseif f == 'q' and v == '1' then
-      q = true
-    else
-      return nil, r
-    end
-  end
-  if o ~= owner or t ~= token or not (l and x and b) or not (canonical(t) and canonical(l)
-      and canonical(x) and canonical(b)) or tonumber(t) >= 9007199254740992
+  local ok, o, t, x, b, m, q, levels, l = quickScan(r, level)
+  if not ok or levels ~= 1 or not l or o ~= owner or t ~= token or not (x and b)
+      or not (canonical(t) and canonical(x) and canonical(b)) or tonumber(t) >= 9007199254740992
       or tonumber(b) > tonumber(t) then
     return nil, r
   end
@@ -255,25 +250,9 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
   if r.err then
     return nil
   end
-  local o, t, x, b, levels = nil, nil, nil, nil, 0
-  for i = 1, #r, 2 do
-    local f, v = r[i], r[i + 1]
-    if f == 'o' then
-      o = v
-    elseif f == 't' then
-      t = v
-    elseif f == 'x' then
-      x = v
-    elseif f == 'b' then
-      b = v
-    elseif string.sub(f, 1, 2) == 'l:' and canonical(v) then
-      levels = levels + 1
-    elseif f ~= 'm' and not (f == 'q' and v == '1') then
-      return nil, r
-    end
-  end
+  local ok, o, t, x, b, _, _, levels = quickScan(r)
   local lease = tonumber(ttl)
-  if not (o and levels > 0 and canonical(t) and canonical(x) and lease)
+  if not (ok and o and levels > 0 and canonical(t) and canonical(x) and lease)
       or (b and b ~= '0' and not canonical(b)) then
     return nil, r
   end

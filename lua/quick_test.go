@@ -104,12 +104,16 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		if rapid.Bool().Draw(t, "meta") {
 			s.hash["m"] = "meta"
 		}
-		// At most one field more (none in a plain typical state): the
-		// quick paths leave most to the general path.
+		// At most one field more or the level less (neither in a plain
+		// typical state): the quick paths leave most to the general path.
 		extra := map[string][2]string{"q": {"q", "1"}, "q=x": {"q", "x"}, "y": {"y", "1"}, "e:4": {"e:4", "o3"},
 			"w": {"w", "3"}, "f": {"f", "4 100 admin"}, "p": {"p", "1"}, "zz": {"zz", "junk"}, "l:r2": {"l:r2", "2"}}
 		plain := typical && rapid.Bool().Draw(t, "plain")
-		if f := rapid.SampledFrom([]string{"-", "-", "-", "q", "q=x", "y", "e:4", "w", "f", "p", "zz", "l:r2"}).Draw(t, "extra"); f != "-" && !plain {
+		switch f := rapid.SampledFrom([]string{"-", "-", "-", "q", "q=x", "y", "e:4", "w", "f", "p", "zz", "l:r2", "no level"}).Draw(t, "extra"); {
+		case plain || f == "-":
+		case f == "no level": // a lease without a level: foreign
+			delete(s.hash, "l:r1")
+		default:
 			s.hash[extra[f][0]] = extra[f][1]
 		}
 		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "6 1 o1", "9 1 o1", "abc"}).Draw(t, "heldCounter")
