@@ -35,12 +35,14 @@ func ReleaseWithoutOwnerCheck(t testing.TB) {
 }
 
 // HandoffToNewestWaiter makes every script hand a freed lock to the waiter
-// that queued last instead of the one that queued first.
+// that queued last instead of the one that queued first: the general
+// path's handoff and release's quick one (quickHandOn).
 func HandoffToNewestWaiter(t testing.TB) {
 	t.Helper()
 	for _, name := range []string{"acquire", "release", "abandon"} {
 		swap(t, name, "callOn('ZPOPMIN', queue)", "callOn('ZPOPMAX', queue)")
 	}
+	swap(t, "release", "redis.pcall('ZPOPMIN', queue)", "redis.pcall('ZPOPMAX', queue)")
 }
 
 func swapRelease(t testing.TB, from, to string) {
