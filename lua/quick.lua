@@ -25,6 +25,20 @@ local function quickNow()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- quickRead reads the lock hash for a quick path: its HGETALL reply in
+-- strict mode (modeArg "0"); nil in any other mode, or on an error reply
+-- (a wrong type), which the general path then answers.
+local function quickRead(lock, modeArg)
+  if modeArg ~= '0' then
+    return nil
+  end
+  local r = redis.pcall('HGETALL', lock)
+  if r.err then
+    return nil
+  end
+  return r
+end
+
 -- quickScan reads r, a lock hash's HGETALL reply, when the hash holds no
 -- field but o, t, x, b, m, q (= 1) and levels (l:<ID> with a canonical
 -- depth): true, then o, t, x, b and m as stored (nil when absent), q as a
@@ -93,11 +107,11 @@ end
 -- its queue member: Lock always passes one) leaves the queue as in
 -- acquire.lua when no record says the hash was compacted.
 local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta)
-  if modeArg ~= '0' or (member ~= '' and not parseWaiter(member)) then
+  if member ~= '' and not parseWaiter(member) then
     return nil
   end
-  local r = redis.pcall('HGETALL', lock)
-  if r.err then
+  local r = quickRead(lock, modeArg)
+  if not r then
     return nil
   elseif #r > 0 then
     if member ~= '' then
@@ -191,15 +205,13 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
 end
 
 -- quickRelease is release.lua for the last level of a live strict
--- ownership whose hash holds nothing else (o, t, x, b, the level, maybe
--- m): it compacts the lock as compact would and returns 0; nil in any
--- other case (see above for the one write it may then have undone).
+-- ownership whose hash holds nothing else (o, t, x, b, the level, maybe m
+-- and q): with nobody queued it compacts the lock as compact would, with
+-- q set quickHandOn hands it on, and it returns 0; nil in any other case
+-- (see above for the writes it may then have undone).
 local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
-  if modeArg ~= '0' then
-    return nil
-  end
-  local r = redis.pcall('HGETALL', lock)
-  if r.err then
+  local r = quickRead(lock, modeArg)
+  if not r then
     return nil
   elseif #r < 10 or #r > 14 then
     return nil, r
@@ -243,11 +255,8 @@ end
 -- nothing written, when it does not (expired, another owner or token).
 -- nil plus the HGETALL reply r, having written nothing, in any other case.
 local function quickExtend(lock, owner, token, ttl, modeArg)
-  if modeArg ~= '0' then
-    return nil
-  end
-  local r = redis.pcall('HGETALL', lock)
-  if r.err then
+  local r = quickRead(lock, modeArg)
+  if not r then
     return nil
   end
   local ok, o, t, x, b, _, _, levels = quickScan(r)
