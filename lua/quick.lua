@@ -40,21 +40,23 @@ local function quickRead(lock, modeArg)
 end
 
 -- quickScan reads r, a lock hash's HGETALL reply, when the hash holds no
--- field but o, t, x, b, m, q (= 1) and levels (l:<ID> with a canonical
--- depth): true, then o, t, x, b and m as stored (nil when absent), q as a
--- boolean, the number of levels, and the depth stored at level (nil when
--- it is absent); false when there is any other field or value.
+-- field but o, t and x (canonical), b (canonical or 0), m, q (= 1) and
+-- levels (l:<ID> with a canonical depth): true, then o, t, x, b and m as
+-- stored (nil when absent), q as a boolean, the number of levels, and the
+-- depth stored at level (nil when it is absent); false when there is any
+-- other field or value, which lockOf would refuse or a quick path leaves
+-- to the general path.
 local function quickScan(r, level)
   local o, t, x, b, m, q, n, l = nil, nil, nil, nil, nil, false, 0, nil
   for i = 1, #r, 2 do
     local f, v = r[i], r[i + 1]
     if f == 'o' then
       o = v
-    elseif f == 't' then
+    elseif f == 't' and canonical(v) then
       t = v
-    elseif f == 'x' then
+    elseif f == 'x' and canonical(v) then
       x = v
-    elseif f == 'b' then
+    elseif f == 'b' and (v == '0' or canonical(v)) then
       b = v
     elseif f == 'm' then
       m = v
@@ -80,9 +82,8 @@ end
 -- and gets what is left of the holder's lease. nil, having written
 -- nothing, in any other case (the caller's own hold included).
 local function quickQueue(lock, queue, r, owner, member, queueMs)
-  local ok, o, t, x, b, _, q, levels = quickScan(r)
-  if not ok or not o or o == owner or levels == 0 or not (canonical(t) and canonical(x))
-      or (b and b ~= '0' and not canonical(b)) then
+  local ok, o, t, x, _, _, q, levels = quickScan(r)
+  if not (ok and o and t and x) or o == owner or levels == 0 then
     return nil
   end
   local us, now = clock()
@@ -218,9 +219,8 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
   end
   local level = 'l:' .. id
   local ok, o, t, x, b, m, q, levels, l = quickScan(r, level)
-  if not ok or levels ~= 1 or not l or o ~= owner or t ~= token or not (x and b)
-      or not (canonical(t) and canonical(x) and canonical(b)) or tonumber(t) >= 9007199254740992
-      or tonumber(b) > tonumber(t) then
+  if not (ok and t and x and b) or levels ~= 1 or not l or o ~= owner or t ~= token
+      or b == '0' or tonumber(t) >= 9007199254740992 or tonumber(b) > tonumber(t) then
     return nil, r
   end
   local now = quickNow()
@@ -259,10 +259,9 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
   if not r then
     return nil
   end
-  local ok, o, t, x, b, _, _, levels = quickScan(r)
+  local ok, o, t, x, _, _, _, levels = quickScan(r)
   local lease = tonumber(ttl)
-  if not (ok and o and levels > 0 and canonical(t) and canonical(x) and lease)
-      or (b and b ~= '0' and not canonical(b)) then
+  if not (ok and o and t and x and levels > 0 and lease) then
     return nil, r
   end
   local now = quickNow()

@@ -93,7 +93,7 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 			lefts = append(lefts, 1, 0, -1)
 		}
 		x := rapid.SampledFrom(lefts).Draw(t, "heldLeaseLeft")
-		b := rapid.SampledFrom([]string{"1", "1", "1", "6", "7"}).Draw(t, "heldB")
+		b := rapid.SampledFrom([]string{"1", "1", "1", "1", "6", "7", "0"}).Draw(t, "heldB")
 		o := "o1"
 		if script == "acquire" {
 			// Mostly another owner's hold, which a waiting caller queues
@@ -104,15 +104,17 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		if rapid.Bool().Draw(t, "meta") {
 			s.hash["m"] = "meta"
 		}
-		// At most one field more or the level less (neither in a plain
-		// typical state): the quick paths leave most to the general path.
+		// At most one field more, the level less or a malformed token
+		// (none in a plain typical state): the quick paths leave most to the general path.
 		extra := map[string][2]string{"q": {"q", "1"}, "q=x": {"q", "x"}, "y": {"y", "1"}, "e:4": {"e:4", "o3"},
 			"w": {"w", "3"}, "f": {"f", "4 100 admin"}, "p": {"p", "1"}, "zz": {"zz", "junk"}, "l:r2": {"l:r2", "2"}}
 		plain := typical && rapid.Bool().Draw(t, "plain")
-		switch f := rapid.SampledFrom([]string{"-", "-", "-", "q", "q=x", "y", "e:4", "w", "f", "p", "zz", "l:r2", "no level"}).Draw(t, "extra"); {
+		switch f := rapid.SampledFrom([]string{"-", "-", "-", "q", "q=x", "y", "e:4", "w", "f", "p", "zz", "l:r2", "no level", "bad t"}).Draw(t, "extra"); {
 		case plain || f == "-":
 		case f == "no level": // a lease without a level: foreign
 			delete(s.hash, "l:r1")
+		case f == "bad t": // not canonical: foreign
+			s.hash["t"] = "06"
 		default:
 			s.hash[extra[f][0]] = extra[f][1]
 		}
