@@ -14,9 +14,11 @@
 -- nil, with the hash as HGETALL read it when it read it without error,
 -- and the script goes on with the general path (begin takes that reply),
 -- which then answers as it always did. They write nothing before
--- returning nil, but for quickRelease's counter found above the token or
--- foreign and quickHandOn's malformed queue head: put back as they were,
--- which the general path then does again.
+-- returning nil, but for the counter quickRelease and quickHandOn found
+-- above the token or foreign and quickHandOn's queue head: put back as
+-- they were (the head with its score; the counter by SET, which keeps
+-- no expiry a foreign value had), which the general path then reads
+-- again.
 -- The property tests run both paths on the same states (quick_test.go).
 
 -- quickNow returns the server's time in ms.
@@ -165,19 +167,13 @@ end
 -- queued and the counter is plain: it hands the lock to the oldest waiter
 -- as passOn would (the next token, depth 1 at the waiter's level, a lease
 -- of its claim time from now, one message on its channel) and returns 0.
--- nil plus r, having written nothing, in any other case (an empty queue,
--- a counter that is a record or foreign, a token at 2^53, a malformed
--- head, which is put back as the general path then does again).
+-- It writes the counter with SET … GET, which reads it too: one command
+-- fewer than passOn's GET and SET. nil plus r in any other case (an empty
+-- queue, a malformed head, a counter that is a record or foreign, a token
+-- at 2^53), with the head and the counter put back as they were, which
+-- the general path then reads again.
 local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
-  local v = redis.pcall('GET', ckey)
-  local c = 0
-  if type(v) == 'string' and canonical(v) then
-    c = tonumber(v)
-  elseif v ~= false then
-    return nil, r
-  end
-  local tok = math.max(c, t) + 1
-  if tok >= 9007199254740992 then
+  if t + 1 >= 9007199254740992 then
     return nil, r
   end
   local head = redis.pcall('ZPOPMIN', queue)
@@ -185,9 +181,26 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
     return nil, r
   end
   local id, claim, owner, channel, meta = parseWaiter(head[1])
-  if not id then
+  local tok, old = t + 1, nil
+  if id then
+    old = redis.pcall('SET', ckey, dec(tok), 'GET')
+    local c = type(old) == 'string' and canonical(old) and tonumber(old)
+    if c and c >= tok then
+      -- A counter raised by hand: the token goes above it, as passOn's.
+      tok = c + 1
+    elseif not c and old ~= false then
+      id = nil
+    end
+  end
+  if not id or tok >= 9007199254740992 then
+    if type(old) == 'string' then
+      redis.call('SET', ckey, old)
+    end
     redis.call('ZADD', queue, head[2], head[1])
     return nil, r
+  end
+  if tok > t + 1 then
+    redis.call('SET', ckey, dec(tok))
   end
   if m and meta == '' then
     redis.call('HDEL', lock, level, 'm')
@@ -200,7 +213,6 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
   else
     redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + tonumber(claim)), 'l:' .. id, '1', 'm', meta)
   end
-  redis.call('SET', ckey, ts)
   notify(channel, id .. ' ' .. ts)
   return 0
 end

@@ -118,7 +118,13 @@ func drawQuickState(t *rapid.T, now int64, exact bool, script string) quickState
 		default:
 			s.hash[extra[f][0]] = extra[f][1]
 		}
-		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "6 1 o1", "9 1 o1", "abc"}).Draw(t, "heldCounter")
+		// Mostly a plain counter (take left 6; none; lowered or raised by
+		// hand, 7 at the handed token itself); else one the quick paths
+		// leave to the general path, put back as it was.
+		s.counter = rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "", "5", "9", "7"}).Draw(t, "heldCounter")
+		if rapid.IntRange(0, 3).Draw(t, "oddCounter") == 0 {
+			s.counter = rapid.SampledFrom([]string{"6 1 o1", "9 1 o1", "abc", "0", "#hash", "9007199254740991"}).Draw(t, "heldOddCounter")
+		}
 	default:
 		s.hash = map[string]string{}
 		pick := func(field string, values ...string) {
