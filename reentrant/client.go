@@ -84,8 +84,8 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) (*Client, error) {
 		return nil, err
 	}
 	c, id := build(cfg)
-	c.be = newSingle(c, rdb, id)
 	c.deadlines = honoursDeadlines(rdb)
+	c.be = newSingle(c, rdb, id)
 	return c, nil
 }
 

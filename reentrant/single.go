@@ -24,14 +24,28 @@ type single struct {
 	rdb     redis.UniversalClient
 	note    *notifier
 	retries bool // the go-redis client may re-send a command on its own
+	// calls sends the acquire and release scripts: rdb, or on a
+	// *redis.Client that does not enforce contexts (go-redis's default),
+	// rdb with concurrent calls batched into pipelines (scripts.Batched).
+	// A call there waits for its reply as it would through rdb.
+	calls redis.Scripter
 }
 
+// batchLeaders is how many acquire or release calls, or batches of them,
+// one Client has in flight on a standalone server before further calls wait
+// to share a pipeline.
+const batchLeaders = 2
+
 func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
-	return &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), retries: retries(rdb)}
+	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), retries: retries(rdb), calls: rdb}
+	if r, ok := rdb.(*redis.Client); ok && !c.deadlines {
+		s.calls = scripts.Batch(r, batchLeaders)
+	}
+	return s
 }
 
 func (s *single) release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
-	return scripts.Release(ctx, s.rdb, k, string(owner), tok, level, s.c.cfg.tokens)
+	return scripts.Release(ctx, s.calls, k, string(owner), tok, level, s.c.cfg.tokens)
 }
 
 func (s *single) extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
@@ -181,7 +195,7 @@ func (r *call) left(rep acquireReply, err error, retries bool) bool {
 func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.Acquired, acked int, err error) {
 	c := s.c
 	if c.cfg.ackReplicas == 0 {
-		a, err = scripts.Acquire(ctx, s.rdb, r.keys, &r.req)
+		a, err = scripts.Acquire(ctx, s.calls, r.keys, &r.req)
 		return a, 0, err
 	}
 	var node *redis.Client

@@ -99,6 +99,8 @@ func key(rdb redis.Scripter) any {
 	switch c := rdb.(type) {
 	case onConn:
 		return key(c.of)
+	case Batched:
+		return key(c.Client)
 	case *redis.Client:
 		return weak.Make(c)
 	case *redis.ClusterClient:
@@ -128,6 +130,8 @@ func markWithout(rdb redis.Scripter) {
 	switch c := rdb.(type) {
 	case onConn:
 		markWithout(c.of)
+	case Batched:
+		markWithout(c.Client)
 	case *redis.Client:
 		remember(c)
 	case *redis.ClusterClient:

@@ -1,0 +1,119 @@
+package scripts
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batched is a go-redis client whose script calls share round trips:
+// while leaders calls are in flight, a further call waits, and the next
+// call to finish sends every waiting call with its successor in one
+// pipeline. A call made while fewer are in flight goes out at once, on
+// its own, as through the client (so an uncontended caller pays nothing
+// for it); under many concurrent callers the server reads and answers a
+// whole batch per read and write, which is where most of a short script's
+// cost lies (docs/benchmarks.md, "pipelined calls").
+//
+// A call through Batched has the semantics of the client's Process with
+// ContextTimeoutEnabled off: it returns when its reply came or the
+// client's own timeouts and retries gave up, whatever its context says
+// (a caller that must return at a deadline waits in a goroutine of its
+// own, as the lock client's bounded does). Each command keeps its own
+// reply or error; a pipeline's network error is every command's error,
+// and a retry by go-redis re-sends the whole pipeline (the scripts
+// recognise their own repeats). Use it only for a client that does not
+// enforce contexts: a batch runs under its leader's context values, not
+// its deadline.
+type Batched struct {
+	*redis.Client
+	b *batcher
+}
+
+// Batch returns rdb with its calls batched, at most leaders of them, or
+// batches, in flight at once (at least 1).
+func Batch(rdb *redis.Client, leaders int) Batched {
+	return Batched{rdb, &batcher{rdb: rdb, max: max(leaders, 1)}}
+}
+
+// Process sends cmd, alone when fewer than the limit are in flight, else
+// in the next batch.
+func (b Batched) Process(ctx context.Context, cmd redis.Cmder) error {
+	b.b.process(ctx, cmd)
+	return cmd.Err()
+}
+
+// batcher keeps the calls waiting for a batch. Its invariant: calls wait
+// only while max calls lead (are in flight), so there is always a leader to
+// take them; each leader, when its round trip is over, makes the oldest
+// waiting call the next leader, or, with none waiting, leaves.
+type batcher struct {
+	rdb *redis.Client
+	max int
+
+	mu      sync.Mutex
+	leaders int
+	waiting []*batchCall
+}
+
+// batchCall is a call that waits: its wake receives false when a leader
+// has sent it and its reply is in, true when it is to lead.
+type batchCall struct {
+	cmd  redis.Cmder
+	wake chan bool
+}
+
+var batchCalls = sync.Pool{New: func() any { return &batchCall{wake: make(chan bool, 1)} }}
+
+func (b *batcher) process(ctx context.Context, cmd redis.Cmder) {
+	b.mu.Lock()
+	if b.leaders < b.max {
+		// Nobody waits (the invariant): cmd goes out alone.
+		b.leaders++
+		b.mu.Unlock()
+		b.lead(ctx, cmd, nil)
+		return
+	}
+	w := batchCalls.Get().(*batchCall)
+	w.cmd = cmd
+	b.waiting = append(b.waiting, w)
+	b.mu.Unlock()
+	if <-w.wake {
+		b.mu.Lock()
+		batch := b.waiting
+		b.waiting = nil
+		b.mu.Unlock()
+		b.lead(ctx, cmd, batch)
+	}
+	w.cmd = nil
+	batchCalls.Put(w)
+}
+
+// lead sends cmd with the batch that waited, wakes the batch's calls, and
+// hands the lead to the oldest call that queued meanwhile, if any.
+func (b *batcher) lead(ctx context.Context, cmd redis.Cmder, batch []*batchCall) {
+	if len(batch) == 0 {
+		_ = b.rdb.Process(ctx, cmd)
+	} else {
+		pipe := b.rdb.Pipeline()
+		_ = pipe.Process(ctx, cmd)
+		for _, w := range batch {
+			_ = pipe.Process(ctx, w.cmd)
+		}
+		// Each command has its reply or error; Exec's is the first of them.
+		_, _ = pipe.Exec(context.WithoutCancel(ctx))
+		for _, w := range batch {
+			w.wake <- false
+		}
+	}
+	b.mu.Lock()
+	if len(b.waiting) > 0 {
+		next := b.waiting[0]
+		b.waiting = b.waiting[1:]
+		next.wake <- true
+	} else {
+		b.leaders--
+	}
+	b.mu.Unlock()
+}

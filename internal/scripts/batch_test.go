@@ -1,0 +1,123 @@
+package scripts_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
+	"github.com/redfence/redfence/internal/testenv"
+)
+
+// pipelines counts the pipelines a client sends and the commands in them.
+type pipelines struct{ sent, cmds atomic.Int64 }
+
+func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.sent.Add(1)
+		p.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// Concurrent calls through Batched beyond its leaders go out in shared
+// pipelines, and each caller still gets its own reply: every name's
+// tokens run 1, 2, 3, … and every release answers for its own lock; a
+// script's refusal (a foreign value under one name) reaches that caller
+// alone, with its type.
+func TestBatchedCallsShareRoundTrips(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		var p pipelines
+		be.Client.AddHook(&p)
+		b := scripts.Batch(be.Client, 1)
+		ctx := context.Background()
+		prefix := "batch:" + testenv.Unique(t)
+		foreign := scripts.KeysFor(prefix, "foreign")
+		require.NoError(t, be.Client.Set(ctx, foreign.Lock, "not a lock", 0).Err())
+		const workers, rounds = 12, 40
+		var wg sync.WaitGroup
+		errs := make(chan error, workers+1)
+		for g := range workers {
+			wg.Go(func() {
+				name := "n" + strconv.Itoa(g)
+				k := scripts.KeysFor(prefix, name)
+				for i := 1; i <= rounds; i++ {
+					level := name + ":" + strconv.Itoa(i)
+					a, err := scripts.Acquire(ctx, b, k, &scripts.Request{Owner: name, Level: level, TTL: time.Minute})
+					if err != nil || !a.OK || a.Token != fence.Token(i) || a.Depth != 1 {
+						errs <- errors.Join(err, errors.New(name+": acquire "+strconv.Itoa(i)+" answered "+strconv.FormatUint(uint64(a.Token), 10)))
+						return
+					}
+					if d, err := scripts.Release(ctx, b, k, name, a.Token, level, scripts.Tokens{}); err != nil || d != 0 {
+						errs <- errors.Join(err, errors.New(name+": release "+strconv.Itoa(i)+" answered depth "+strconv.FormatInt(d, 10)))
+						return
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for i := range rounds {
+				_, err := scripts.Acquire(ctx, b, foreign, &scripts.Request{Owner: "f", Level: "f:" + strconv.Itoa(i), TTL: time.Minute})
+				if !errors.Is(err, scripts.ErrForeign) {
+					errs <- errors.Join(err, errors.New("foreign: want ErrForeign"))
+					return
+				}
+			}
+		})
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		// 13 callers and one leader: most calls wait for a batch.
+		require.Positive(t, p.sent.Load(), "no call went out in a pipeline")
+		require.Greater(t, p.cmds.Load(), p.sent.Load(), "pipelines of one command")
+		t.Logf("%d pipelines, %.1f commands each", p.sent.Load(), float64(p.cmds.Load())/float64(p.sent.Load()))
+	})
+}
+
+// A batch that cannot be sent fails every call in it with the client's
+// error, which keeps its type (the connection was refused, so nothing
+// ran), and no call is left waiting.
+func TestBatchedCallsFailTogether(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := scripts.Batch(rdb, 1)
+	const callers = 8
+	errs := make(chan error, callers)
+	for g := range callers {
+		go func() {
+			k := scripts.KeysFor("batch", "refused")
+			_, err := scripts.Acquire(context.Background(), b, k, &scripts.Request{Owner: "o", Level: "l" + strconv.Itoa(g), TTL: time.Minute})
+			errs <- err
+		}()
+	}
+	for range callers {
+		select {
+		case err := <-errs:
+			var op *net.OpError
+			require.ErrorAs(t, err, &op, "%v", err)
+			require.Equal(t, "dial", op.Op)
+			require.False(t, scripts.IsRefusal(err))
+		case <-time.After(time.Minute): // a generous ceiling; each call fails at its first dial
+			t.Fatal("a batched call was left waiting")
+		}
+	}
+}
