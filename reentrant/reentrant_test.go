@@ -3,9 +3,11 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -764,6 +766,60 @@ func TestCallsRunInlineUnlessATimerMustBoundThem(t *testing.T) {
 				require.Len(t, from, 2, "one acquire, one release")
 				for _, g := range from {
 					require.Equal(t, c.wantOwnGo, g != me, "sent from goroutine %d, the caller is %d", g, me)
+				}
+			})
+		}
+	})
+}
+
+// Concurrent Lock and Unlock calls share round trips on a client with
+// go-redis's defaults: past two in flight, a call waits and goes out in a
+// pipeline with the others that waited (scripts.Batched), and each still
+// gets its own answer: every name's tokens run 1, 2, 3, …. On a client
+// with ContextTimeoutEnabled every call is its own round trip, inline.
+func TestConcurrentCallsShareRoundTrips(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		for _, enforce := range []bool{false, true} {
+			t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", enforce), func(t *testing.T) {
+				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr, ContextTimeoutEnabled: enforce})
+				t.Cleanup(func() { _ = rdb.Close() })
+				var pipes atomic.Int64
+				rdb.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, pipe bool) {
+					if pipe && testenv.ScriptCall(cmds[0].Name()) {
+						pipes.Add(1)
+					}
+				}})
+				lc := newClient(t, rdb)
+				base := testenv.Unique(t)
+				var wg sync.WaitGroup
+				errs := make(chan error, 16)
+				for g := range 16 {
+					wg.Go(func() {
+						name := fmt.Sprintf("%s-%d", base, g)
+						for i := 1; i <= 25; i++ {
+							l, err := lc.Lock(t.Context(), name)
+							if err == nil && l.Token() != fence.Token(i) {
+								err = fmt.Errorf("%s: token %d, want %d", name, l.Token(), i)
+							}
+							if err == nil {
+								err = l.Unlock(t.Context())
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				if enforce {
+					require.Zero(t, pipes.Load(), "a client that enforces contexts batched")
+				} else {
+					require.Positive(t, pipes.Load(), "16 callers and no call went out in a pipeline")
 				}
 			})
 		}

@@ -58,8 +58,10 @@ type batcher struct {
 }
 
 // batchCall is a call that waits: its wake receives false when a leader
-// has sent it and its reply is in, true when it is to lead.
+// has sent it and its reply is in (or found its context done before
+// sending it), true when it is to lead.
 type batchCall struct {
+	ctx  context.Context
 	cmd  redis.Cmder
 	wake chan bool
 }
@@ -69,51 +71,69 @@ var batchCalls = sync.Pool{New: func() any { return &batchCall{wake: make(chan b
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) {
 	b.mu.Lock()
 	if b.leaders < b.max {
-		// Nobody waits (the invariant): cmd goes out alone.
+		// Nobody waits (the invariant): cmd goes out alone, as through
+		// the client.
 		b.leaders++
 		b.mu.Unlock()
-		b.lead(ctx, cmd, nil)
+		_ = b.rdb.Process(ctx, cmd)
+		b.handOn()
 		return
 	}
 	w := batchCalls.Get().(*batchCall)
-	w.cmd = cmd
+	w.ctx, w.cmd = ctx, cmd
 	b.waiting = append(b.waiting, w)
 	b.mu.Unlock()
 	if <-w.wake {
-		b.mu.Lock()
-		batch := b.waiting
-		b.waiting = nil
-		b.mu.Unlock()
-		b.lead(ctx, cmd, batch)
+		b.lead(w)
 	}
-	w.cmd = nil
+	w.ctx, w.cmd = nil, nil
 	batchCalls.Put(w)
 }
 
-// lead sends cmd with the batch that waited, wakes the batch's calls, and
-// hands the lead to the oldest call that queued meanwhile, if any.
-func (b *batcher) lead(ctx context.Context, cmd redis.Cmder, batch []*batchCall) {
-	if len(batch) == 0 {
-		_ = b.rdb.Process(ctx, cmd)
-	} else {
-		pipe := b.rdb.Pipeline()
-		_ = pipe.Process(ctx, cmd)
-		for _, w := range batch {
-			_ = pipe.Process(ctx, w.cmd)
-		}
-		// Each command has its reply or error; Exec's is the first of them.
-		_, _ = pipe.Exec(context.WithoutCancel(ctx))
-		for _, w := range batch {
-			w.wake <- false
+// lead sends the call w, which waited and is now to lead, with every call
+// that waits now, in one pipeline, wakes them, and hands on the lead. As
+// the client does before it sends a command, it does not send one whose
+// context is done: that call fails with its context's error.
+func (b *batcher) lead(w *batchCall) {
+	b.mu.Lock()
+	batch := append(b.waiting, w)
+	b.waiting = nil
+	b.mu.Unlock()
+	pipe := b.rdb.Pipeline()
+	var last *batchCall
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.cmd.SetErr(err)
+		} else {
+			_ = pipe.Process(c.ctx, c.cmd)
+			last = c
 		}
 	}
+	switch pipe.Len() {
+	case 0:
+	case 1:
+		_ = b.rdb.Process(last.ctx, last.cmd)
+	default:
+		// Each command gets its reply or error; Exec's is the first of
+		// them. No caller's cancellation may cut the others' round trip.
+		_, _ = pipe.Exec(context.WithoutCancel(w.ctx))
+	}
+	for _, c := range batch[:len(batch)-1] {
+		c.wake <- false
+	}
+	b.handOn()
+}
+
+// handOn ends a leader's turn: the oldest call that waits leads next, or
+// with none waiting, there is one leader fewer.
+func (b *batcher) handOn() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.waiting) > 0 {
 		next := b.waiting[0]
 		b.waiting = b.waiting[1:]
 		next.wake <- true
-	} else {
-		b.leaders--
+		return
 	}
-	b.mu.Unlock()
+	b.leaders--
 }

@@ -18,21 +18,6 @@ import (
 	"github.com/redfence/redfence/internal/testenv"
 )
 
-// pipelines counts the pipelines a client sends and the commands in them.
-type pipelines struct{ sent, cmds atomic.Int64 }
-
-func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.sent.Add(1)
-		p.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // Concurrent calls through Batched beyond its leaders go out in shared
 // pipelines, and each caller still gets its own reply: every name's
 // tokens run 1, 2, 3, … and every release answers for its own lock; a
@@ -40,8 +25,13 @@ func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // alone, with its type.
 func TestBatchedCallsShareRoundTrips(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
-		var p pipelines
-		be.Client.AddHook(&p)
+		var pipes, piped atomic.Int64
+		be.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, pipe bool) {
+			if pipe {
+				pipes.Add(1)
+				piped.Add(int64(len(cmds)))
+			}
+		}})
 		b := scripts.Batch(be.Client, 1)
 		ctx := context.Background()
 		prefix := "batch:" + testenv.Unique(t)
@@ -83,9 +73,9 @@ func TestBatchedCallsShareRoundTrips(t *testing.T) {
 			t.Error(err)
 		}
 		// 13 callers and one leader: most calls wait for a batch.
-		require.Positive(t, p.sent.Load(), "no call went out in a pipeline")
-		require.Greater(t, p.cmds.Load(), p.sent.Load(), "pipelines of one command")
-		t.Logf("%d pipelines, %.1f commands each", p.sent.Load(), float64(p.cmds.Load())/float64(p.sent.Load()))
+		require.Positive(t, pipes.Load(), "no call went out in a pipeline")
+		require.Greater(t, piped.Load(), pipes.Load(), "pipelines of one command")
+		t.Logf("%d pipelines, %.1f commands each", pipes.Load(), float64(piped.Load())/float64(pipes.Load()))
 	})
 }
 
@@ -120,4 +110,45 @@ func TestBatchedCallsFailTogether(t *testing.T) {
 			t.Fatal("a batched call was left waiting")
 		}
 	}
+}
+
+// A call that waits for a batch is not sent if its context is done by the
+// time its batch goes, as the client does not send a command whose context
+// is done: it fails with the context's error, and the calls with it still
+// go.
+func TestBatchedCallCancelledWhileWaiting(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		ctx := context.Background()
+		base := "batch:" + testenv.Unique(t)
+		hold, held := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		be.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, _ bool) {
+			if cmds[0].Name() == "set" && cmds[0].Args()[1] == base+":first" {
+				once.Do(func() { close(held) })
+				<-hold
+			}
+		}})
+		b := scripts.Batch(be.Client, 1)
+		set := func(ctx context.Context, key string) chan error {
+			done := make(chan error, 1)
+			go func() { done <- b.Process(ctx, redis.NewStatusCmd(ctx, "set", key, "v")) }()
+			return done
+		}
+		first := set(ctx, base+":first") // leads, and is held in the hook
+		<-held
+		cctx, cancel := context.WithCancel(ctx)
+		cancelled := set(cctx, base+":cancelled")
+		require.Eventually(t, func() bool { return scripts.Waiting(b) == 1 }, time.Minute, time.Millisecond)
+		live := set(ctx, base+":live")
+		require.Eventually(t, func() bool { return scripts.Waiting(b) == 2 }, time.Minute, time.Millisecond)
+		cancel()
+		close(hold)
+		require.NoError(t, <-first)
+		require.ErrorIs(t, <-cancelled, context.Canceled)
+		require.NoError(t, <-live)
+		n, err := be.Client.Exists(ctx, base+":first", base+":cancelled", base+":live").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "the cancelled call was sent")
+		require.Zero(t, be.Client.Exists(ctx, base+":cancelled").Val())
+	})
 }

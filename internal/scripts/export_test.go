@@ -11,3 +11,10 @@ var (
 
 // NoFunctions classifies a load or call error (functions.go).
 var NoFunctions = noFunctions
+
+// Waiting is how many calls wait for a batch of b.
+func Waiting(b Batched) int {
+	b.b.mu.Lock()
+	defer b.b.mu.Unlock()
+	return len(b.b.waiting)
+}
