@@ -75,8 +75,10 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) {
 		// the client.
 		b.leaders++
 		b.mu.Unlock()
+		// Deferred, as the other waits below: a hook that panics, and a
+		// caller that recovers, must not leave the calls waiting for good.
+		defer b.handOn()
 		_ = b.rdb.Process(ctx, cmd)
-		b.handOn()
 		return
 	}
 	w := batchCalls.Get().(*batchCall)
@@ -99,6 +101,12 @@ func (b *batcher) lead(w *batchCall) {
 	batch := append(b.waiting, w)
 	b.waiting = nil
 	b.mu.Unlock()
+	defer func() {
+		for _, c := range batch[:len(batch)-1] {
+			c.wake <- false
+		}
+		b.handOn()
+	}()
 	pipe := b.rdb.Pipeline()
 	var last *batchCall
 	for _, c := range batch {
@@ -118,10 +126,6 @@ func (b *batcher) lead(w *batchCall) {
 		// them. No caller's cancellation may cut the others' round trip.
 		_, _ = pipe.Exec(context.WithoutCancel(w.ctx))
 	}
-	for _, c := range batch[:len(batch)-1] {
-		c.wake <- false
-	}
-	b.handOn()
 }
 
 // handOn ends a leader's turn: the oldest call that waits leads next, or

@@ -152,3 +152,27 @@ func TestBatchedCallCancelledWhileWaiting(t *testing.T) {
 		require.Zero(t, be.Client.Exists(ctx, base+":cancelled").Val())
 	})
 }
+
+// A call that panics in the client (a hook's panic, which the caller
+// recovers) still ends its turn: the calls after it are sent.
+func TestBatchedCallPanicEndsItsTurn(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		ctx := context.Background()
+		boom := "batch:" + testenv.Unique(t) + ":boom"
+		be.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, _ bool) {
+			if cmds[0].Args()[1] == boom {
+				panic("hook")
+			}
+		}})
+		b := scripts.Batch(be.Client, 1)
+		require.Panics(t, func() { _ = b.Process(ctx, redis.NewStatusCmd(ctx, "set", boom, "v")) })
+		done := make(chan error, 1)
+		go func() { done <- b.Process(ctx, redis.NewStatusCmd(ctx, "set", boom+"-after", "v")) }()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute): // a generous ceiling: the call is sent at once
+			t.Fatal("the call after a panic waits for a turn that never ended")
+		}
+	})
+}
