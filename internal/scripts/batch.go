@@ -14,13 +14,15 @@ import (
 // its own, as through the client (so an uncontended caller pays nothing
 // for it); under many concurrent callers the server reads and answers a
 // whole batch per read and write, which is where most of a short script's
-// cost lies (docs/benchmarks.md, "pipelined calls").
+// cost lies (docs/benchmarks.md, issue 20's sixth part).
 //
 // A call through Batched has the semantics of the client's Process with
-// ContextTimeoutEnabled off: it returns when its reply came or the
-// client's own timeouts and retries gave up, whatever its context says
-// (a caller that must return at a deadline waits in a goroutine of its
-// own, as the lock client's bounded does). Each command keeps its own
+// ContextTimeoutEnabled off: once sent, it returns when its reply came or
+// the client's own timeouts and retries gave up, whatever its context
+// says (a caller that must return at a deadline waits in a goroutine of
+// its own, as the lock client's bounded does); like the client, it does
+// not send a command whose context is done by the time it would leave,
+// and fails it with the context's error. Each command keeps its own
 // reply or error; a pipeline's network error is every command's error,
 // and a retry by go-redis re-sends the whole pipeline (the scripts
 // recognise their own repeats). Use it only for a client that does not
