@@ -270,6 +270,66 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 	})
 }
 
+// A client whose subscription's connection is killed (CLIENT KILL, a
+// proxy's idle timeout, a server restart) subscribes again, wakes its
+// waiters to poll once when the server confirms, and its waiters then take
+// a handoff from its message again: the waiter's Lock returns after the
+// release without sending another acquire script.
+func TestHandoffAfterSubscriptionKilled(t *testing.T) {
+	admin := testenv.Redis(t) // CLIENT KILL: a real server
+	var n atomic.Int64
+	conn := testenv.Unique(t)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ClientName: conn})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
+		for _, cmd := range cmds {
+			if !pipe && scripts.Ran("acquire", cmd, err) {
+				n.Add(1)
+			}
+		}
+	}})
+	// As in TestHandedLockTakenWithoutAClaim: no timer of the waiter's
+	// fires during the test on a loaded machine.
+	opts := []reentrant.ClientOption{reentrant.WithTTL(2 * time.Minute), reentrant.WithPrefix(testenv.Unique(t)),
+		reentrant.WithHandoffTimeout(8 * time.Second)}
+	holder, waiter := newClient(t, admin, opts...), newClient(t, rdb, opts...)
+	name := testenv.Unique(t)
+	held, err := holder.Lock(t.Context(), name)
+	require.NoError(t, err)
+	got := make(chan *reentrant.Lease, 1)
+	go func() {
+		l, err := waiter.Lock(t.Context(), name, reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
+		assert.NoError(t, err)
+		got <- l
+	}()
+	queued(t, holder, name, 1)
+	require.Eventually(t, func() bool { return n.Load() == 2 }, time.Minute, time.Millisecond,
+		"the waiter's first try and the poll its subscription's confirmation wakes")
+
+	// The waiter's client has one subscribed connection, named conn.
+	var ids []int64
+	for line := range strings.Lines(admin.ClientList(t.Context()).Val()) {
+		if strings.Contains(line, " name="+conn+" ") && !strings.Contains(line, " sub=0 ") {
+			var id int64
+			_, err := fmt.Sscanf(line, "id=%d ", &id)
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+	}
+	require.Len(t, ids, 1, "the waiter's client's subscribed connections")
+	require.NoError(t, admin.ClientKillByFilter(t.Context(), "ID", fmt.Sprint(ids[0])).Err())
+	require.Eventually(t, func() bool { return n.Load() == 3 }, time.Minute, time.Millisecond,
+		"the poll the new subscription's confirmation wakes")
+
+	before := n.Load()
+	require.NoError(t, held.Unlock(t.Context()))
+	l := <-got
+	require.NotNil(t, l)
+	require.Equal(t, before, n.Load(), "acquire scripts the waiter sent after the release")
+	require.Equal(t, held.Token()+1, l.Token())
+	require.NoError(t, l.Unlock(t.Context()))
+}
+
 // A waiter process SIGKILLed while queued, or frozen and then killed after
 // the lock was handed to it, delays the next waiter by about the handoff
 // timeout (1 s by default), never by a TTL (30 s here).

@@ -2,9 +2,12 @@ package reentrant
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -38,12 +41,22 @@ type notifier struct {
 	// so that Close waits for the dispatchers; false once the client closed.
 	spawn func(func()) bool
 
+	done chan struct{} // closed by close
+
 	mu      sync.Mutex
-	ps      *redis.PubSub
+	ps      *redis.PubSub      // the classic channel's current subscription
 	waiters map[string]*waiter // by level ID
 	running bool               // the classic dispatcher was started
 	closed  bool
 }
+
+const (
+	// listenTick is how long a subscription waits for a message before it
+	// pings its server; a second tick without a reply subscribes anew.
+	listenTick = time.Second
+	// listenBackoff bounds the wait between two attempts to subscribe.
+	listenBackoffMin, listenBackoffMax = 10 * time.Millisecond, time.Second
+)
 
 // waiter is one Lock call that may wait.
 type waiter struct {
@@ -56,7 +69,7 @@ type waiter struct {
 }
 
 func newNotifier(rdb redis.UniversalClient, prefix, id string, spawn func(func()) bool) *notifier {
-	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter), spawn: spawn}
+	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter), spawn: spawn, done: make(chan struct{})}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		n.shards = newShards(n, cc, prefix, id)
 	}
@@ -106,25 +119,90 @@ func (n *notifier) listen(w *waiter) {
 	n.running = n.spawn(n.run)
 }
 
+// run keeps the classic channel subscribed until the client closes: it
+// subscribes, dispatches messages until the subscription ends (see
+// receive), and subscribes anew after a backoff. It reads the connection
+// itself rather than through go-redis's Channel, whose reader and health
+// check add two goroutine wakeups to every handoff message.
 func (n *notifier) run() {
-	// Subscribe dials and writes within go-redis's own timeouts, and keeps
-	// the channel to re-subscribe with even when this first attempt fails.
-	ps := n.rdb.Subscribe(context.Background(), n.channel)
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
+	ctx := context.Background()
+	b := backoff{next: listenBackoffMin, max: listenBackoffMax}
+	for {
+		// Subscribe dials and writes within go-redis's own timeouts; a
+		// failure shows in receive.
+		ps := n.rdb.Subscribe(ctx, n.channel)
+		if !n.attach(ps) {
+			_ = ps.Close()
+			return
+		}
+		confirmed, _ := n.receive(ps, -1, nil)
 		_ = ps.Close()
-		return
+		if !n.attach(nil) {
+			return
+		}
+		// Whatever is published until the next confirmation is lost; that
+		// confirmation wakes the waiters to poll.
+		if confirmed {
+			b.next = listenBackoffMin
+		}
+		if !sleep(n.done, b.delay()) {
+			return
+		}
+	}
+}
+
+// attach records ps as the classic channel's subscription (nil between
+// two), and reports false when the client has closed.
+func (n *notifier) attach(ps *redis.PubSub) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
 	}
 	n.ps = ps
-	n.mu.Unlock()
-	for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(256)) {
+	return true
+}
+
+// receive dispatches ps's messages until the subscription ends: ps was
+// closed, the server ended it, its connection failed or stayed silent for
+// a tick after a ping, or idle (nil for none), asked after each silent
+// tick, reported true. Each confirmation of the subscription wakes the
+// waiters of slot (-1: the classic channel's) to poll. It reports whether
+// the server confirmed the subscription, and whether it ended idle.
+func (n *notifier) receive(ps *redis.PubSub, slot int, idle func() bool) (confirmed, wasIdle bool) {
+	subscribe, unsubscribe := "subscribe", "unsubscribe"
+	if slot >= 0 {
+		subscribe, unsubscribe = "ssubscribe", "sunsubscribe"
+	}
+	ctx := context.Background()
+	pinged := false
+	for {
+		m, err := ps.ReceiveTimeout(ctx, listenTick)
+		var ne net.Error
+		switch {
+		case err != nil && errors.As(err, &ne) && ne.Timeout():
+			if idle != nil && idle() {
+				return confirmed, true
+			}
+			if pinged || ps.Ping(ctx) != nil {
+				return confirmed, false
+			}
+			pinged = true
+			continue
+		case err != nil:
+			return confirmed, false
+		}
+		pinged = false
 		switch m := m.(type) {
 		case *redis.Message:
 			n.deliver(m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				n.poke(-1)
+			switch m.Kind {
+			case subscribe:
+				confirmed = true
+				n.poke(slot)
+			case unsubscribe:
+				return confirmed, false
 			}
 		}
 	}
@@ -184,6 +262,7 @@ func (n *notifier) close() error {
 		return nil
 	}
 	n.closed = true
+	close(n.done)
 	ps := n.ps
 	n.mu.Unlock()
 	var err error
