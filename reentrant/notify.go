@@ -2,8 +2,6 @@ package reentrant
 
 import (
 	"context"
-	"errors"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,30 +167,30 @@ func (n *notifier) attach(ps *redis.PubSub) bool {
 // tick, reported true. Each confirmation of the subscription wakes the
 // waiters of slot (-1: the classic channel's) to poll. It reports whether
 // the server confirmed the subscription, and whether it ended idle.
+//
+// It reads on the caller's goroutine, without a deadline (setting one per
+// message costs a timer update); a watchdog goroutine, which only reads a
+// counter of messages, pings a silent subscription and closes it when the
+// ping goes unanswered.
 func (n *notifier) receive(ps *redis.PubSub, slot int, idle func() bool) (confirmed, wasIdle bool) {
 	subscribe, unsubscribe := "subscribe", "unsubscribe"
 	if slot >= 0 {
 		subscribe, unsubscribe = "ssubscribe", "sunsubscribe"
 	}
+	var heard atomic.Uint64 // replies read, pongs included
+	var ended atomic.Bool   // closed by the watchdog as idle
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { watch(ps, &heard, &ended, idle, stop) })
+	defer wg.Wait()
+	defer close(stop)
 	ctx := context.Background()
-	pinged := false
 	for {
-		m, err := ps.ReceiveTimeout(ctx, listenTick)
-		var ne net.Error
-		switch {
-		case err != nil && errors.As(err, &ne) && ne.Timeout():
-			if idle != nil && idle() {
-				return confirmed, true
-			}
-			if pinged || ps.Ping(ctx) != nil {
-				return confirmed, false
-			}
-			pinged = true
-			continue
-		case err != nil:
-			return confirmed, false
+		m, err := ps.Receive(ctx)
+		if err != nil {
+			return confirmed, ended.Load()
 		}
-		pinged = false
+		heard.Add(1)
 		switch m := m.(type) {
 		case *redis.Message:
 			n.deliver(m.Payload)
@@ -205,6 +203,37 @@ func (n *notifier) receive(ps *redis.PubSub, slot int, idle func() bool) (confir
 				return confirmed, false
 			}
 		}
+	}
+}
+
+// watch closes ps, which receive reads, when a tick passes without a reply
+// after a tick without one made it ping, or when idle (if not nil) reports
+// true after a silent tick (then it sets ended first). It returns when stop
+// is closed.
+func watch(ps *redis.PubSub, heard *atomic.Uint64, ended *atomic.Bool, idle func() bool, stop <-chan struct{}) {
+	t := time.NewTicker(listenTick)
+	defer t.Stop()
+	last, pinged := heard.Load(), false
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if h := heard.Load(); h != last {
+			last, pinged = h, false
+			continue
+		}
+		if idle != nil && idle() {
+			ended.Store(true)
+			_ = ps.Close()
+			return
+		}
+		if pinged || ps.Ping(context.Background()) != nil {
+			_ = ps.Close()
+			return
+		}
+		pinged = true
 	}
 }
 
