@@ -270,16 +270,17 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 	})
 }
 
-// A client whose subscription's connection is killed (CLIENT KILL, a
-// proxy's idle timeout, a server restart) subscribes again, wakes its
-// waiters to poll once when the server confirms, and its waiters then take
-// a handoff from its message again: the waiter's Lock returns after the
-// release without sending another acquire script.
-func TestHandoffAfterSubscriptionKilled(t *testing.T) {
-	admin := testenv.Redis(t) // CLIENT KILL: a real server
-	var n atomic.Int64
-	conn := testenv.Unique(t)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ClientName: conn})
+// subscribedWaiter starts a Lock on a fresh name, held by a client of
+// admin, from a client of its own that dials addr (named conn), and returns
+// once the waiter queued and polled at its subscription's confirmation:
+// the holder's lease, the channel the waiter's lease comes on, and the
+// count of acquire scripts the waiter's client has had answered (2 then).
+// Its timers are long, so that none of them fires during a test on a
+// loaded machine (as in TestHandedLockTakenWithoutAClaim).
+func subscribedWaiter(t *testing.T, admin *redis.Client, addr, conn string) (*reentrant.Lease, <-chan *reentrant.Lease, *atomic.Int64) {
+	t.Helper()
+	n := new(atomic.Int64)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: conn})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
 		for _, cmd := range cmds {
@@ -288,8 +289,6 @@ func TestHandoffAfterSubscriptionKilled(t *testing.T) {
 			}
 		}
 	}})
-	// As in TestHandedLockTakenWithoutAClaim: no timer of the waiter's
-	// fires during the test on a loaded machine.
 	opts := []reentrant.ClientOption{reentrant.WithTTL(2 * time.Minute), reentrant.WithPrefix(testenv.Unique(t)),
 		reentrant.WithHandoffTimeout(8 * time.Second)}
 	holder, waiter := newClient(t, admin, opts...), newClient(t, rdb, opts...)
@@ -305,6 +304,31 @@ func TestHandoffAfterSubscriptionKilled(t *testing.T) {
 	queued(t, holder, name, 1)
 	require.Eventually(t, func() bool { return n.Load() == 2 }, time.Minute, time.Millisecond,
 		"the waiter's first try and the poll its subscription's confirmation wakes")
+	return held, got, n
+}
+
+// handedByMessage releases held and checks that the waiter's Lock returns
+// the next token without another acquire script: it took the lock from the
+// handoff message.
+func handedByMessage(t *testing.T, held *reentrant.Lease, got <-chan *reentrant.Lease, n *atomic.Int64) {
+	t.Helper()
+	before := n.Load()
+	require.NoError(t, held.Unlock(t.Context()))
+	l := <-got
+	require.NotNil(t, l)
+	require.Equal(t, before, n.Load(), "acquire scripts the waiter sent after the release")
+	require.Equal(t, held.Token()+1, l.Token())
+	require.NoError(t, l.Unlock(t.Context()))
+}
+
+// A client whose subscription's connection is killed (CLIENT KILL, a
+// proxy's idle timeout, a server restart) subscribes again, wakes its
+// waiters to poll once when the server confirms, and its waiters then take
+// a handoff from its message again.
+func TestHandoffAfterSubscriptionKilled(t *testing.T) {
+	admin := testenv.Redis(t) // CLIENT KILL: a real server
+	conn := testenv.Unique(t)
+	held, got, n := subscribedWaiter(t, admin, testenv.RedisAddr(t), conn)
 
 	// The waiter's client has one subscribed connection, named conn.
 	var ids []int64
@@ -320,14 +344,7 @@ func TestHandoffAfterSubscriptionKilled(t *testing.T) {
 	require.NoError(t, admin.ClientKillByFilter(t.Context(), "ID", fmt.Sprint(ids[0])).Err())
 	require.Eventually(t, func() bool { return n.Load() == 3 }, time.Minute, time.Millisecond,
 		"the poll the new subscription's confirmation wakes")
-
-	before := n.Load()
-	require.NoError(t, held.Unlock(t.Context()))
-	l := <-got
-	require.NotNil(t, l)
-	require.Equal(t, before, n.Load(), "acquire scripts the waiter sent after the release")
-	require.Equal(t, held.Token()+1, l.Token())
-	require.NoError(t, l.Unlock(t.Context()))
+	handedByMessage(t, held, got, n)
 }
 
 // A waiter process SIGKILLed while queued, or frozen and then killed after

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,22 +38,12 @@ type notifier struct {
 	// so that Close waits for the dispatchers; false once the client closed.
 	spawn func(func()) bool
 
-	done chan struct{} // closed by close
-
 	mu      sync.Mutex
-	ps      *redis.PubSub      // the classic channel's current subscription
+	ps      *redis.PubSub
 	waiters map[string]*waiter // by level ID
 	running bool               // the classic dispatcher was started
 	closed  bool
 }
-
-const (
-	// listenTick is how long a subscription waits for a message before it
-	// pings its server; a second tick without a reply subscribes anew.
-	listenTick = time.Second
-	// listenBackoff bounds the wait between two attempts to subscribe.
-	listenBackoffMin, listenBackoffMax = 10 * time.Millisecond, time.Second
-)
 
 // waiter is one Lock call that may wait.
 type waiter struct {
@@ -67,7 +56,7 @@ type waiter struct {
 }
 
 func newNotifier(rdb redis.UniversalClient, prefix, id string, spawn func(func()) bool) *notifier {
-	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter), spawn: spawn, done: make(chan struct{})}
+	n := &notifier{rdb: rdb, channel: prefix + ":c:" + id, waiters: make(map[string]*waiter), spawn: spawn}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		n.shards = newShards(n, cc, prefix, id)
 	}
@@ -117,123 +106,27 @@ func (n *notifier) listen(w *waiter) {
 	n.running = n.spawn(n.run)
 }
 
-// run keeps the classic channel subscribed until the client closes: it
-// subscribes, dispatches messages until the subscription ends (see
-// receive), and subscribes anew after a backoff. It reads the connection
-// itself rather than through go-redis's Channel, whose reader and health
-// check add two goroutine wakeups to every handoff message.
 func (n *notifier) run() {
-	ctx := context.Background()
-	b := backoff{next: listenBackoffMin, max: listenBackoffMax}
-	for {
-		// Subscribe dials and writes within go-redis's own timeouts; a
-		// failure shows in receive.
-		ps := n.rdb.Subscribe(ctx, n.channel)
-		if !n.attach(ps) {
-			_ = ps.Close()
-			return
-		}
-		confirmed, _ := n.receive(ps, -1, nil)
-		_ = ps.Close()
-		if !n.attach(nil) {
-			return
-		}
-		// Whatever is published until the next confirmation is lost; that
-		// confirmation wakes the waiters to poll.
-		if confirmed {
-			b.next = listenBackoffMin
-		}
-		if !sleep(n.done, b.delay()) {
-			return
-		}
-	}
-}
-
-// attach records ps as the classic channel's subscription (nil between
-// two), and reports false when the client has closed.
-func (n *notifier) attach(ps *redis.PubSub) bool {
+	// Subscribe dials and writes within go-redis's own timeouts, and keeps
+	// the channel to re-subscribe with even when this first attempt fails.
+	ps := n.rdb.Subscribe(context.Background(), n.channel)
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.closed {
-		return false
+		n.mu.Unlock()
+		_ = ps.Close()
+		return
 	}
 	n.ps = ps
-	return true
-}
-
-// receive dispatches ps's messages until the subscription ends: ps was
-// closed, the server ended it, its connection failed or stayed silent for
-// a tick after a ping, or idle (nil for none), asked after each silent
-// tick, reported true. Each confirmation of the subscription wakes the
-// waiters of slot (-1: the classic channel's) to poll. It reports whether
-// the server confirmed the subscription, and whether it ended idle.
-//
-// It reads on the caller's goroutine, without a deadline (setting one per
-// message costs a timer update); a watchdog goroutine, which only reads a
-// counter of messages, pings a silent subscription and closes it when the
-// ping goes unanswered.
-func (n *notifier) receive(ps *redis.PubSub, slot int, idle func() bool) (confirmed, wasIdle bool) {
-	subscribe, unsubscribe := "subscribe", "unsubscribe"
-	if slot >= 0 {
-		subscribe, unsubscribe = "ssubscribe", "sunsubscribe"
-	}
-	var heard atomic.Uint64 // replies read, pongs included
-	var ended atomic.Bool   // closed by the watchdog as idle
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { watch(ps, &heard, &ended, idle, stop) })
-	defer wg.Wait()
-	defer close(stop)
-	ctx := context.Background()
-	for {
-		m, err := ps.Receive(ctx)
-		if err != nil {
-			return confirmed, ended.Load()
-		}
-		heard.Add(1)
+	n.mu.Unlock()
+	for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(256)) {
 		switch m := m.(type) {
 		case *redis.Message:
 			n.deliver(m.Payload)
 		case *redis.Subscription:
-			switch m.Kind {
-			case subscribe:
-				confirmed = true
-				n.poke(slot)
-			case unsubscribe:
-				return confirmed, false
+			if m.Kind == "subscribe" {
+				n.poke(-1)
 			}
 		}
-	}
-}
-
-// watch closes ps, which receive reads, when a tick passes without a reply
-// after a tick without one made it ping, or when idle (if not nil) reports
-// true after a silent tick (then it sets ended first). It returns when stop
-// is closed.
-func watch(ps *redis.PubSub, heard *atomic.Uint64, ended *atomic.Bool, idle func() bool, stop <-chan struct{}) {
-	t := time.NewTicker(listenTick)
-	defer t.Stop()
-	last, pinged := heard.Load(), false
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if h := heard.Load(); h != last {
-			last, pinged = h, false
-			continue
-		}
-		if idle != nil && idle() {
-			ended.Store(true)
-			_ = ps.Close()
-			return
-		}
-		if pinged || ps.Ping(context.Background()) != nil {
-			_ = ps.Close()
-			return
-		}
-		pinged = true
 	}
 }
 
@@ -291,7 +184,6 @@ func (n *notifier) close() error {
 		return nil
 	}
 	n.closed = true
-	close(n.done)
 	ps := n.ps
 	n.mu.Unlock()
 	var err error

@@ -2,6 +2,8 @@ package reentrant
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +27,14 @@ import (
 // sends "sunsubscribe") or the connection fails; the client subscribes
 // again at the slot's new master and wakes the slot's waiters to poll,
 // which claims a lock whose message was lost meanwhile.
-const shardLinger = 5 * time.Second
+const (
+	shardLinger = 5 * time.Second
+	// shardTick is how long a subscription waits for a message before it
+	// pings its server; a second tick without a reply subscribes anew.
+	shardTick = time.Second
+	// shardBackoff bounds the wait between two attempts to subscribe.
+	shardBackoffMin, shardBackoffMax = 10 * time.Millisecond, time.Second
+)
 
 // shards are the shard subscriptions of one Cluster client. linger and
 // subs are guarded by n.mu.
@@ -124,7 +133,7 @@ func (sh *shards) listen(slot int) {
 // idle past shardLinger.
 func (sh *shards) run(s *shard) {
 	ctx := context.Background()
-	b := backoff{next: listenBackoffMin, max: listenBackoffMax}
+	b := backoff{next: shardBackoffMin, max: shardBackoffMax}
 	for {
 		// SSubscribe dials the slot's master as go-redis knows it, within
 		// go-redis's timeouts; a failure shows in Receive.
@@ -133,14 +142,14 @@ func (sh *shards) run(s *shard) {
 			_ = ps.Close()
 			return
 		}
-		confirmed, idle := sh.n.receive(ps, s.slot, func() bool { return sh.expire(s) })
+		confirmed, idle := sh.receive(s, ps)
 		_ = ps.Close()
 		sh.n.poke(s.slot)
 		if idle || !sh.attach(s, nil) || sh.expire(s) {
 			return
 		}
 		if confirmed {
-			b.next = listenBackoffMin
+			b.next = shardBackoffMin
 		}
 		// A move or a failover: have go-redis learn the slot's new master.
 		sh.cc.ReloadState(ctx)
@@ -162,6 +171,45 @@ func (sh *shards) attach(s *shard, ps *redis.PubSub) bool {
 	}
 	s.ps = ps
 	return true
+}
+
+// receive dispatches ps's messages until the subscription ends: the server
+// ended it, the connection failed or stayed silent for two ticks, or s was
+// stopped. It reports whether the server confirmed the subscription, and
+// whether s ended because it was idle past shardLinger.
+func (sh *shards) receive(s *shard, ps *redis.PubSub) (confirmed, idle bool) {
+	ctx := context.Background()
+	pinged := false
+	for {
+		m, err := ps.ReceiveTimeout(ctx, shardTick)
+		var ne net.Error
+		switch {
+		case err != nil && errors.As(err, &ne) && ne.Timeout():
+			if sh.expire(s) {
+				return confirmed, true
+			}
+			if pinged || ps.Ping(ctx) != nil {
+				return confirmed, false
+			}
+			pinged = true
+			continue
+		case err != nil:
+			return confirmed, false
+		}
+		pinged = false
+		switch m := m.(type) {
+		case *redis.Message:
+			sh.n.deliver(m.Payload)
+		case *redis.Subscription:
+			switch m.Kind {
+			case "ssubscribe":
+				confirmed = true
+				sh.n.poke(s.slot)
+			case "sunsubscribe":
+				return confirmed, false
+			}
+		}
+	}
 }
 
 // expire ends s if it has had no waiter for shardLinger, and reports
