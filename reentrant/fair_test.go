@@ -198,49 +198,13 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 			claims int64
 		}{{"renewed", nil, 0}, {"without renewal", []reentrant.ClientOption{reentrant.WithoutRenewal()}, 1}} {
 			t.Run(c.name, func(t *testing.T) {
-				var n atomic.Int64
-				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
-				t.Cleanup(func() { _ = rdb.Close() })
-				// Counted once answered: a poll counted when sent could
-				// still run after the release below and take the lock
-				// itself.
-				rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
-					for _, cmd := range cmds {
-						if !pipe && scripts.Ran("acquire", cmd, err) {
-							n.Add(1)
-						}
-					}
-				}})
-				pfx := testenv.Unique(t)
-				// Time enough that no step below races a timer on a loaded
-				// machine: the handoff must come within half the claim
-				// window (here about 2 s) of the wait's start to be taken
-				// from the message, and the waiter's own polls (every
-				// minute, at the queue's keep-alive at the earliest: 62 s)
-				// must not add to the count between the snapshot and the
-				// handoff.
-				const ttl, handoff = 2 * time.Minute, 8 * time.Second
-				claim := handoff / 2
-				opts := append([]reentrant.ClientOption{reentrant.WithTTL(ttl), reentrant.WithPrefix(pfx),
-					reentrant.WithHandoffTimeout(handoff)}, c.opts...)
-				holder, waiter := newClient(t, b.Client, opts...), newClient(t, rdb, opts...)
-				name := testenv.Unique(t)
-				held, err := holder.Lock(t.Context(), name)
-				require.NoError(t, err)
-				got := make(chan *reentrant.Lease, 1)
-				go func() {
-					l, err := waiter.Lock(t.Context(), name, reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
-					assert.NoError(t, err)
-					got <- l
-				}()
-				queued(t, holder, name, 1)
-				// The subscription's confirmation wakes the waiter to poll
-				// once (a handoff sent before it was subscribed is not
-				// missed): its first try and that poll are the two acquire
-				// scripts it sends before the handoff.
-				require.Eventually(t, func() bool { return n.Load() == 2 }, time.Minute, time.Millisecond,
-					"the waiter's first try and the poll its subscription's confirmation wakes")
-				require.Len(t, b.Client.PubSubChannels(t.Context(), pfx+":c:*").Val(), 1)
+				// The handoff must come within half the claim window (here
+				// about 2 s) of the wait's start to be taken from the
+				// message; subscribedWaiter's timers leave it that.
+				claim := subscribedHandoff / 2
+				w := subscribedWaiter(t, b.Client, b.Client.Options().Addr, "", c.opts...)
+				held, got, n, holder, name := w.held, w.got, w.n, w.holder, w.name
+				require.Len(t, b.Client.PubSubChannels(t.Context(), w.prefix+":c:*").Val(), 1)
 				before := n.Load()
 				require.NoError(t, held.Unlock(t.Context()))
 				l := <-got
@@ -270,41 +234,60 @@ func TestHandedLockTakenWithoutAClaim(t *testing.T) {
 	})
 }
 
+// subscribedHandoff is subscribedWaiter's handoff timeout.
+const subscribedHandoff = 8 * time.Second
+
+// waiting is a Lock call that waits behind another client's hold.
+type waiting struct {
+	holder       *reentrant.Client
+	held         *reentrant.Lease
+	name, prefix string
+	got          <-chan *reentrant.Lease // the waiter's lease, once it returns
+	n            *atomic.Int64           // acquire scripts answered to the waiter's client
+}
+
 // subscribedWaiter starts a Lock on a fresh name, held by a client of
-// admin, from a client of its own that dials addr (named conn), and returns
-// once the waiter queued and polled at its subscription's confirmation:
-// the holder's lease, the channel the waiter's lease comes on, and the
-// count of acquire scripts the waiter's client has had answered (2 then).
-// Its timers are long, so that none of them fires during a test on a
-// loaded machine (as in TestHandedLockTakenWithoutAClaim).
-func subscribedWaiter(t *testing.T, admin *redis.Client, addr, conn string) (*reentrant.Lease, <-chan *reentrant.Lease, *atomic.Int64) {
+// admin, from a client of its own that dials addr (named conn, unless
+// empty), both with opts, and returns once the waiter queued and polled
+// at its subscription's confirmation (n is 2 then). Acquire scripts are
+// counted once answered: a poll counted when sent could still run after a
+// release and take the lock itself. The timers leave time enough that no
+// step of a test races one on a loaded machine: a 2 min TTL, a handoff
+// timeout of subscribedHandoff, and waiter polls every minute, at the
+// queue's keep-alive at the earliest (62 s).
+func subscribedWaiter(t *testing.T, admin *redis.Client, addr, conn string, opts ...reentrant.ClientOption) waiting {
 	t.Helper()
-	n := new(atomic.Int64)
+	w := waiting{n: new(atomic.Int64), prefix: testenv.Unique(t), name: testenv.Unique(t)}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: conn})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
 		for _, cmd := range cmds {
 			if !pipe && scripts.Ran("acquire", cmd, err) {
-				n.Add(1)
+				w.n.Add(1)
 			}
 		}
 	}})
-	opts := []reentrant.ClientOption{reentrant.WithTTL(2 * time.Minute), reentrant.WithPrefix(testenv.Unique(t)),
-		reentrant.WithHandoffTimeout(8 * time.Second)}
-	holder, waiter := newClient(t, admin, opts...), newClient(t, rdb, opts...)
-	name := testenv.Unique(t)
-	held, err := holder.Lock(t.Context(), name)
+	opts = append([]reentrant.ClientOption{reentrant.WithTTL(2 * time.Minute), reentrant.WithPrefix(w.prefix),
+		reentrant.WithHandoffTimeout(subscribedHandoff)}, opts...)
+	var waiter *reentrant.Client
+	w.holder, waiter = newClient(t, admin, opts...), newClient(t, rdb, opts...)
+	var err error
+	w.held, err = w.holder.Lock(t.Context(), w.name)
 	require.NoError(t, err)
 	got := make(chan *reentrant.Lease, 1)
 	go func() {
-		l, err := waiter.Lock(t.Context(), name, reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
+		l, err := waiter.Lock(t.Context(), w.name, reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
 		assert.NoError(t, err)
 		got <- l
 	}()
-	queued(t, holder, name, 1)
-	require.Eventually(t, func() bool { return n.Load() == 2 }, time.Minute, time.Millisecond,
+	w.got = got
+	queued(t, w.holder, w.name, 1)
+	// The subscription's confirmation wakes the waiter to poll once (a
+	// handoff sent before it was subscribed is not missed): its first try
+	// and that poll are the two acquire scripts it sends before a handoff.
+	require.Eventually(t, func() bool { return w.n.Load() == 2 }, time.Minute, time.Millisecond,
 		"the waiter's first try and the poll its subscription's confirmation wakes")
-	return held, got, n
+	return w
 }
 
 // handedByMessage releases held and checks that the waiter's Lock returns
@@ -328,7 +311,8 @@ func handedByMessage(t *testing.T, held *reentrant.Lease, got <-chan *reentrant.
 func TestHandoffAfterSubscriptionKilled(t *testing.T) {
 	admin := testenv.Redis(t) // CLIENT KILL: a real server
 	conn := testenv.Unique(t)
-	held, got, n := subscribedWaiter(t, admin, testenv.RedisAddr(t), conn)
+	w := subscribedWaiter(t, admin, testenv.RedisAddr(t), conn)
+	held, got, n := w.held, w.got, w.n
 
 	// The waiter's client has one subscribed connection, named conn.
 	var ids []int64

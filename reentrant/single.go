@@ -25,37 +25,23 @@ type single struct {
 	note    *notifier
 	retries bool // the go-redis client may re-send a command on its own
 	// calls sends the acquire and release scripts: rdb, or on a
-	// *redis.Client or *redis.ClusterClient that does not enforce contexts
-	// (go-redis's default), rdb with concurrent calls batched into
-	// pipelines (scripts.Batched). A call there waits for its reply as it
-	// would through rdb.
+	// *redis.Client that does not enforce contexts (go-redis's default),
+	// rdb with concurrent calls batched into pipelines (scripts.Batched).
+	// A call there waits for its reply as it would through rdb.
 	calls redis.Scripter
 }
 
 // batchLeaders is how many acquire or release calls, or batches of them,
-// one Client has in flight before further calls wait to share a pipeline.
+// one Client has in flight on a standalone server before further calls wait
+// to share a pipeline.
 const batchLeaders = 2
 
 func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
 	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), retries: retries(rdb), calls: rdb}
-	if batchable(rdb) {
-		s.calls = scripts.Batch(rdb, batchLeaders)
+	if r, ok := rdb.(*redis.Client); ok && !c.deadlines {
+		s.calls = scripts.Batch(r, batchLeaders)
 	}
 	return s
-}
-
-// batchable reports whether rdb's script calls may share pipelines: a
-// standalone or Cluster client that does not enforce contexts, so that a
-// batch's round trip is cut by nobody's deadline (the callers' own are
-// kept by bounded). A Cluster client splits each batch by node.
-func batchable(rdb redis.UniversalClient) bool {
-	switch r := rdb.(type) {
-	case *redis.Client:
-		return !r.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return !r.Options().ContextTimeoutEnabled
-	}
-	return false
 }
 
 func (s *single) release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error) {

@@ -7,8 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Batched is a go-redis client (a *redis.Client, or a *redis.ClusterClient,
-// which splits each pipeline by node) whose script calls share round trips:
+// Batched is a go-redis client whose script calls share round trips:
 // while leaders calls are in flight, a further call waits, and the next
 // call to finish sends every waiting call with its successor in one
 // pipeline. A call made while fewer are in flight goes out at once, on
@@ -24,20 +23,19 @@ import (
 // its own, as the lock client's bounded does); like the client, it does
 // not send a command whose context is done by the time it would leave,
 // and fails it with the context's error. Each command keeps its own
-// reply or error; a pipeline's network error is every command's error
-// (through a Cluster client, every command sent to that node), and a retry
-// by go-redis re-sends those commands (the scripts recognise their own
-// repeats); a Cluster client follows MOVED and ASK within a batch. Use it only for a client that does not
+// reply or error; a pipeline's network error is every command's error,
+// and a retry by go-redis re-sends the whole pipeline (the scripts
+// recognise their own repeats). Use it only for a client that does not
 // enforce contexts: a batch runs under its leader's context values, not
 // its deadline.
 type Batched struct {
-	redis.UniversalClient
+	*redis.Client
 	b *batcher
 }
 
 // Batch returns rdb with its calls batched, at most leaders of them, or
 // batches, in flight at once (at least 1).
-func Batch(rdb redis.UniversalClient, leaders int) Batched {
+func Batch(rdb *redis.Client, leaders int) Batched {
 	return Batched{rdb, &batcher{rdb: rdb, max: max(leaders, 1)}}
 }
 
@@ -53,7 +51,7 @@ func (b Batched) Process(ctx context.Context, cmd redis.Cmder) error {
 // take them; each leader, when its round trip is over, makes the oldest
 // waiting call the next leader, or, with none waiting, leaves.
 type batcher struct {
-	rdb redis.UniversalClient
+	rdb *redis.Client
 	max int
 
 	mu      sync.Mutex

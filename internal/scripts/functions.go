@@ -100,7 +100,7 @@ func key(rdb redis.Scripter) any {
 	case onConn:
 		return key(c.of)
 	case Batched:
-		return key(c.UniversalClient)
+		return key(c.Client)
 	case *redis.Client:
 		return weak.Make(c)
 	case *redis.ClusterClient:
@@ -131,7 +131,7 @@ func markWithout(rdb redis.Scripter) {
 	case onConn:
 		markWithout(c.of)
 	case Batched:
-		markWithout(c.UniversalClient)
+		markWithout(c.Client)
 	case *redis.Client:
 		remember(c)
 	case *redis.ClusterClient:
@@ -228,8 +228,6 @@ func load(ctx context.Context, rdb redis.Scripter, p processor) error {
 		return nil
 	}
 	switch c := rdb.(type) {
-	case Batched:
-		return load(ctx, c.UniversalClient, c.UniversalClient)
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n) })
 	case *redis.Ring:
