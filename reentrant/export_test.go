@@ -10,10 +10,10 @@ func RenewAllNow(c *Client) int {
 	r := c.ren
 	r.mu.Lock()
 	var batch []*ownership
-	for o := range r.owns {
-		if o.ctx.Err() == nil && !o.inflight {
-			o.inflight = true
-			batch = append(batch, o)
+	for i := range r.sched {
+		if s := &r.sched[i]; s.o.ctx.Err() == nil && !s.inflight {
+			s.inflight = true
+			batch = append(batch, s.o)
 		}
 	}
 	r.mu.Unlock()

@@ -31,9 +31,14 @@ type ownership struct {
 	timer    *time.Timer // fires at deadline
 	lastErr  error       // the last renewal's error, for the loss's cause
 
-	// Renewal bookkeeping, guarded by c.ren.mu.
-	next     time.Time // when the next renewal is due
-	inflight bool      // a renewal was sent and has not returned
+	// slot is o's index in c.ren's schedule, -1 when not registered;
+	// guarded by c.ren.mu.
+	slot int
+
+	// ext is the renewal's request, its arguments built at the first
+	// renewal (a lock released sooner never builds them); only the
+	// renewal in flight, of which the schedule allows one, touches it.
+	ext scripts.ExtendReq
 }
 
 // newOwnership starts the local timer, which ends the ownership at sent +
@@ -45,7 +50,7 @@ type ownership struct {
 func (c *Client) newOwnership(key holdKey, k scripts.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	o := &ownership{c: c, key: key, keys: k, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
-		deadline: sent.Add(window)}
+		deadline: sent.Add(window), slot: -1}
 	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
 	// retries can hold a renewal call far past the lease.
 	// The timers are set under o.mu: one may fire, and end o, at once.
@@ -67,6 +72,9 @@ func (c *Client) newOwnership(key holdKey, k scripts.Keys, tok fence.Token, cfg 
 // ownership goes through here.
 func (o *ownership) end(cause error) {
 	o.cancel(cause)
+	if o.cfg.renew > 0 {
+		o.c.ren.drop(o)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.timer.Stop()

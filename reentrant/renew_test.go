@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -535,4 +536,74 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 		require.NoError(t, taken.Unlock(ctx))
 		require.NoError(t, other.Unlock(ctx))
 	})
+}
+
+// Leases released in random order leave the renewer's schedule at once:
+// none of them is renewed after its release, every other lease goes on
+// being renewed and stays held, and the renewer stops once the last is
+// released.
+func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
+	rdb := testenv.Redis(t)
+	h := &traffic{}
+	rdb.AddHook(h)
+	ignore := goleak.IgnoreCurrent()
+	// 3 s: renewals every second, with room for a loaded scheduler (see
+	// TestCloseStopsTheRenewer).
+	const n, ttl = 60, 3 * time.Second
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(ttl))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	leases := lockMany(t, c, n)
+	keys := map[string]*reentrant.Lease{}
+	for _, l := range leases {
+		keys[lua.KeysFor(prefix, l.Name()).Lock] = l
+	}
+	order := rand.Perm(n)
+	released := map[*reentrant.Lease]bool{}
+	for _, i := range order[:n/2] {
+		require.NoError(t, leases[i].Unlock(t.Context()))
+		released[leases[i]] = true
+	}
+	h.mu.Lock()
+	h.record = true
+	h.mu.Unlock()
+	// Every lease left is renewed at least once after the releases: its
+	// local deadline moves on.
+	from := map[*reentrant.Lease]time.Time{}
+	for _, i := range order[n/2:] {
+		from[leases[i]] = reentrant.LocalDeadline(leases[i])
+	}
+	require.Eventually(t, func() bool {
+		for l, d := range from {
+			if l.Err() == nil && !reentrant.LocalDeadline(l).After(d) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 10*time.Millisecond)
+	h.mu.Lock()
+	h.record = false
+	renewed := map[*reentrant.Lease]int{}
+	for _, b := range h.batches {
+		for _, k := range b {
+			renewed[keys[k]]++
+		}
+	}
+	h.mu.Unlock()
+	for l := range released {
+		require.Zero(t, renewed[l], "released lease %q was renewed", l.Name())
+	}
+	for _, i := range order[n/2:] {
+		l := leases[i]
+		require.NoError(t, l.Err())
+		require.Positive(t, renewed[l], "lease %q was not renewed", l.Name())
+		st, err := c.Inspect(t.Context(), l.Name())
+		require.NoError(t, err)
+		require.True(t, st.Held && st.Token == l.Token(), "lease %q: %+v", l.Name(), st)
+	}
+	for _, i := range order[n/2:] {
+		require.NoError(t, leases[i].Unlock(t.Context()))
+	}
+	// The renewer's goroutine exits at its next tick (a twelfth of the TTL).
+	require.Eventually(t, func() bool { return goleak.Find(ignore) == nil }, time.Minute, 10*time.Millisecond)
 }

@@ -164,7 +164,7 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 	// As run: FCALL where the server has Functions (the library loaded
 	// once if missing), else EVALSHA, and EVAL after NOSCRIPT; the WAIT in
 	// every pipeline.
-	b := pipelined(ctx, node, acquireScript, 1, func(int) []any { return argv[2:] },
+	b := pipelined(ctx, node, acquireScript, 1, len(argv)-2, func(dst []any, _ int) []any { return append(dst, argv[2:]...) },
 		"WAIT", replicas, timeout.Milliseconds())
 	acq, ack, err := b.cmds[0], b.tail, b.execs[0]
 	if err := acq.Err(); err != nil {

@@ -20,12 +20,31 @@ func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token
 	return parseExtend(v)
 }
 
-// ExtendReq names one ownership for [ExtendBatch].
+// ExtendReq names one ownership for [ExtendBatch]. One made by
+// [NewExtendReq] carries its arguments ready to send: a renewer that keeps
+// it for the ownership's life sends every renewal without boxing them
+// again.
 type ExtendReq struct {
 	Keys  Keys
 	Owner string
 	Token fence.Token
 	TTL   time.Duration // the lease from now; whole milliseconds
+
+	argv []any // extend.lua's arguments but the mode, or nil: built per send
+}
+
+// NewExtendReq returns the request for an ownership, its arguments built.
+func NewExtendReq(k Keys, owner string, token fence.Token, ttl time.Duration) ExtendReq {
+	r := ExtendReq{Keys: k, Owner: owner, Token: token, TTL: ttl}
+	r.argv = r.build()
+	return r
+}
+
+// Prepared reports whether r was made by [NewExtendReq].
+func (r *ExtendReq) Prepared() bool { return r.argv != nil }
+
+func (r *ExtendReq) build() []any {
+	return []any{1, r.Keys.Lock, r.Owner, r.Token.String(), r.TTL.Milliseconds()}
 }
 
 // ExtendResult is the outcome of one [ExtendReq]: as [Extend]'s, plus Sent,
@@ -45,9 +64,12 @@ type ExtendResult struct {
 // reqs[i].
 func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tokens) []ExtendResult {
 	mode := m.arg()
-	b := pipelined(ctx, rdb, extendScript, len(reqs), func(i int) []any {
-		r := reqs[i]
-		return []any{1, r.Keys.Lock, r.Owner, r.Token.String(), r.TTL.Milliseconds(), mode}
+	b := pipelined(ctx, rdb, extendScript, len(reqs), 6, func(dst []any, i int) []any {
+		argv := reqs[i].argv
+		if argv == nil {
+			argv = reqs[i].build()
+		}
+		return append(append(dst, argv...), mode)
 	})
 	out := make([]ExtendResult, len(reqs))
 	for i, cmd := range b.cmds {

@@ -249,20 +249,22 @@ type batch struct {
 
 // pipelined runs the script of s once per entry, n of them, in pipelines
 // on rdb: one round trip per Redis node (a Cluster or Ring client splits a
-// pipeline by node itself). args(i) returns entry i's arguments after the
-// command and the script: the key count, the keys, the ARGV. Like run, it
+// pipeline by node itself). args(dst, i) appends entry i's arguments to
+// dst, which holds the command and the script and has room for argc more:
+// the key count, the keys, the ARGV. Like run, it
 // sends FCALL where the server has Functions; the entries answered that
 // the function is missing are sent again once the library is loaded, and
 // those that still cannot run it go as EVALSHA, with EVAL for those
 // answered NOSCRIPT. tail, when given, is a command sent at the end of
 // every pipeline (AcquireAcked's WAIT, which must follow the script on its
 // connection).
-func pipelined(ctx context.Context, rdb redis.Cmdable, s *redis.Script, n int, args func(i int) []any, tail ...any) batch {
+func pipelined(ctx context.Context, rdb redis.Cmdable, s *redis.Script, n, argc int, args func(dst []any, i int) []any, tail ...any) batch {
 	b := batch{cmds: make([]*redis.Cmd, n), sent: make([]time.Time, n), execs: make([]error, n)}
 	send := func(idx []int, cmd string, script any) {
 		pipe := rdb.Pipeline()
+		c := any(cmd) // boxed once, not per entry
 		for _, i := range idx {
-			b.cmds[i] = redis.NewCmd(ctx, append([]any{cmd, script}, args(i)...)...)
+			b.cmds[i] = redis.NewCmd(ctx, args(append(make([]any, 0, 2+argc), c, script), i)...)
 			_ = pipe.Process(ctx, b.cmds[i])
 		}
 		if len(tail) > 0 {

@@ -176,6 +176,8 @@ func millis(ms int64) time.Duration {
 // every other error (network, OOM, READONLY...) on as it came.
 func scriptErr(err error) error {
 	switch {
+	case err == nil: // HasErrorPrefix allocates even for nil
+		return nil
 	case redis.HasErrorPrefix(err, "FOREIGN"):
 		return fmt.Errorf("%w: %w", ErrForeign, err)
 	case redis.HasErrorPrefix(err, "OVERFLOW"):
