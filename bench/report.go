@@ -206,7 +206,7 @@ func formatValue(u unit, v float64) string {
 	case unitBytes:
 		return fmt.Sprintf("%.0f B", math.Round(v)+0) // +0: no "-0 B"
 	case unitPercent:
-		return fmt.Sprintf("%.0f%%", v)
+		return fmt.Sprintf("%.1f%%", v) // a target such as the renewal's 7% needs the decimal
 	}
 	return fmt.Sprintf("%.2f", v)
 }
