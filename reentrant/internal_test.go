@@ -90,3 +90,38 @@ func TestWakesLongestWaitingFirst(t *testing.T) {
 		t.Fatalf("waiters left: %v", w.waiters)
 	}
 }
+
+// A waiter with no message polls at least every quarter of the handoff
+// timeout (plus jitter), at most every max retry delay, and sooner when the
+// holder's lease ends sooner, never with a zero delay: so a lock handed to
+// a dead waiter (leased for half the handoff timeout) reaches the next
+// waiter within the handoff timeout (TestDeadWaiterDelaysNextByAtMostTheBound).
+func TestPollDelayBounds(t *testing.T) {
+	for _, tc := range []struct {
+		opts      []ClientOption
+		holderTTL time.Duration
+		max       time.Duration // jitter excluded
+	}{
+		{nil, -1, DefaultHandoffTimeout / 4},
+		{nil, time.Minute, DefaultHandoffTimeout / 4},
+		{nil, 40 * time.Millisecond, 40 * time.Millisecond},
+		{nil, 0, 0},
+		{[]ClientOption{WithHandoffTimeout(8 * time.Second), WithMaxRetryDelay(300 * time.Millisecond)}, -1, 300 * time.Millisecond},
+		{[]ClientOption{WithHandoffTimeout(400 * time.Millisecond)}, -1, 100 * time.Millisecond},
+	} {
+		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+		c, err := New(rdb, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &call{c: c, cfg: &c.cfg.lease}
+		for n := 1; n <= 50; n++ {
+			d := r.pollDelay(n, tc.holderTTL)
+			if d <= 0 || d > tc.max+c.cfg.jitter {
+				t.Fatalf("opts %d, holder TTL %v: poll %d after %v, want (0, %v + jitter %v]", len(tc.opts), tc.holderTTL, n, d, tc.max, c.cfg.jitter)
+			}
+		}
+		_ = c.Close()
+		_ = rdb.Close()
+	}
+}
