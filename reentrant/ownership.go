@@ -31,9 +31,9 @@ type ownership struct {
 	timer    *time.Timer // fires at deadline
 	lastErr  error       // the last renewal's error, for the loss's cause
 
-	// slot is o's index in c.ren's schedule, -1 when not registered;
+	// entry is o's index in c.ren's schedule, -1 when not registered;
 	// guarded by c.ren.mu.
-	slot int
+	entry int
 
 	// ext is the renewal's request, its arguments built at the first
 	// renewal (a lock released sooner never builds them); only the
@@ -50,7 +50,7 @@ type ownership struct {
 func (c *Client) newOwnership(key holdKey, k scripts.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	o := &ownership{c: c, key: key, keys: k, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
-		deadline: sent.Add(window), slot: -1}
+		deadline: sent.Add(window), entry: -1}
 	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
 	// retries can hold a renewal call far past the lease.
 	// The timers are set under o.mu: one may fire, and end o, at once.

@@ -40,12 +40,12 @@ type renewer struct {
 
 	mu      sync.Mutex
 	tick    time.Duration // a quarter of the shortest renew interval registered
-	sched   []slot        // the registered ownerships; o.slot is o's index
+	sched   []entry       // the registered ownerships; o.entry is o's index
 	running bool
 }
 
-// slot is one registered ownership's renewal bookkeeping.
-type slot struct {
+// entry is one registered ownership's renewal bookkeeping.
+type entry struct {
 	next     time.Duration // when the next renewal is due, since epoch
 	renew    time.Duration // the ownership's renew interval
 	o        *ownership
@@ -76,8 +76,8 @@ func tickFor(renew time.Duration) time.Duration {
 func (r *renewer) add(o *ownership, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o.slot = len(r.sched)
-	r.sched = append(r.sched, slot{next: r.at(next), renew: o.cfg.renew, o: o})
+	o.entry = len(r.sched)
+	r.sched = append(r.sched, entry{next: r.at(next), renew: o.cfg.renew, o: o})
 	old := r.tick
 	r.tick = min(r.tick, tickFor(o.cfg.renew))
 	if !r.running {
@@ -131,11 +131,11 @@ func (r *renewer) tickNow() time.Duration {
 // renewal of it is in flight.
 func (r *renewer) renewNow(o *ownership) {
 	r.mu.Lock()
-	if o.slot < 0 || o.ctx.Err() != nil || r.sched[o.slot].inflight {
+	if o.entry < 0 || o.ctx.Err() != nil || r.sched[o.entry].inflight {
 		r.mu.Unlock()
 		return
 	}
-	s := &r.sched[o.slot]
+	s := &r.sched[o.entry]
 	s.inflight = true
 	s.next = r.at(time.Now()) + s.renew
 	r.mu.Unlock()
@@ -149,8 +149,8 @@ func (r *renewer) settled(batch []*ownership) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, o := range batch {
-		if o.slot >= 0 {
-			r.sched[o.slot].inflight = false
+		if o.entry >= 0 {
+			r.sched[o.entry].inflight = false
 		}
 	}
 }
@@ -162,19 +162,19 @@ func (r *renewer) drop(o *ownership) {
 	r.remove(o)
 }
 
-// remove takes o out of the schedule, moving the last slot into its place;
+// remove takes o out of the schedule, moving the last entry into its place;
 // called with r.mu held.
 func (r *renewer) remove(o *ownership) {
-	i := o.slot
+	i := o.entry
 	if i < 0 {
 		return
 	}
 	last := len(r.sched) - 1
 	r.sched[i] = r.sched[last]
-	r.sched[i].o.slot = i
-	r.sched[last] = slot{}
+	r.sched[i].o.entry = i
+	r.sched[last] = entry{}
 	r.sched = r.sched[:last]
-	o.slot = -1
+	o.entry = -1
 }
 
 // due takes the ownerships whose renewal falls before the next tick and
@@ -189,7 +189,7 @@ func (r *renewer) due(now time.Time) (batch []*ownership, idle bool) {
 	t := r.at(now)
 	horizon := t + r.tick
 	tick := tickFor(r.c.cfg.lease.renew)
-	// Backwards: remove moves the last slot, already seen, into the place
+	// Backwards: remove moves the last entry, already seen, into the place
 	// of the one it removes.
 	for i := len(r.sched) - 1; i >= 0; i-- {
 		s := &r.sched[i]
