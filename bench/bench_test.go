@@ -244,3 +244,58 @@ func TestRedlockNodes(t *testing.T) {
 		t.Error("W1 reported no server commands per pair")
 	}
 }
+
+// TestFencedTokens checks the fenced reference systems do what they stand
+// for: a token per ownership, higher than every earlier one, also after an
+// operator's DEL of the lock key (which frees the lock, and must not reset
+// the counter), and no acquisition while the lock is held.
+func TestFencedTokens(t *testing.T) {
+	addr := testServer(t)
+	rdb := newClient(addr, nil)
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, lua := range []bool{false, true} {
+		sys := fencedSystem(lua)
+		t.Run(sys.name, func(t *testing.T) {
+			ctx := t.Context()
+			lk, err := sys.open(rdb, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			take := func() *fencedLock {
+				t.Helper()
+				u, err := lk.lock(ctx, "tokens-"+sys.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return u.(*fencedLock)
+			}
+			var last int64
+			for i := range 3 {
+				l := take()
+				if l.token <= last {
+					t.Fatalf("ownership %d: token %d after %d", i, l.token, last)
+				}
+				last = l.token
+				busy, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				_, err := lk.lock(busy, "tokens-"+sys.name)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("ownership %d: a second lock while held returned %v, want the wait's deadline", i, err)
+				}
+				if i == 1 {
+					// The operator's way out of a stuck lock.
+					if err := rdb.Del(ctx, l.key).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := l.unlock(ctx); !errors.Is(err, errNotHeld) {
+						t.Fatalf("release after DEL: %v, want %v", err, errNotHeld)
+					}
+					continue
+				}
+				if err := l.unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

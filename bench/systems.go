@@ -13,7 +13,7 @@ import (
 // A locker is one lock implementation under test, bound to one go-redis
 // client. lock waits until it holds name or ctx ends; an error with ctx
 // ended means the wait was given up, any other error is a failure. Each
-// implementation keeps its keys under its own prefix, so the four can share
+// implementation keeps its keys under its own prefix, so they can all share
 // one server.
 type locker interface {
 	lock(ctx context.Context, name string) (unlocker, error)
@@ -36,7 +36,7 @@ type system struct {
 	// baseline.
 	openN func(rdbs []*redis.Client, ttl time.Duration) (locker, error)
 	// linger is how long per-name state left by a release stays before
-	// Redis expires it (none of the four systems has such state now);
+	// Redis expires it (none of the systems has such state now);
 	// 0 when a release leaves nothing that expires later.
 	linger time.Duration
 	// idleExpiry is how long per-name state that outlives every release
@@ -51,7 +51,7 @@ type system struct {
 // systems lists every implementation in report order; floor comes first
 // because every ratio is to it.
 func systems() []system {
-	return []system{floorSystem(), redislockSystem(), redsyncSystem(), redfenceSystem()}
+	return []system{floorSystem(), fencedSystem(false), fencedSystem(true), redislockSystem(), redsyncSystem(), redfenceSystem()}
 }
 
 // pick returns the systems named in csv, in report order; floor is always
