@@ -21,6 +21,10 @@
 --          hash's m field while the ownership lasts; a reentry keeps the
 --          ownership's own
 -- ARGV[8]  the deepest hold a reentry may make (a positive integer)
+-- ARGV[9]  "1" when an earlier attempt of this call may have queued it (any
+--          attempt of a waiting Lock after its first), "0" for a call's
+--          first attempt, which cannot be in the queue: a reentry or a
+--          fresh take then needs no ZREM to leave it (see below)
 --
 -- Returns {1, token, depth} when the caller holds the lock afterwards:
 --   free, nobody queued, or the caller first in the queue:
@@ -44,7 +48,7 @@
 -- which Lua's doubles are not exact; "ERR malformed ..." for a bad queue
 -- member or token mode. Nothing is written in any of these cases.
 -- Any other error is the server's own (OOM, READONLY...), passed on.
-local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[9])
 if quick then
   return quick
 end
@@ -73,10 +77,14 @@ if h.held and h.o == ARGV[1] then
     end
     return {2, h.t, h.depth}
   end
-  if not h.granted and member ~= '' then
-    -- Even without the flag q: an operator's DEL of the hash drops the
-    -- flag and leaves the queue, where this call may still wait. First,
-    -- so that a foreign queue is refused before anything is written.
+  if not h.granted and member ~= '' and (h.q or ARGV[9] == '1') then
+    -- With the flag q, or even without it when an earlier attempt of this
+    -- call may have queued it: an operator's DEL of the hash drops the
+    -- flag and leaves the queue, where this call may still wait. A call's
+    -- first attempt cannot be there (one go-redis sent again after it
+    -- queued leaves at most a stale entry, which a handoff passes on
+    -- within the claim time, as a dead waiter's). First, so that a foreign
+    -- queue is refused before anything is written.
     local left, lerr = callOn('ZREM', KEYS[2], member)
     if not left then
       return lerr
@@ -110,10 +118,10 @@ if not h.held then
   if w and w.member ~= member then
     handTo(KEYS[1], KEYS[2], h, w, mode, now)
   else
-    if not w and member ~= '' and not h.exists then
+    if not w and member ~= '' and not h.exists and ARGV[9] == '1' then
       -- The caller leaves the queue (as its head, nextWaiter took it out
       -- already): when the hash was deleted by hand with its flag q, from
-      -- wherever it queued before.
+      -- wherever an earlier attempt of this call queued it.
       local left, lerr = callOn('ZREM', KEYS[2], member)
       if not left then
         return lerr

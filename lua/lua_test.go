@@ -560,27 +560,46 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 	})
 }
 
-// A waiting call that reenters, or takes a lock never used, leaves the
+// A waiting call that joins the queue, or reenters or takes a lock never
+// used in an attempt after its first (which may have queued it), uses the
 // queue: a queue key of another type is refused before anything is
-// written, on the quick path and the general one alike.
+// written, on the quick path and the general one alike. A first attempt
+// that takes or reenters the lock does not read the queue, as TryLock
+// does not, and the key is left as it was.
 func TestForeignQueueRefusedBeforeAnyWrite(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
 		w := &lua.Waiter{Channel: "ch", Claim: time.Second, Queue: time.Minute}
-		for _, held := range []bool{false, true} {
+		for _, tc := range []struct {
+			holder string // "" for a lock never used
+			again  bool
+		}{{"", true}, {"o", true}, {"x", false}, {"x", true}} {
 			k := keys(t)
-			if held {
-				a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r1"})
+			if tc.holder != "" {
+				a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: tc.holder, TTL: time.Minute, Level: "r1"})
 				require.NoError(t, err)
 				require.True(t, a.OK)
 			}
 			require.NoError(t, rdb.Set(ctx, k.Queue, "not a zset", 0).Err())
 			before := testenv.Snapshot(t, rdb, k.Lock) + testenv.Snapshot(t, rdb, k.Counter)
-			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w})
-			require.ErrorIs(t, err, lua.ErrForeign, "held: %v", held)
+			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w, Again: tc.again})
+			require.ErrorIs(t, err, lua.ErrForeign, "%+v", tc)
 			require.ErrorContains(t, err, k.Queue)
 			require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock)+testenv.Snapshot(t, rdb, k.Counter),
-				"held: %v: nothing written", held)
+				"%+v: nothing written", tc)
+		}
+		for _, holder := range []string{"", "o"} {
+			k := keys(t)
+			if holder != "" {
+				a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: holder, TTL: time.Minute, Level: "r1"})
+				require.NoError(t, err)
+				require.True(t, a.OK)
+			}
+			require.NoError(t, rdb.Set(ctx, k.Queue, "not a zset", 0).Err())
+			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w})
+			require.NoError(t, err, "holder %q: a first attempt", holder)
+			require.True(t, a.OK)
+			require.Equal(t, "not a zset", rdb.Get(ctx, k.Queue).Val(), "the foreign key is left as it was")
 		}
 	})
 }

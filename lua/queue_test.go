@@ -277,8 +277,9 @@ func TestQueueExpiryNeverShortened(t *testing.T) {
 	})
 }
 
-// A reentry through Lock carries the call's queue member and takes it out
-// of the queue, also when the hash has lost its flag q: an operator's DEL of
+// A reentry by a Lock call's later attempt (a poll) carries the call's
+// queue member and takes it out of the queue, also when the hash has lost
+// its flag q: an operator's DEL of
 // the hash leaves the queue where the call still waits, and a member left
 // there would later be handed the lock after its call had returned.
 func TestReentryLeavesTheQueueAfterADeletedHash(t *testing.T) {
@@ -289,7 +290,9 @@ func TestReentryLeavesTheQueueAfterADeletedHash(t *testing.T) {
 		require.False(t, r.acquire("o", "ra", w).OK, "o's call A queues")
 		require.NoError(t, b.Client.Del(r.ctx, r.k.Lock).Err()) // the operator
 		require.True(t, r.acquire("o", "rb", nil).OK, "o's call B takes the free lock")
-		again := r.acquire("o", "ra", w) // A polls: a reentry
+		again, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "ra",
+			Waiter: w, Again: true}) // A polls: a reentry
+		require.NoError(t, err)
 		require.True(t, again.OK)
 		require.EqualValues(t, 2, again.Depth)
 		n, err := b.Client.ZCard(r.ctx, r.k.Queue).Result()
@@ -298,18 +301,51 @@ func TestReentryLeavesTheQueueAfterADeletedHash(t *testing.T) {
 	})
 }
 
-// A reentry through Lock runs HGETALL, ZREM and HSET on the lock's keys
-// (and TIME), as docs/design.md's table says. MONITOR shows the commands a
-// script runs; this needs a real Redis.
+// A Lock call's first attempt cannot be in the queue, so a reentry or a
+// fresh take by it runs no ZREM: a reentry is HGETALL and HSET on the
+// lock's keys (and TIME), as docs/design.md's table says. A later attempt
+// (Again: a poll, or the claim of a handed lock) may have queued the call,
+// and leaves the queue. MONITOR shows the commands a script runs; this
+// needs a real Redis.
 func TestReentryCommands(t *testing.T) {
 	rdb := testenv.Redis(t)
 	r := newQueueRig(t, rdb)
-	first := r.acquire("o", "outer", r.waiter("o", time.Second))
-	require.True(t, first.OK)
 	mon := testenv.NewMonitor(t, rdb)
+	commands := func() []string {
+		t.Helper()
+		return testenv.ScriptCommands(mon.Lines(), r.k.Lock, r.k.Queue, r.k.Counter)
+	}
+	attempt := func(level string, again bool) lua.Acquired {
+		t.Helper()
+		a, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o", TTL: time.Minute, Level: level,
+			Waiter: r.waiter("o", time.Second), Again: again})
+		require.NoError(t, err)
+		return a
+	}
+	first := attempt("outer", false)
+	require.True(t, first.OK)
+	require.Equal(t, []string{"HGETALL", "GET", "HSET", "SET"}, commands(), "a first attempt's take of a name never used")
 
-	inner := r.acquire("o", "inner", r.waiter("o", time.Second))
+	inner := attempt("inner", false)
 	require.Equal(t, lua.Acquired{OK: true, Token: first.Token, Depth: 2}, inner)
-	require.Equal(t, []string{"HGETALL", "ZREM", "HSET"}, testenv.ScriptCommands(mon.Lines(), r.k.Lock, r.k.Queue),
-		"the commands of a reentry on the lock's keys")
+	require.Equal(t, []string{"HGETALL", "HSET"}, commands(), "the commands of a first attempt's reentry on the lock's keys")
+
+	again := attempt("again", true)
+	require.Equal(t, lua.Acquired{OK: true, Token: first.Token, Depth: 3}, again)
+	require.Equal(t, []string{"HGETALL", "ZREM", "HSET"}, commands(), "a later attempt's reentry leaves the queue")
+
+	// An operator's DEL of the hash drops the flag q and leaves the queue,
+	// where a call that queued before still waits: its next attempt takes
+	// the lock and leaves the queue.
+	other := r.waiter("p", time.Second)
+	require.False(t, r.acquire("p", "waiting", other).OK)
+	require.NoError(t, rdb.Del(r.ctx, r.k.Lock).Err())
+	commands()
+	taken, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "p", TTL: time.Minute, Level: "waiting",
+		Waiter: other, Again: true})
+	require.NoError(t, err)
+	require.True(t, taken.OK)
+	require.Equal(t, first.Token+1, taken.Token)
+	require.Equal(t, []string{"HGETALL", "GET", "ZREM", "HSET", "SET"}, commands(), "a later attempt's take after a DEL")
+	require.Zero(t, rdb.Exists(r.ctx, r.k.Queue).Val(), "the waiter left the queue")
 }

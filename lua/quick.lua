@@ -108,8 +108,9 @@ end
 -- compacted record or started) and returns acquire's reply; nil, having
 -- written nothing, in any other case. A caller that would wait (member,
 -- its queue member: Lock always passes one) leaves the queue as in
--- acquire.lua when no record says the hash was compacted.
-local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta)
+-- acquire.lua when no record says the hash was compacted and an earlier
+-- attempt of the call may have queued it (again = "1").
+local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta, again)
   if member ~= '' and not parseWaiter(member) then
     return nil
   end
@@ -144,7 +145,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   if c + 1 >= 9007199254740992 or not lease then
     return nil
   end
-  if member ~= '' and not b then
+  if member ~= '' and not b and again == '1' then
     local left = redis.pcall('ZREM', queue, member)
     if type(left) ~= 'number' then
       return nil

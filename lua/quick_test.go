@@ -38,7 +38,7 @@ func withoutQuick(t *testing.T, name, quick string) string {
 }
 
 const (
-	quickTakeCall = "local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])\n" +
+	quickTakeCall = "local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[9])\n" +
 		"if quick then\n  return quick\nend\n"
 	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
 		"if quick then\n  return quick\nend\n"
@@ -311,7 +311,8 @@ func TestQuickPathsMatchTheGeneralPath(t *testing.T) {
 					"w3\n2000\no1\n\nschan3", "bad"}).Draw(rt, "member")
 				meta := rapid.SampledFrom([]string{"", "", "meta2"}).Draw(rt, "meta")
 				ttl := rapid.SampledFrom([]string{"10000", "10000", "0"}).Draw(rt, "ttl")
-				args = []any{owner, ttl, level, member, "30000", mode, meta, "5"}
+				again := rapid.SampledFrom([]string{"0", "1"}).Draw(rt, "again")
+				args = []any{owner, ttl, level, member, "30000", mode, meta, "5", again}
 			} else {
 				token := rapid.SampledFrom([]string{"6", "6", "6", "6", "6", "6", "6", "6", "5", "7", "x"}).Draw(rt, "token")
 				args = []any{owner, token, level, mode}

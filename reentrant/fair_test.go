@@ -445,3 +445,42 @@ func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
 		})
 	}
 }
+
+// A waiter whose poll finds the lock deleted by hand (DEL of the hash only:
+// the flag q goes, the queue stays) takes it, and leaves the queue: its
+// entry, left there, would later be handed the lock after its call had
+// returned. Its first attempt queued it, so the poll says so (Again).
+func TestPollTakingADeletedLockLeavesTheQueue(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		holder := newClient(t, b.Client)
+		waiter := newClient(t, b.Client, reentrant.WithHandoffTimeout(200*time.Millisecond)) // polls every 50 ms
+		held, err := holder.Lock(ctx, name)
+		require.NoError(t, err)
+		type result struct {
+			l   *reentrant.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, name)
+			got <- result{l, err}
+		}()
+		queued(t, holder, name, 1)
+		k := scripts.KeysFor(prefix, name)
+		require.NoError(t, b.Client.Del(ctx, k.Lock).Err()) // the operator
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiter's polls never took the deleted lock")
+		}
+		require.NoError(t, r.err)
+		require.Greater(t, r.l.Token(), held.Token())
+		n, err := b.Client.ZCard(ctx, k.Queue).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "the waiter's entry must leave the queue")
+		require.NoError(t, r.l.Unlock(ctx))
+		require.ErrorIs(t, held.Unlock(ctx), reentrant.ErrNotHeld)
+	})
+}

@@ -49,6 +49,9 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 	if err = r.keepWaiting(ctx, err); err != nil || l != nil {
 		return l, err
 	}
+	// The first attempt may have queued the call: every later one also
+	// leaves the queue when it takes or reenters the lock.
+	r.req.Again = true
 	s.note.listen(w)
 	polls := 1
 	delay := first

@@ -33,6 +33,11 @@ type Request struct {
 	MaxDepth int64         // the deepest hold a reentry may make; 0: no limit
 	Waiter   *Waiter       // non-nil: the call waits in the queue
 	Tokens   Tokens        // how a fresh token is issued
+	// Again marks an attempt of a waiting call after its first: an
+	// earlier one may have queued it, so a reentry or a fresh take also
+	// removes its queue entry, where a first attempt, which cannot have
+	// one, spares that command.
+	Again bool
 }
 
 // Waiter describes a Lock call that waits in the lock's queue: the lock,
@@ -91,7 +96,7 @@ type argv struct {
 	vals   [8]arg
 	digits [4 * 20]byte // the numbers' text: four at most, of 20 digits at most
 	used   int          // of digits
-	args   [14]any
+	args   [15]any
 }
 
 // arg is one value of an argv.
@@ -119,9 +124,13 @@ func (a *argv) num(i int, v int64) any {
 	return &a.vals[i]
 }
 
-// noDepthLimit is acquire's ARGV[8] for a request without MaxDepth, boxed
-// once.
-var noDepthLimit any = int64(math.MaxInt32)
+// noDepthLimit is acquire's ARGV[8] for a request without MaxDepth, and
+// first and again its ARGV[9], boxed once.
+var (
+	noDepthLimit any = int64(math.MaxInt32)
+	first        any = "0"
+	again        any = "1"
+)
 
 // acquireArgs returns the argument vector of acquire.lua for r, the first
 // two left for run: [cmd, script, 3, keys..., ARGV...].
@@ -135,8 +144,12 @@ func acquireArgs(k Keys, r *Request) []any {
 	if r.MaxDepth > 0 {
 		depth = a.num(7, r.MaxDepth)
 	}
-	a.args = [14]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
-		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.num(5, r.Tokens.arg()), a.str(6, r.Meta), depth}
+	attempt := first
+	if r.Again {
+		attempt = again
+	}
+	a.args = [15]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
+		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.num(5, r.Tokens.arg()), a.str(6, r.Meta), depth, attempt}
 	return a.args[:]
 }
 
@@ -214,7 +227,7 @@ func parseAcquire(v any) (Acquired, error) {
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
 	a := new(argv)
-	a.args = [14]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.str(1, r.Level),
+	a.args = [len(a.args)]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.str(1, r.Level),
 		a.str(2, r.member()), a.num(3, r.Tokens.arg())}
 	v, err := run(ctx, rdb, abandonScript, a.args[:10])
 	if err != nil {

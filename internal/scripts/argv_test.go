@@ -21,12 +21,12 @@ func TestArgvHoldsTheValues(t *testing.T) {
 	k := KeysFor("p", "n")
 	r := &Request{Owner: "owner-1", Level: "level-1", TTL: math.MaxInt64, Meta: "meta",
 		MaxDepth: math.MaxInt64, Waiter: &Waiter{Channel: "ch", Claim: time.Second, Queue: math.MaxInt64},
-		Tokens: Tokens{Time: true, Idle: math.MaxInt64}}
+		Tokens: Tokens{Time: true, Idle: math.MaxInt64}, Again: true}
 	ms := fmt.Sprint(int64(math.MaxInt64) / int64(time.Millisecond))
 	want := []string{"3", k.Lock, k.Queue, k.Counter, "owner-1", ms, "level-1",
-		"level-1\n1000\nowner-1\nmeta\npch", ms, ms, "meta", fmt.Sprint(int64(math.MaxInt64))}
+		"level-1\n1000\nowner-1\nmeta\npch", ms, ms, "meta", fmt.Sprint(int64(math.MaxInt64)), "1"}
 	args := acquireArgs(k, r)
-	require.Len(t, args, 14)
+	require.Len(t, args, 15)
 	for i, a := range args[2:] {
 		require.Equal(t, want[i], fmt.Sprint(a), "argument %d as text", i+2)
 		if m, ok := a.(encoding.BinaryMarshaler); ok {
@@ -39,6 +39,8 @@ func TestArgvHoldsTheValues(t *testing.T) {
 	require.Equal(t, "fcall f "+strings.Join(want, " "), redis.NewCmd(context.Background(), args...).String(),
 		"a printed command shows the values")
 
+	r.Again = false
+	require.Equal(t, "0", fmt.Sprint(acquireArgs(k, r)[14]), "a call's first attempt")
 	r.Waiter, r.MaxDepth, r.Tokens = nil, 0, Tokens{}
 	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { acquireArgs(k, r) }), 1.0)
 }
