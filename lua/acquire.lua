@@ -22,9 +22,10 @@
 --          ownership's own
 -- ARGV[8]  the deepest hold a reentry may make (a positive integer)
 -- ARGV[9]  "1" when an earlier attempt of this call may have queued it (any
---          attempt of a waiting Lock after its first), "0" for a call's
---          first attempt, which cannot be in the queue: a reentry or a
---          fresh take then needs no ZREM to leave it (see below)
+--          attempt of a waiting Lock after its first); absent (or anything
+--          else) for a call's first attempt, which cannot be in the queue:
+--          a reentry or a fresh take then needs no ZREM to leave it (see
+--          below)
 --
 -- Returns {1, token, depth} when the caller holds the lock afterwards:
 --   free, nobody queued, or the caller first in the queue:

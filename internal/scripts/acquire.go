@@ -125,10 +125,9 @@ func (a *argv) num(i int, v int64) any {
 }
 
 // noDepthLimit is acquire's ARGV[8] for a request without MaxDepth, and
-// first and again its ARGV[9], boxed once.
+// again its ARGV[9] for an attempt after a call's first, boxed once.
 var (
 	noDepthLimit any = int64(math.MaxInt32)
-	first        any = "0"
 	again        any = "1"
 )
 
@@ -144,12 +143,13 @@ func acquireArgs(k Keys, r *Request) []any {
 	if r.MaxDepth > 0 {
 		depth = a.num(7, r.MaxDepth)
 	}
-	attempt := first
-	if r.Again {
-		attempt = again
-	}
 	a.args = [15]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
-		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.num(5, r.Tokens.arg()), a.str(6, r.Meta), depth, attempt}
+		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.num(5, r.Tokens.arg()), a.str(6, r.Meta), depth, again}
+	if !r.Again {
+		// A first attempt sends no ARGV[9]: the common path's command is
+		// as long as before the flag existed.
+		return a.args[:14]
+	}
 	return a.args[:]
 }
 
