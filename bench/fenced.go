@@ -36,6 +36,7 @@ var fencedAcquire = redis.NewScript(fencedAcquireSrc)
 // shape any lock with reentry or a queue needs).
 type fenced struct {
 	rdb    *redis.Client
+	floor  *floor // its release, made once
 	lua    bool
 	ttlMS  int64
 	prefix string // random per client, so values never repeat across processes
@@ -54,7 +55,8 @@ func fencedSystem(lua bool) system {
 		open: func(rdb *redis.Client, ttl time.Duration) (locker, error) {
 			var b [8]byte
 			_, _ = crand.Read(b[:])
-			return &fenced{rdb: rdb, lua: lua, ttlMS: ttl.Milliseconds(), prefix: hex.EncodeToString(b[:]) + ":"}, nil
+			return &fenced{rdb: rdb, floor: &floor{rdb: rdb}, lua: lua, ttlMS: ttl.Milliseconds(),
+				prefix: hex.EncodeToString(b[:]) + ":"}, nil
 		},
 		kept: "the counter (forever)",
 	}
@@ -74,7 +76,7 @@ func (f *fenced) lock(ctx context.Context, name string) (unlocker, error) {
 		case err != nil:
 			return nil, err
 		case token > 0:
-			return &fencedLock{floorLock: floorLock{f: &floor{rdb: f.rdb}, key: key, val: val}, token: token}, nil
+			return &fencedLock{floorLock: floorLock{f: f.floor, key: key, val: val}, token: token}, nil
 		}
 		if !sleepCtx(ctx, t, floorPoll) {
 			return nil, ctx.Err()
