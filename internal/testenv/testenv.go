@@ -33,6 +33,12 @@ const (
 	// MySQLDSNVar names the variable holding a MySQL or MariaDB DSN for
 	// github.com/go-sql-driver/mysql.
 	MySQLDSNVar = "REDFENCE_MYSQL_DSN"
+	// RedisNoFunctionsAddrVar names the variable holding the host:port of a
+	// real Redis without Functions (FUNCTION, FCALL and FCALL_RO renamed
+	// away), on which [EachRedis] runs every body a third time: the
+	// scripts' EVALSHA fallback on a real server, which miniredis alone
+	// would leave to an embedded imitation.
+	RedisNoFunctionsAddrVar = "REDFENCE_REDIS_NOFUNCTIONS_ADDR"
 )
 
 // need returns the value of the variable, or skips (fails under CI).
@@ -110,7 +116,10 @@ type Backend struct {
 }
 
 // EachRedis runs body as a subtest against miniredis and, when
-// REDFENCE_REDIS_ADDR is set (always under CI), against the real Redis.
+// REDFENCE_REDIS_ADDR is set (always under CI), against the real Redis,
+// which has Functions (the scripts go as FCALL); and, when
+// REDFENCE_REDIS_NOFUNCTIONS_ADDR is set (always under CI), against a real
+// Redis without them (the scripts go as EVALSHA, the fallback path).
 func EachRedis(t *testing.T, body func(t *testing.T, b Backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
@@ -120,6 +129,33 @@ func EachRedis(t *testing.T, body func(t *testing.T, b Backend)) {
 	t.Run("redis", func(t *testing.T) {
 		body(t, Backend{Name: "redis", Client: Redis(t)})
 	})
+	t.Run("redis-evalsha", func(t *testing.T) {
+		body(t, Backend{Name: "redis-evalsha", Client: RedisNoFunctions(t)})
+	})
+}
+
+// RedisNoFunctions returns a client of the real Redis without Functions
+// (REDFENCE_REDIS_NOFUNCTIONS_ADDR), closed when the test ends, or skips
+// (fails under CI). It fails the test when that server answers FUNCTION
+// LIST: a server with Functions there would run the FCALL path twice and
+// the fallback never.
+func RedisNoFunctions(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := need(t, RedisNoFunctionsAddrVar, "real-Redis-without-Functions")
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("%s=%s: %v", RedisNoFunctionsAddrVar, addr, err)
+	}
+	err := c.FunctionList(t.Context(), redis.FunctionListQuery{}).Err()
+	if err != nil && !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("%s=%s: FUNCTION LIST: %v", RedisNoFunctionsAddrVar, addr, err)
+	}
+	if err == nil {
+		t.Fatalf("%s=%s answers FUNCTION LIST: start it with --rename-command FUNCTION \"\" --rename-command FCALL \"\" --rename-command FCALL_RO \"\"",
+			RedisNoFunctionsAddrVar, addr)
+	}
+	return c
 }
 
 // Expire makes d pass for key expiry and for the leases the scripts time
