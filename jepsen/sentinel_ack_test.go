@@ -33,26 +33,7 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 	trips := &sentinelTrips{}
 	rdb.AddHook(trips.hook())
 	ctx := t.Context()
-	for _, mode := range faultTokenModes {
-		t.Run(mode.name, func(t *testing.T) {
-			lc, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithReplicaAck(1, 2*time.Second)}, mode.opts...)...)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = lc.Close() })
-			// The first call loads the script and reads the eviction policy.
-			l, err := lc.Lock(ctx, testenv.Unique(t))
-			require.NoError(t, err)
-			require.NoError(t, l.Unlock(ctx))
-
-			mon := sentinelMonitor(t, g.Primary().Addr())
-			trips.reset()
-			l, err = lc.Lock(ctx, testenv.Unique(t))
-			require.NoError(t, err)
-			got := trips.take()
-			require.NoError(t, l.Unlock(ctx))
-			assert.Equal(t, []string{"fcall wait"}, got, "round trips of one Lock: the script as a Function, WAIT in its pipeline")
-			assert.NoError(t, mon.sameConn(t, "fcall", "wait"))
-		})
-	}
+	sentinelAckLocks(t, g, rdb, trips, "fcall")
 
 	acquire := func(t *testing.T, rdb redis.Scripter) {
 		keys := lua.KeysFor("redfence", testenv.Unique(t))
@@ -77,6 +58,45 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 		require.NoError(t, other.Do(ctx, "WAIT", 1, 1000).Err())
 		assert.ErrorContains(t, mon.sameConn(t, "fcall", "wait"), "came from")
 	})
+}
+
+// sentinelAckLocks checks, for every token mode, that a Lock under
+// WithReplicaAck through rdb, a client of g whose round trips trips
+// counts, is one round trip that carries the script (as script, "fcall"
+// or "evalsha") and WAIT, both on one connection to the primary.
+func sentinelAckLocks(t *testing.T, g *redisproc.Sentinels, rdb *redis.Client, trips *sentinelTrips, script string) {
+	ctx := t.Context()
+	for _, mode := range faultTokenModes {
+		t.Run(mode.name, func(t *testing.T) {
+			lc, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithReplicaAck(1, 2*time.Second)}, mode.opts...)...)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = lc.Close() })
+			// The first call loads the script and reads the eviction policy.
+			l, err := lc.Lock(ctx, testenv.Unique(t))
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+
+			mon := sentinelMonitor(t, g.Primary().Addr())
+			trips.reset()
+			l, err = lc.Lock(ctx, testenv.Unique(t))
+			require.NoError(t, err)
+			got := trips.take()
+			require.NoError(t, l.Unlock(ctx))
+			assert.Equal(t, []string{script + " wait"}, got, "round trips of one Lock: the script, WAIT in its pipeline")
+			assert.NoError(t, mon.sameConn(t, script, "wait"))
+		})
+	}
+}
+
+// The same on a group without Functions (FUNCTION, FCALL and FCALL_RO
+// renamed away on the primary and its replica): once the client has found
+// it so, each Lock is one EVALSHA with its WAIT.
+func TestSentinelReplicaAckWithoutFunctions(t *testing.T) {
+	g := redisproc.StartSentinels(t, 1, 1, redisproc.WithoutFunctions())
+	rdb := g.Client()
+	trips := &sentinelTrips{}
+	rdb.AddHook(trips.hook())
+	sentinelAckLocks(t, g, rdb, trips, "evalsha")
 }
 
 // WithReplicaAck takes a FailoverClient, which is a *redis.Client, under

@@ -64,6 +64,22 @@ func TestClusterWithoutShardedPubSub(t *testing.T) {
 	t.Logf("SUMMARY cluster-wait pubsub=classic %s", r)
 }
 
+// On primaries without Functions (before Redis 7, played here by servers
+// whose FUNCTION, FCALL and FCALL_RO are renamed away), every script goes
+// as EVALSHA (EVAL after a NOSCRIPT), and the handoffs on every primary
+// are as with Functions: one SPUBLISH each, each waiter woken by it.
+func TestClusterWithoutFunctions(t *testing.T) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Args: redisproc.NoFunctionsArgs})
+	r := runClusterHandoffs(t, c, 2, true)
+	for _, m := range c.Masters() {
+		scripts := commandCalls(t, m, "evalsha") + commandCalls(t, m, "eval")
+		// Per name: the holder's Lock, the waiter's, and their two Unlocks.
+		assert.GreaterOrEqual(t, scripts, 4*r.handoffs[m], "%s: the calls ran as scripts", m.Addr())
+		assert.Equal(t, r.handoffs[m], commandCalls(t, m, "spublish"), "%s: one SPUBLISH per handoff", m.Addr())
+	}
+	t.Logf("SUMMARY cluster-wait functions=no %s", r)
+}
+
 type handoffRun struct {
 	handoffs  map[*redisproc.Server]int // names, thus handoffs, per primary
 	slots     map[*redisproc.Server]int // distinct slots of those names

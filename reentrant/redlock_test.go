@@ -49,21 +49,28 @@ type redlockSet struct {
 	wipe  func(i int) // node i forgets everything, its counters included
 }
 
-// eachRedlock runs f as a subtest on n miniredis servers and on n
-// redis-server processes: real nodes differ from miniredis in time, in
-// timeouts and in how scripts run. Nodes go down by a kill (refused at
+// eachRedlock runs f as a subtest on n miniredis servers, on n
+// redis-server processes and on n redis-server processes without Functions
+// (the scripts go as EVALSHA): real nodes differ from miniredis in time,
+// in timeouts and in how scripts run. Nodes go down by a kill (refused at
 // once), never by a pause, so the clients' timeouts are 1 s.
 func eachRedlock(t *testing.T, n int, f func(t *testing.T, s redlockSet)) {
 	t.Run("miniredis", func(t *testing.T) {
 		mrs, nodes := redlockNodes(t, n)
 		f(t, redlockSet{nodes: nodes, down: func(i int) { mrs[i].Close() }, wipe: func(i int) { mrs[i].FlushAll() }})
 	})
-	t.Run("redis", func(t *testing.T) {
-		srvs, nodes := redlockProcsTimeout(t, n, time.Second)
-		f(t, redlockSet{nodes: nodes, down: func(i int) { srvs[i].Kill() }, wipe: func(i int) {
-			require.NoError(t, srvs[i].Client().FlushAll(context.Background()).Err())
-		}})
-	})
+	for _, functions := range []bool{true, false} {
+		t.Run(map[bool]string{true: "redis", false: "redis-evalsha"}[functions], func(t *testing.T) {
+			var opts []redisproc.Option
+			if !functions {
+				opts = append(opts, redisproc.WithoutFunctions())
+			}
+			srvs, nodes := redlockProcsTimeout(t, n, time.Second, opts...)
+			f(t, redlockSet{nodes: nodes, down: func(i int) { srvs[i].Kill() }, wipe: func(i int) {
+				require.NoError(t, srvs[i].Client().FlushAll(context.Background()).Err())
+			}})
+		})
+	}
 }
 
 func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {
@@ -588,13 +595,14 @@ func redlockProcs(t *testing.T, n int) ([]*redisproc.Server, []redis.UniversalCl
 	return redlockProcsTimeout(t, n, 200*time.Millisecond)
 }
 
-// redlockProcsTimeout is redlockProcs with client timeouts of d.
-func redlockProcsTimeout(t *testing.T, n int, d time.Duration) ([]*redisproc.Server, []redis.UniversalClient) {
+// redlockProcsTimeout is redlockProcs with client timeouts of d, each
+// server started with opts.
+func redlockProcsTimeout(t *testing.T, n int, d time.Duration, opts ...redisproc.Option) ([]*redisproc.Server, []redis.UniversalClient) {
 	t.Helper()
 	var srvs []*redisproc.Server
 	var nodes []redis.UniversalClient
 	for range n {
-		s := redisproc.Start(t)
+		s := redisproc.Start(t, opts...)
 		srvs = append(srvs, s)
 		nodes = append(nodes, s.Client(testenv.ShortTimeouts(d, -1)))
 	}

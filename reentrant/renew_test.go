@@ -191,7 +191,7 @@ func TestRenewalSurvivesScriptFlush(t *testing.T) {
 			const n, ttl = 50, 600 * time.Millisecond
 			var opts []redisproc.Option
 			if !functions {
-				opts = append(opts, redisproc.WithArgs("--rename-command", "FUNCTION", "", "--rename-command", "FCALL", ""))
+				opts = append(opts, redisproc.WithoutFunctions())
 			}
 			srv := redisproc.Start(t, opts...)
 			rdb, admin := srv.Client(), srv.Client()

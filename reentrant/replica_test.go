@@ -221,7 +221,7 @@ func failOver(t *testing.T, primary, replica *redisproc.Server) *reentrant.Clien
 // connection is remembered as the client it came from, instead of each
 // poll trying FCALL first.
 func TestReplicaAckPollsRememberNoFunctions(t *testing.T) {
-	noFunctions := redisproc.WithArgs("--rename-command", "FUNCTION", "", "--rename-command", "FCALL", "")
+	noFunctions := redisproc.WithoutFunctions()
 	primary := redisproc.Start(t, noFunctions)
 	replica := redisproc.Start(t, noFunctions, redisproc.WithReplicaOf(primary))
 	ctx := t.Context()

@@ -33,3 +33,16 @@ func WithReplicaOf(primary *Server) Option {
 func WithArgs(extra ...string) Option {
 	return func(c *config) { c.extra = append(c.extra, extra...) }
 }
+
+// NoFunctionsArgs are the redis-server arguments that rename FUNCTION,
+// FCALL and FCALL_RO away: the server answers them as unknown commands,
+// as one without Functions (before Redis 7) would, and clients of it run
+// their scripts with EVALSHA.
+var NoFunctionsArgs = []string{
+	"--rename-command", "FUNCTION", "",
+	"--rename-command", "FCALL", "",
+	"--rename-command", "FCALL_RO", "",
+}
+
+// WithoutFunctions starts a server without Functions ([NoFunctionsArgs]).
+func WithoutFunctions() Option { return WithArgs(NoFunctionsArgs...) }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -47,17 +48,18 @@ type Sentinels struct {
 // SentinelMasterName with a quorum of a majority. It returns once every
 // replica is in sync and every sentinel knows every replica and every other
 // sentinel, so a failover can start. Everything is killed by PID when the
-// test ends. It skips or fails as [Start] does without redis-server.
-func StartSentinels(t testing.TB, replicas, sentinels int) *Sentinels {
+// test ends. It skips or fails as [Start] does without redis-server. opts
+// apply to every data server, the primary and its replicas.
+func StartSentinels(t testing.TB, replicas, sentinels int, opts ...Option) *Sentinels {
 	t.Helper()
 	if replicas < 1 || sentinels < 1 {
 		t.Fatalf("redisproc: %d replicas and %d sentinels: want at least one of each", replicas, sentinels)
 	}
 	g := &Sentinels{t: t}
-	primary := Start(t)
+	primary := Start(t, opts...)
 	g.servers, g.primary = []*Server{primary}, primary
 	for range replicas {
-		g.servers = append(g.servers, Start(t, WithReplicaOf(primary)))
+		g.servers = append(g.servers, Start(t, append(slices.Clone(opts), WithReplicaOf(primary))...))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
