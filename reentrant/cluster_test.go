@@ -80,6 +80,21 @@ func TestClusterWithoutFunctions(t *testing.T) {
 	t.Logf("SUMMARY cluster-wait functions=no %s", r)
 }
 
+// scriptPath is how a cluster's primaries run the scripts: as Functions
+// (FCALL), or, started with args that rename FUNCTION, FCALL and FCALL_RO
+// away, as EVALSHA.
+type scriptPath struct {
+	functions bool
+	args      []string // extra redis-server arguments for every node
+}
+
+// eachScriptPath runs f as two subtests: "functions", on servers with
+// Functions, and "evalsha", on servers without them.
+func eachScriptPath(t *testing.T, f func(t *testing.T, p scriptPath)) {
+	t.Run("functions", func(t *testing.T) { f(t, scriptPath{functions: true}) })
+	t.Run("evalsha", func(t *testing.T) { f(t, scriptPath{args: redisproc.NoFunctionsArgs}) })
+}
+
 type handoffRun struct {
 	handoffs  map[*redisproc.Server]int // names, thus handoffs, per primary
 	slots     map[*redisproc.Server]int // distinct slots of those names
@@ -317,8 +332,11 @@ func clusterNames(n int) []string {
 
 // A thousand names spread over every primary of a real cluster, each
 // locked, inspected, reentered and unlocked through a ClusterClient.
-func TestClusterThousandNames(t *testing.T) {
-	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+func TestClusterThousandNames(t *testing.T) { eachScriptPath(t, testClusterThousandNames) }
+
+// testClusterThousandNames is its test, on primaries that run the scripts as p says.
+func testClusterThousandNames(t *testing.T, p scriptPath) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Args: p.args})
 	cc := c.Client()
 	lc := newClient(t, cc)
 	ctx := t.Context()
@@ -373,15 +391,26 @@ func TestClusterThousandNames(t *testing.T) {
 		assert.Positive(t, perMaster[m], "primary %d got no name", i)
 		assert.EqualValues(t, perMaster[m], n, "primary %d keeps one key per released name (the compacted counter), no queue", i)
 		counts = append(counts, fmt.Sprint(perMaster[m]))
-		assert.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "primary %d has the library", i)
+		if p.functions {
+			assert.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "primary %d has the library", i)
+		} else {
+			assert.Positive(t, cachedScripts(t, m), "primary %d has the scripts", i)
+		}
 	}
 	t.Logf("SUMMARY cluster-names names=%d masters=%d per_master=%s calls=%d took_ms=%d",
 		len(names), len(perMaster), strings.Join(counts, "/"), 6*len(names), took.Milliseconds())
 
 	// A primary that lost the library (FUNCTION FLUSH; or a node that
-	// joined after the load) gets it again from the first call there.
+	// joined after the load) gets it again from the first call there;
+	// without Functions, one that lost its scripts (SCRIPT FLUSH) gets
+	// them from the first call answered NOSCRIPT.
 	m := c.Masters()[0]
-	require.NoError(t, m.Client().FunctionFlush(ctx).Err())
+	if p.functions {
+		require.NoError(t, m.Client().FunctionFlush(ctx).Err())
+	} else {
+		require.NoError(t, m.Client().ScriptFlush(ctx).Err())
+		require.Zero(t, cachedScripts(t, m))
+	}
 	for _, name := range names {
 		if owner[hashslot.Of(lua.KeysFor(prefix, name).Lock)] == m {
 			l, err := lc.Lock(ctx, name)
@@ -390,7 +419,30 @@ func TestClusterThousandNames(t *testing.T) {
 			break
 		}
 	}
-	require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "reloaded on the primary that lost it")
+	if p.functions {
+		require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "reloaded on the primary that lost it")
+	} else {
+		require.Positive(t, cachedScripts(t, m), "the scripts cached again on the primary that lost them")
+	}
+}
+
+// cachedScripts is the number of scripts s holds in its script cache
+// (INFO memory's number_of_cached_scripts).
+func cachedScripts(t *testing.T, s *redisproc.Server) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	info, err := s.Client().Info(ctx, "memory").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "number_of_cached_scripts:"); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("%s: no number_of_cached_scripts in INFO memory", s.Addr())
+	return 0
 }
 
 // A lock nobody waits for has no queue key, so from SETSLOT MIGRATING to
@@ -399,8 +451,11 @@ func TestClusterThousandNames(t *testing.T) {
 // retries, which then return TRYAGAIN; redfence retries on, so every call
 // succeeds and keeps its promises: tokens go on by one, a reentry keeps its
 // token, a lock held across the move is renewed and stays held.
-func TestClusterSlowMoveUncontended(t *testing.T) {
-	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+func TestClusterSlowMoveUncontended(t *testing.T) { eachScriptPath(t, testClusterSlowMoveUncontended) }
+
+// testClusterSlowMoveUncontended is its test, on primaries that run the scripts as p says.
+func testClusterSlowMoveUncontended(t *testing.T, p scriptPath) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Args: p.args})
 	cc := c.Client()
 	var surfaced atomic.Int64 // TRYAGAIN that go-redis gave up on
 	cc.AddHook(testenv.Hook{Done: func(_ []redis.Cmder, pipe bool, err error) {
@@ -481,7 +536,12 @@ func unlockIf(ctx context.Context, l *reentrant.Lease) error {
 // while the waiter's subscription is still on the old primary: the message
 // reaches nobody. The waiter's poll gets the lock all the same.
 func TestClusterHandoffDuringMoveIsPolled(t *testing.T) {
-	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	eachScriptPath(t, testClusterHandoffDuringMoveIsPolled)
+}
+
+// testClusterHandoffDuringMoveIsPolled is its test, on primaries that run the scripts as p says.
+func testClusterHandoffDuringMoveIsPolled(t *testing.T, p scriptPath) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Args: p.args})
 	ctx := t.Context()
 	holder := newClient(t, c.Client())
 	waiter := newClient(t, c.Client())
@@ -733,7 +793,12 @@ func lockRounds(ctx context.Context, lc *reentrant.Client, names []string, stop 
 // library. A Cluster client sends each acquire and release alone, never in
 // a pipeline (design.md, "Concurrent calls share round trips", says why).
 func TestClusterMoveUnderConcurrentCalls(t *testing.T) {
-	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	eachScriptPath(t, testClusterMoveUnderConcurrentCalls)
+}
+
+// testClusterMoveUnderConcurrentCalls is its test, on primaries that run the scripts as p says.
+func testClusterMoveUnderConcurrentCalls(t *testing.T, p scriptPath) {
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Args: p.args})
 	cc := c.Client()
 	var pipelined atomic.Int64
 	cc.AddHook(testenv.Hook{Done: func(cmds []redis.Cmder, pipe bool, err error) {
@@ -776,7 +841,11 @@ func TestClusterMoveUnderConcurrentCalls(t *testing.T) {
 		}
 	}
 	require.Zero(t, pipelined.Load(), "acquire or release calls sent in a pipeline")
-	require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, to.Client()), "the new primary has the library")
+	if p.functions {
+		require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, to.Client()), "the new primary has the library")
+	} else {
+		require.Positive(t, cachedScripts(t, to), "the new primary has the scripts")
+	}
 	t.Logf("SUMMARY cluster-concurrent-move keys=%d batches=%d migrate_ms=%d rounds=%d by_move_end=%d",
 		st.Keys, st.Batches, st.Took.Milliseconds(), rounds.Load(), after)
 }
