@@ -230,14 +230,18 @@ func TestDeletedLockDoesNotRepeatTokens(t *testing.T) {
 }
 
 func TestDeletedLockDoesNotRepeatTokensOnCluster(t *testing.T) {
-	deletedByHand(t, startCluster(t, 3))
+	eachScriptPath(t, func(t *testing.T, p scriptPath) {
+		deletedByHand(t, redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: 3, Args: p.args}).Client())
+	})
 }
 
 func TestDeletedLockDoesNotRepeatTokensOnSentinel(t *testing.T) {
-	g := redisproc.StartSentinels(t, 1, 3)
-	rdb := g.Client()
-	t.Cleanup(func() { _ = rdb.Close() })
-	deletedByHand(t, rdb)
+	eachScriptPath(t, func(t *testing.T, p scriptPath) {
+		g := redisproc.StartSentinels(t, 1, 3, redisproc.WithArgs(p.args...))
+		rdb := g.Client()
+		t.Cleanup(func() { _ = rdb.Close() })
+		deletedByHand(t, rdb)
+	})
 }
 
 // ForceUnlock with a waiter queued: the waiter gets the lock with a higher
