@@ -656,8 +656,12 @@ func TestRedlockPausedNodes(t *testing.T) {
 // A node SIGKILLed and restarted without AOF (its counter gone) at any
 // moment, a lock held or not, the others having learned the last token or
 // not: tokens never repeat and keep rising.
-func TestRedlockRestartWithoutAOF(t *testing.T) {
-	srvs, nodes := redlockProcs(t, 3)
+func TestRedlockRestartWithoutAOF(t *testing.T) { eachScriptPath(t, testRedlockRestartWithoutAOF) }
+
+// testRedlockRestartWithoutAOF is its test, on nodes that run the scripts
+// as p says: a restarted node has lost the library, or the scripts.
+func testRedlockRestartWithoutAOF(t *testing.T, p scriptPath) {
+	srvs, nodes := redlockProcsTimeout(t, 3, 200*time.Millisecond, redisproc.WithArgs(p.args...))
 	a, b := newRedlock(t, nodes), newRedlock(t, nodes)
 	name := testenv.Unique(t)
 	var last fence.Token
