@@ -243,28 +243,17 @@ func busMessages(t *testing.T, c *redisproc.Cluster) map[string]int {
 	return n
 }
 
-// statClients holds one client per server for commandCalls.
+// statClients holds one client per server for busMessages.
 var statClients sync.Map // *redisproc.Server -> *redis.Client
 
 // commandCalls returns how often s ran cmd since its stats were reset,
 // scripts' calls included, from INFO commandstats.
 func commandCalls(t *testing.T, s *redisproc.Server, cmd string) int {
 	t.Helper()
-	rdb, ok := statClients.Load(s)
-	if !ok {
-		rdb, _ = statClients.LoadOrStore(s, s.Client())
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
-	info, err := rdb.(*redis.Client).Info(ctx, "commandstats").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-			return n
-		}
-	}
-	return 0
+	// cmdstat_<cmd>:calls=<n>,usec=...
+	calls, _, _ := strings.Cut(s.Info("commandstats")["cmdstat_"+cmd], ",")
+	n, _ := strconv.Atoi(strings.TrimPrefix(calls, "calls="))
+	return n
 }
 
 // A client that waits again on a slot within the linger reuses its shard
@@ -430,19 +419,9 @@ func testClusterThousandNames(t *testing.T, p scriptPath) {
 // (INFO memory's number_of_cached_scripts).
 func cachedScripts(t *testing.T, s *redisproc.Server) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
-	info, err := s.Client().Info(ctx, "memory").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "number_of_cached_scripts:"); ok {
-			n, err := strconv.Atoi(v)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatalf("%s: no number_of_cached_scripts in INFO memory", s.Addr())
-	return 0
+	n, err := strconv.Atoi(s.Info("memory")["number_of_cached_scripts"])
+	require.NoError(t, err, "%s: number_of_cached_scripts", s.Addr())
+	return n
 }
 
 // A lock nobody waits for has no queue key, so from SETSLOT MIGRATING to

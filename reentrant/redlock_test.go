@@ -59,18 +59,14 @@ func eachRedlock(t *testing.T, n int, f func(t *testing.T, s redlockSet)) {
 		mrs, nodes := redlockNodes(t, n)
 		f(t, redlockSet{nodes: nodes, down: func(i int) { mrs[i].Close() }, wipe: func(i int) { mrs[i].FlushAll() }})
 	})
-	for _, functions := range []bool{true, false} {
-		t.Run(map[bool]string{true: "redis", false: "redis-evalsha"}[functions], func(t *testing.T) {
-			var opts []redisproc.Option
-			if !functions {
-				opts = append(opts, redisproc.WithoutFunctions())
-			}
-			srvs, nodes := redlockProcsTimeout(t, n, time.Second, opts...)
+	t.Run("redis", func(t *testing.T) {
+		eachScriptPath(t, func(t *testing.T, p scriptPath) {
+			srvs, nodes := redlockProcsTimeout(t, n, time.Second, redisproc.WithArgs(p.args...))
 			f(t, redlockSet{nodes: nodes, down: func(i int) { srvs[i].Kill() }, wipe: func(i int) {
 				require.NoError(t, srvs[i].Client().FlushAll(context.Background()).Err())
 			}})
 		})
-	}
+	})
 }
 
 func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {

@@ -186,42 +186,36 @@ func TestRenewer10kLeasesOnePipelinePerTick(t *testing.T) {
 // SCRIPT FLUSH: its EVALSHAs are answered NOSCRIPT and re-sent with EVAL.
 // No lease is lost either way.
 func TestRenewalSurvivesScriptFlush(t *testing.T) {
-	for _, functions := range []bool{true, false} {
-		t.Run(map[bool]string{true: "functions", false: "evalsha"}[functions], func(t *testing.T) {
-			const n, ttl = 50, 600 * time.Millisecond
-			var opts []redisproc.Option
-			if !functions {
-				opts = append(opts, redisproc.WithoutFunctions())
-			}
-			srv := redisproc.Start(t, opts...)
-			rdb, admin := srv.Client(), srv.Client()
-			h := &traffic{}
-			rdb.AddHook(h)
-			c := newClient(t, rdb, reentrant.WithTTL(ttl))
-			leases := lockMany(t, c, n)
-			h.reset()
-			for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
-				if functions {
-					require.NoError(t, admin.FunctionFlush(t.Context()).Err())
-				} else {
-					require.NoError(t, admin.ScriptFlush(t.Context()).Err())
-				}
-				time.Sleep(ttl / 6)
-			}
-			for _, l := range leases {
-				require.NoError(t, l.Err())
-			}
-			if functions {
-				require.Positive(t, h.fcalls.Load(), "renewals go as FCALL")
-				require.Positive(t, h.loads.Load(), "the library must have been loaded again")
-				require.Zero(t, h.evals.Load(), "and no renewal sent as a script")
+	eachScriptPath(t, func(t *testing.T, p scriptPath) {
+		const n, ttl = 50, 600 * time.Millisecond
+		srv := redisproc.Start(t, redisproc.WithArgs(p.args...))
+		rdb, admin := srv.Client(), srv.Client()
+		h := &traffic{}
+		rdb.AddHook(h)
+		c := newClient(t, rdb, reentrant.WithTTL(ttl))
+		leases := lockMany(t, c, n)
+		h.reset()
+		for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+			if p.functions {
+				require.NoError(t, admin.FunctionFlush(t.Context()).Err())
 			} else {
-				require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
-				require.Positive(t, h.evals.Load(), "the NOSCRIPT fallback must have run")
+				require.NoError(t, admin.ScriptFlush(t.Context()).Err())
 			}
-			t.Logf("%d pipelines, %d EVAL re-sends, %d library loads", h.pipes.Load(), h.evals.Load(), h.loads.Load())
-		})
-	}
+			time.Sleep(ttl / 6)
+		}
+		for _, l := range leases {
+			require.NoError(t, l.Err())
+		}
+		if p.functions {
+			require.Positive(t, h.fcalls.Load(), "renewals go as FCALL")
+			require.Positive(t, h.loads.Load(), "the library must have been loaded again")
+			require.Zero(t, h.evals.Load(), "and no renewal sent as a script")
+		} else {
+			require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
+			require.Positive(t, h.evals.Load(), "the NOSCRIPT fallback must have run")
+		}
+		t.Logf("%d pipelines, %d EVAL re-sends, %d library loads", h.pipes.Load(), h.evals.Load(), h.loads.Load())
+	})
 }
 
 // One batch that finds some ownerships gone (key deleted), one refused

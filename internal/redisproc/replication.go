@@ -137,13 +137,30 @@ func (s *Server) do(args ...any) any {
 
 // info returns the server's INFO replication fields.
 func (s *Server) info(ctx context.Context) (map[string]string, error) {
+	return s.infoSection(ctx, "replication")
+}
+
+// infoSection returns the fields of one INFO section, within 2 seconds.
+func (s *Server) infoSection(ctx context.Context, section string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	v, err := s.adminClient().Info(ctx, "replication").Result()
+	v, err := s.adminClient().Info(ctx, section).Result()
 	if err != nil {
 		return nil, err
 	}
 	return parseInfo(v), nil
+}
+
+// Info returns the fields of the INFO section named (such as "memory" or
+// "commandstats"), field name to value, through the package's own client.
+// It fails the test if the server does not answer within 2 seconds.
+func (s *Server) Info(section string) map[string]string {
+	s.t.Helper()
+	m, err := s.infoSection(context.Background(), section)
+	if err != nil {
+		s.t.Fatalf("redisproc: %s: INFO %s: %v", s.Addr(), section, err)
+	}
+	return m
 }
 
 // field returns the value of name=value in a CLIENT LIST line.
