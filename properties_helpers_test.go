@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
-	"github.com/redfence/redfence/internal/mutant"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/mutant"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 // withChecks runs f with rapid's case count multiplied by factor, so the

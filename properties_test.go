@@ -19,7 +19,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"

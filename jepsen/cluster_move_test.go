@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"

@@ -3,14 +3,14 @@
 // things go wrong, then checked.
 //
 // The package has no API; everything is in its tests. TestLinearizable...
-// checks histories for linearizability with porcupine (internal/history).
+// checks histories for linearizability with porcupine (jepsen/history).
 // TestFault... injects real faults, each on loopback and bounded in time:
 // lock holders run as separate processes (the test binary, re-executed)
 // and are frozen with SIGSTOP past their lease; redis-server processes
-// (internal/redisproc) are paused, killed and restarted with and without
+// (internal/testkit/redisproc) are paused, killed and restarted with and without
 // their AOF, and a replica is promoted after losing writes, with and
 // without reentrant.WithReplicaAck; the network is slowed, cut and reset
-// (internal/netfault). An oracle checks that no fenced
+// (internal/testkit/netfault). An oracle checks that no fenced
 // store ever accepted a write older than one it had accepted before, and
 // counts what the faults cost: overlapping holders, unknown outcomes,
 // repeated tokens and writes fenced out under them.

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/redisproc"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"

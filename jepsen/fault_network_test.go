@@ -8,15 +8,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/internal/netfault"
-	"github.com/redfence/redfence/internal/redisproc"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/netfault"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/storage/memory"
 )
 
 // Scenario 3: the network between the holders and the lock's Redis is
 // slowed, cut and reset. Each holder reaches Redis through its own
-// internal/netfault proxy, so a fault can hit every holder or only the one
+// internal/testkit/netfault proxy, so a fault can hit every holder or only the one
 // that holds the lock; the store (memory) is not behind a proxy, so a
 // holder cut off from Redis still reaches it, which is the case fencing is
 // for. Critical sections outlast the TTL here, so a partitioned holder is

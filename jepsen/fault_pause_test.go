@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/storage"
 )
 

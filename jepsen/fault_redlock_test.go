@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/internal/netfault"
-	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testkit/netfault"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
 )

@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/internal/history"
-	"github.com/redfence/redfence/internal/netfault"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/netfault"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/jepsen/history"
 	"github.com/redfence/redfence/reentrant"
 )
 

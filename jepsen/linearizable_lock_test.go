@@ -21,9 +21,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/history"
-	"github.com/redfence/redfence/internal/mutant"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/mutant"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/jepsen/history"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"

@@ -14,9 +14,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/redfence/redfence/internal/history"
-	"github.com/redfence/redfence/internal/mutant"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/mutant"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/jepsen/history"
 )
 
 // TestLinearizableCatchesReplayedReleaseTakingALevel reintroduces the bug of

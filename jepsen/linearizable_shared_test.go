@@ -10,9 +10,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/redfence/redfence/internal/history"
-	"github.com/redfence/redfence/internal/netfault"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/netfault"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/jepsen/history"
 	"github.com/redfence/redfence/storage/memory"
 )
 

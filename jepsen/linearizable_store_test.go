@@ -18,8 +18,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/history"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/jepsen/history"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
 	"github.com/redfence/redfence/storage/sqlstore"

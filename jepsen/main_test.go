@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 // afterTests, when set (fault_summary_test.go), runs once every test has.

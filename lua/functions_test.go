@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/redisproc"
 	"github.com/redfence/redfence/internal/scripts"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/lua"
 )
 

@@ -15,7 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/redfence/redfence/internal/scripts"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 // The quick paths (quick.lua's quickTake and quickRelease) must answer and

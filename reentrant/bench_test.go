@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/reentrant"
 )
 

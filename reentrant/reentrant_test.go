@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 // A test that skips for want of a real server is counted, and the package

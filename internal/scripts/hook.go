@@ -6,7 +6,7 @@ import (
 
 // The module's tests reach the scripts here: their source as the server
 // runs it, the script the wrappers run now, and a swap for a modified copy
-// (see internal/mutant). To the module's users the scripts are fixed.
+// (see internal/testkit/mutant). To the module's users the scripts are fixed.
 
 // Source returns the named script's source as Install built it: the
 // helpers it calls, then its own file, comments left out.

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 // TestScriptsLoad loads every script into a real Redis, which compiles it,

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/sqlstore"
 	"github.com/redfence/redfence/storage/storagetest"

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/sqlstore"
 )

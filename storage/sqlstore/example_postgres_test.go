@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 // TestExampleStoreGuardPostgres runs ExampleStore_Guard, which go test only

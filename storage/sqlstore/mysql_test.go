@@ -16,8 +16,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/netfault"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/netfault"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/sqlstore"
 	"github.com/redfence/redfence/storage/storagetest"

@@ -11,8 +11,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
-	"github.com/redfence/redfence/internal/netfault"
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/netfault"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/sqlstore"
 	"github.com/redfence/redfence/storage/storagetest"

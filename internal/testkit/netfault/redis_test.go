@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/netfault"
+	"github.com/redfence/redfence/internal/testkit/netfault"
 )
 
 // TestRetriedIncrAppliesTwice documents the hazard the lock's scripts are

@@ -16,7 +16,7 @@ import (
 // Without that, its skips would go uncounted and a bare `go test ./...`
 // would again say nothing of them.
 func TestEveryPackageReportsItsSkips(t *testing.T) {
-	const self = "github.com/redfence/redfence/internal/testenv"
+	const self = "github.com/redfence/redfence/internal/testkit/testenv"
 	// go test puts its own go first on the test's PATH.
 	out, err := exec.Command("go", "list", "-test",
 		"-f", `{{.ImportPath}}{{"\t"}}{{.Dir}}{{"\t"}}{{join .Deps " "}}`,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/redfence/redfence/internal/history"
+	"github.com/redfence/redfence/jepsen/history"
 )
 
 func TestRecorderTimesAndUnknownOutcomes(t *testing.T) {

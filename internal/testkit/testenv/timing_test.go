@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
 func TestAwait(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/netfault"
+	"github.com/redfence/redfence/internal/testkit/netfault"
 )
 
 // echoServer starts a TCP echo server that closes a connection when the

@@ -5,7 +5,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/redfence/redfence/internal/history"
+	"github.com/redfence/redfence/jepsen/history"
 )
 
 const a, b = "owner-a", "owner-b"

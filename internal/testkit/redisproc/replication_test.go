@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
 )
 
 // replicatedK starts a primary, with opts, and its replica, and sets k to 1

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redfence/redfence/internal/redisproc"
+	"github.com/redfence/redfence/internal/testkit/redisproc"
 )
 
 // Every process a test started, paused, killed or restarted is gone once
