@@ -32,8 +32,8 @@ import (
 // Cluster), built by [New], or on a majority of independent masters, built
 // by [NewRedlock]. It is safe for concurrent use. Close stops its renewals
 // and its pub/sub connections, not the go-redis clients it was given.
-// docs/design.md describes its connections and how it rides out a Cluster's
-// slot moves and elections.
+// docs/design.md describes its connections, docs/deployments.md how it
+// rides out a Cluster's slot moves and elections.
 type Client struct {
 	be      backend // one deployment (New) or a Redlock's nodes (NewRedlock)
 	cfg     config

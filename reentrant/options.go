@@ -246,8 +246,8 @@ func WithHandoffTimeout(d time.Duration) ClientOption {
 // off). If fewer acknowledge in time, the acquisition is undone and Lock
 // returns ErrNotReplicated. It needs a *redis.Client or *redis.ClusterClient;
 // replicas must be from 1 to 64 and timeout whole milliseconds, at least
-// 1 ms and shorter than the client's ReadTimeout. docs/design.md
-// ("Deployments") says what it protects against.
+// 1 ms and shorter than the client's ReadTimeout. docs/deployments.md
+// ("Replication and WithReplicaAck") says what it protects against.
 func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if replicas < 1 || replicas > 64 {

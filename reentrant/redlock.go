@@ -1,6 +1,6 @@
 package reentrant
 
-// Redlock: one Client over N independent Redis masters. docs/design.md,
+// Redlock: one Client over N independent Redis masters. docs/deployments.md,
 // "Redlock", has the protocol and the argument for its tokens.
 
 import (
