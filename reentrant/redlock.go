@@ -12,34 +12,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// NewRedlock returns a Client that locks names on every one of nodes, N
+// NewRedlock returns a Client that locks names on a majority of nodes, N
 // independent Redis masters (N odd, at least 3; each any go-redis client),
-// with the API of one built by [New]: Lock, TryLock, Do, reentry through
-// the lease's context, Unlock, Extend, renewal and loss through the lease's
-// context.
+// with the API of one built by [New]: Lock, TryLock, Do, reentry, Unlock,
+// Extend, renewal and loss.
 //
-// A lock is acquired when a majority of the nodes granted it within the
-// lease's safe window (the TTL less the safety margin and a clock-drift
-// allowance of 1% of the TTL plus 2 ms, counted from the moment the first
-// request was sent); otherwise what was taken is released on every node.
-// Its token is chosen by a two-phase quorum rule: one more than the highest
-// counter the granting majority reported, and no lower than the latest of
-// their clocks (TIME, in microseconds), raised on a majority before the
-// lease is handed out. The counters keep tokens unique and increasing while
-// no node forgets a write it acknowledged; the clocks keep them so when a
-// node restarts empty (a restart without AOF forgets) and the nodes that
-// remember are out of reach, as long as the nodes' clocks differ by less
-// than a node takes to restart and never step back further (docs/safety.md,
-// "Redlock").
+// A lease is handed out only once a majority granted the lock within its
+// safe window (the TTL less the safety margin and a clock-drift allowance
+// of TTL/100 + 2 ms), and its token is above every token handed out for the
+// name before, even when a node restarts empty, while node clocks differ by
+// less than a node takes to restart and never step back. Waiting is not
+// fair: there is no queue.
 //
-// A waiting Lock tries again when a release is published on a node (each
-// client keeps one pub/sub connection per node while it has waiters) or
-// after a random delay. There is no wait queue and no handoff, so waiting
-// is not fair: see docs/deployments.md. WithReplicaAck, WithTimeTokens (Redlock's tokens
-// follow the clocks already, and its counters never expire),
-// WithCounterIdleExpiry and WithHandoffTimeout make no sense here and are
-// refused with ErrInvalid, as are fewer than 3 nodes, an even number of
-// nodes, or a nil node.
+// NewRedlock fails with ErrInvalid for fewer than 3 nodes, an even number,
+// a nil node or a bad option, and for WithReplicaAck, WithTimeTokens,
+// WithCounterIdleExpiry and WithHandoffTimeout, which do not apply.
+// docs/deployments.md ("Redlock") has the algorithm and its argument.
 func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (*Client, error) {
 	n := len(nodes)
 	if n < 3 || n%2 == 0 {
