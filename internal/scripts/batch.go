@@ -14,7 +14,7 @@ import (
 // its own, as through the client (so an uncontended caller pays nothing
 // for it); under many concurrent callers the server reads and answers a
 // whole batch per read and write, which is where most of a short script's
-// cost lies (git show a60e65d:docs/benchmarks.md, "Issue 20 (sixth part)").
+// cost lies (docs/benchmarks.md, "Decisions").
 //
 // A call through Batched has the semantics of the client's Process with
 // ContextTimeoutEnabled off: once sent, it returns when its reply came or

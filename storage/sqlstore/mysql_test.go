@@ -404,3 +404,81 @@ func TestMySQLRefusals(t *testing.T) {
 		t.Fatalf("Get of the longest key: %+v, %v", rec, err)
 	}
 }
+
+// A write of the store's own transaction that InnoDB picks as a deadlock
+// victim (error 1213, SQLSTATE 40001: rolled back whole) is run again, five
+// attempts in all; a Guard's, in the caller's transaction, is not. A
+// trigger plants the deadlock error on the first @rf_fail attempts and
+// counts attempts in a session variable, which a rollback does not undo;
+// the pool holds one connection, so every attempt and the count share one
+// session.
+func TestDeadlockVictimRetriedMySQL(t *testing.T) {
+	ctx := t.Context()
+	db := openMySQL(t, "")
+	db.SetMaxOpenConns(1)
+	s, table := newMySQLStore(t, db)
+	trigger := "CREATE TRIGGER `" + table + "_deadlock` BEFORE INSERT ON `" + table + "` FOR EACH ROW BEGIN " +
+		"SET @rf_attempts = COALESCE(@rf_attempts, 0) + 1; " +
+		"IF @rf_attempts <= @rf_fail THEN SIGNAL SQLSTATE '40001' " +
+		"SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found when trying to get lock (planted by the test)'; END IF; END"
+	if _, err := db.ExecContext(ctx, trigger); err != nil {
+		t.Fatal(err)
+	}
+	// plant makes the next write's first fail attempts deadlock victims.
+	plant := func(q interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}, fail int) {
+		t.Helper()
+		if _, err := q.ExecContext(ctx, "SET @rf_attempts = 0, @rf_fail = ?", fail); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attempts := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) int {
+		t.Helper()
+		var n int
+		if err := q.QueryRowContext(ctx, "SELECT @rf_attempts").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	plant(db, 4)
+	if err := s.Put(ctx, "k", []byte("v"), 1); err != nil {
+		t.Fatalf("four deadlocks then success: %v", err)
+	}
+	if n := attempts(db); n != 5 {
+		t.Errorf("four deadlocks then success took %d attempts, want 5", n)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil || string(rec.Value) != "v" || rec.Token != 1 {
+		t.Fatalf("after the fifth attempt: %q token %d, %v; want %q token 1", rec.Value, rec.Token, err, "v")
+	}
+
+	plant(db, 5)
+	err = s.Put(ctx, "k", []byte("w"), 2)
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1213 || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("five deadlocks: %v; want the deadlock error, saying nothing was written", err)
+	}
+	if n := attempts(db); n != 5 {
+		t.Errorf("five deadlocks took %d attempts, want 5", n)
+	}
+	if h, err := s.Highest(ctx, "k"); err != nil || h != 1 {
+		t.Fatalf("after five deadlocks the highest is %d (%v), want 1: nothing written", h, err)
+	}
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	plant(tx, 1)
+	if err := s.Guard(ctx, tx, "g", 1); !errors.As(err, &me) || me.Number != 1213 {
+		t.Fatalf("a Guard whose statement is a deadlock victim: %v; want the deadlock error", err)
+	}
+	if n := attempts(db); n != 1 {
+		t.Errorf("a Guard in the caller's transaction ran %d attempts, want 1: the caller's transaction is the caller's to retry", n)
+	}
+}
