@@ -2,50 +2,7 @@ package reentrant
 
 import (
 	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
-
-	"github.com/redfence/redfence/internal/scripts"
-)
-
-// Limits on durations accepted by options and [Lease.Extend].
-const (
-	// MinTTL is the shortest lease: Redis expires with millisecond
-	// resolution.
-	MinTTL = time.Millisecond
-	// MaxTTL is the longest lease; use renewal for longer holds.
-	MaxTTL = 24 * time.Hour
-)
-
-// Defaults.
-const (
-	// DefaultPrefix is the key prefix unless WithPrefix says otherwise.
-	DefaultPrefix = "redfence"
-	// DefaultTTL is the lease unless WithTTL says otherwise. Fencing, not
-	// the TTL, keeps a late writer out; the TTL bounds how long a crashed
-	// holder blocks others.
-	DefaultTTL = 30 * time.Second
-	// DefaultRetryJitter bounds the random delay added to a waiter's poll.
-	DefaultRetryJitter = 50 * time.Millisecond
-	// DefaultMaxRetryDelay bounds a waiter's poll interval.
-	DefaultMaxRetryDelay = 5 * time.Second
-	// DefaultHandoffTimeout: see WithHandoffTimeout.
-	DefaultHandoffTimeout = time.Second
-	// DefaultCounterIdleExpiry is how long, with WithTimeTokens, a name's
-	// counter outlives its last token.
-	DefaultCounterIdleExpiry = 7 * 24 * time.Hour
-)
-
-// Limits of WithCounterIdleExpiry.
-const (
-	// MinCounterIdleExpiry rides out NTP steps and a failover's skew.
-	MinCounterIdleExpiry = time.Hour
-	// MaxCounterIdleExpiry is ten years.
-	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
 )
 
 // ClientOption configures a Client: it is given to [New] or [NewRedlock].
@@ -75,53 +32,6 @@ type callOption func(*leaseConfig) error
 
 func (f callOption) applyClient(c *config) error    { return f(&c.lease) }
 func (f callOption) applyCall(l *leaseConfig) error { return f(l) }
-
-type config struct {
-	prefix        string
-	jitter        time.Duration
-	maxRetryDelay time.Duration
-	ackReplicas   int
-	ackTimeout    time.Duration
-	allowEviction bool
-	handoff       time.Duration
-	tokens        scripts.Tokens
-	idleSet       bool
-	log           *slog.Logger
-	observe       func(Event)
-	identity      string
-
-	lease leaseConfig // the defaults of every call
-
-	redlock    bool // the client is a Redlock's: leases allow for clock drift
-	handoffSet bool // WithHandoffTimeout was given, which Redlock refuses
-}
-
-// leaseConfig is what a call may set for itself: the lease, its renewal,
-// how the call waits, and what it stores with the lock.
-type leaseConfig struct {
-	ttl       time.Duration
-	renew     time.Duration // 0: off
-	renewSet  bool
-	margin    time.Duration
-	marginSet bool
-	drift     time.Duration // Redlock's clock-drift allowance; 0 on one deployment
-	retry     RetryStrategy // nil: poll as the handoff timeout says, until ctx ends
-	meta      string
-	maxDepth  int64
-}
-
-func defaults() config {
-	return config{
-		prefix:        DefaultPrefix,
-		jitter:        DefaultRetryJitter,
-		maxRetryDelay: DefaultMaxRetryDelay,
-		handoff:       DefaultHandoffTimeout,
-		tokens:        scripts.Tokens{Idle: DefaultCounterIdleExpiry},
-		log:           slog.New(slog.DiscardHandler),
-		identity:      defaultIdentity(),
-		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
-	}
-}
 
 // WithPrefix sets the key prefix (client only; default "redfence"): the
 // lock named N lives at PREFIX:{N}. It must be 1 to 256 bytes without '{'
@@ -289,70 +199,6 @@ func WithCounterIdleExpiry(d time.Duration) ClientOption {
 	})
 }
 
-func checkTTL(d time.Duration) error {
-	switch {
-	case d < MinTTL || d > MaxTTL:
-		return invalid("TTL %v is outside [%v, %v]", d, MinTTL, MaxTTL)
-	case d%time.Millisecond != 0:
-		return invalid("TTL %v is not a whole number of milliseconds", d)
-	}
-	return nil
-}
-
-// apply applies opts in order, then checks them together (finish).
-func (c *config) apply(opts []ClientOption) error {
-	for _, o := range opts {
-		if o == nil {
-			return invalid("nil option")
-		}
-		if err := o.applyClient(c); err != nil {
-			return err
-		}
-	}
-	return c.finish()
-}
-
-// finish checks the options together and derives the defaults that
-// depend on the TTL, for a client or for one call.
-func (c *config) finish() error {
-	if c.idleSet && !c.tokens.Time {
-		return invalid("WithCounterIdleExpiry needs WithTimeTokens: the strict counter never expires")
-	}
-	l := &c.lease
-	if c.tokens.Time && c.tokens.Idle <= l.ttl {
-		return invalid("counter idle expiry %v is not longer than the TTL %v", c.tokens.Idle, l.ttl)
-	}
-	if !l.marginSet {
-		l.margin = l.ttl / 10
-	}
-	if c.redlock {
-		l.drift = drift(l.ttl)
-	}
-	if l.margin+l.drift >= l.ttl {
-		return invalid("safety margin %v (and drift allowance %v) is not shorter than the TTL %v", l.margin, l.drift, l.ttl)
-	}
-	if !l.renewSet {
-		l.renew = l.ttl / 3
-	}
-	if l.renew >= l.ttl-l.margin-l.drift {
-		return invalid("renew interval %v is not shorter than the TTL %v less the safety margin %v: "+
-			"the lease would be declared lost before its first renewal", l.renew, l.ttl, l.margin)
-	}
-	return nil
-}
-
-// Limits of the options that shape one hold.
-const (
-	// DefaultMaxDepth is the deepest an ownership may reenter unless
-	// WithMaxDepth says otherwise. Past it a reentry fails with
-	// ErrTooDeep, so runaway recursion stops instead of growing the hold.
-	DefaultMaxDepth = 1024
-	// MaxDepth is the largest value WithMaxDepth accepts.
-	MaxDepth = 1 << 20
-	// MaxMetadataLen is the longest metadata WithMetadata accepts, in bytes.
-	MaxMetadataLen = 256
-)
-
 // WithMetadata stores s with an ownership the call starts (per call or per
 // client), for [Client.Inspect] and `redfence inspect` to show: who took
 // the lock and why, say "worker-3 job 1842". A reentry keeps the
@@ -368,8 +214,6 @@ func WithMetadata(s string) CallOption {
 	})
 }
 
-func checkMetadata(s string) error { return checkText("metadata", s, MaxMetadataLen) }
-
 // WithMaxDepth bounds how deep an ownership may reenter (per call or per
 // client; default DefaultMaxDepth): a Lock or TryLock that would hold the
 // lock at a depth above n fails with ErrTooDeep and changes nothing. The
@@ -384,33 +228,6 @@ func WithMaxDepth(n int) CallOption {
 		return nil
 	})
 }
-
-// callConfig applies a call's options over the client's defaults. With no
-// options it returns the client's own, without copying.
-func (c *Client) callConfig(opts []CallOption) (*leaseConfig, error) {
-	if len(opts) == 0 {
-		return &c.cfg.lease, nil
-	}
-	cfg := c.cfg
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o.applyCall(&cfg.lease); err != nil {
-			return nil, err
-		}
-	}
-	// finish derives the renew interval and the margin from a call's own
-	// TTL, unless the client or the call set them explicitly.
-	if err := cfg.finish(); err != nil {
-		return nil, err
-	}
-	return &cfg.lease, nil
-}
-
-// window is how long after an acquisition is sent its lease is safe: the
-// TTL less the safety margin (and, for Redlock, the drift allowance).
-func (l *leaseConfig) window() time.Duration { return l.ttl - l.margin - l.drift }
 
 // WithLogger makes the client log to l (client only): lost leases and
 // failed renewals at Warn, undo steps and retries at Debug. Default: no
@@ -457,24 +274,6 @@ func WithIdentity(s string) ClientOption {
 	})
 }
 
-// defaultIdentity is "<hostname>/<pid>", cut to what WithIdentity accepts.
-func defaultIdentity() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	id := strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, host+"/"+strconv.Itoa(os.Getpid()))
-	if len(id) > MaxMetadataLen || !utf8.ValidString(id) {
-		return "pid/" + strconv.Itoa(os.Getpid())
-	}
-	return id
-}
-
 // WithRetry sets how a Lock that cannot take the lock at once waits (per
 // call or per client). Default: it polls every quarter of the handoff
 // timeout (see WithHandoffTimeout), sooner when the holder's lease ends
@@ -489,14 +288,4 @@ func WithRetry(s RetryStrategy) CallOption {
 		l.retry = s
 		return nil
 	})
-}
-
-func checkRetry(s RetryStrategy) error {
-	if s == nil {
-		return invalid("nil retry strategy")
-	}
-	if v, ok := s.(interface{ check() error }); ok {
-		return v.check()
-	}
-	return nil
 }
