@@ -5,17 +5,24 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // backend is where a Client's locks live: one Redis deployment (single,
 // built by New) or a majority of independent masters (quorum, built by
 // NewRedlock). The lock algorithm (calls, leases, reentry, renewal, loss,
 // Close) is the Client's and is written once; a backend runs the scripts
-// and decides what their replies mean. The Client bounds every call it
-// makes on a backend by the caller's context (see bounded) and retries it
-// while the backend calls its error transient (see retryBusy).
+// and decides what their replies mean. It speaks this package's own
+// requests and replies (call, lockRef, acquired, extendReq, extendResult,
+// forceResult, State), so the algorithm knows nothing of keys, scripts or
+// go-redis. The Client bounds every call it makes on a backend by the
+// caller's context (see bounded); what to send again after an error, and
+// when, is the backend's own business.
 type backend interface {
+	// newCall returns r as a call of this backend: r in the one
+	// allocation a Lock or TryLock makes, beside the backend's own state
+	// of the call (r.be), with r.ref made. r.level is set.
+	newCall(r call) *call
+
 	// acquire makes one acquisition attempt of r (poll: a waiter's
 	// periodic one). It returns the grant, or not OK with the holder's
 	// TTL; an attempt whose outcome it cannot know is undone.
@@ -32,13 +39,16 @@ type backend interface {
 
 	// release gives up level of the ownership (owner, tok): the depth
 	// left, or -1 when the ownership no longer holds the lock.
-	release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error)
-	// extend keeps the ownership's lock for ttl; false when it is gone.
-	extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error)
+	release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error)
+	// extend keeps the ownership's lock for req.ttl; held is false when it
+	// is gone.
+	extend(ctx context.Context, req *extendReq) extendResult
 	// extendBatch renews many ownerships at once, one result each.
-	extendBatch(ctx context.Context, reqs []scripts.ExtendReq) []scripts.ExtendResult
-	inspect(ctx context.Context, k scripts.Keys) (scripts.State, error)
-	force(ctx context.Context, k scripts.Keys, tok fence.Token) (scripts.ForceResult, error)
+	extendBatch(ctx context.Context, reqs []*extendReq) []extendResult
+	// inspect reads the lock's state.
+	inspect(ctx context.Context, ref lockRef) (State, error)
+	// force ends the ownership with token tok, whoever holds it.
+	force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error)
 	// askPolicy checks that no server may evict the fencing counter.
 	askPolicy(ctx context.Context) error
 
@@ -49,4 +59,58 @@ type backend interface {
 	// close stops the backend's connections of its own (pub/sub); the
 	// Client has cancelled its background context before.
 	close() error
+}
+
+// lockRef is one lock as a backend addresses it: its name, and what the
+// backend made of the name once (the Redis backends: its keys), so that a
+// call's leases and ownership build nothing again for each command. A
+// lockRef{name} alone is valid: the backend then makes what it needs.
+type lockRef struct {
+	name string
+	keys any // the backend's own; nil: made from name when needed
+}
+
+// acquired is a backend's answer to one acquisition attempt: granted (ok),
+// or refused with what is left of the holder's lease.
+type acquired struct {
+	ok        bool
+	token     fence.Token   // the ownership's token, when ok
+	depth     int64         // the depth the call holds the lock at, when ok
+	holderTTL time.Duration // what is left of the holder's lease, when not ok
+	sent      time.Time     // when the request left: the lease's clock starts here
+	window    time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
+	// settle, when set (a Redlock grant), must be given the lease made of
+	// it, or nil: the nodes that granted late wait for it (quorum.acquire).
+	settle func(*Lease)
+	// split: a Redlock attempt refused with some nodes granting it, most
+	// likely a tie between waiters that tried at once.
+	split bool
+}
+
+// extendReq asks a backend to keep one ownership's lock for ttl from now.
+type extendReq struct {
+	ref   lockRef
+	owner Owner
+	token fence.Token
+	ttl   time.Duration
+	// prep is what the backend prepared at the request's first send and
+	// reuses at every later one (the Redis backends: the script's
+	// arguments): an ownership keeps one request for all its renewals.
+	prep any
+}
+
+// extendResult is the outcome of one extendReq: held when the ownership
+// still holds the lock and now has ttl left, from no earlier than sent;
+// false, without err, when it is gone.
+type extendResult struct {
+	held bool
+	sent time.Time // when the attempt that ran left, before the server could start the TTL
+	err  error
+}
+
+// forceResult is a backend's answer to a forced unlock.
+type forceResult struct {
+	ended  bool        // the ownership held the lock and this call ended it
+	repeat bool        // the ownership had been forced already (a retry)
+	holder fence.Token // when neither: who holds the lock; None when free
 }

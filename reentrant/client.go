@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // Client locks names on one Redis deployment (standalone, Sentinel or
@@ -191,5 +189,3 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 	c, ok := rdb.(*redis.Client)
 	return ok && c.Options().ContextTimeoutEnabled
 }
-
-func (c *Client) keys(name string) scripts.Keys { return scripts.KeysFor(c.cfg.prefix, name) }

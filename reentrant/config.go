@@ -8,8 +8,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // The options' defaults and the limits they (and [Lease.Extend]) accept.
@@ -63,7 +61,8 @@ type config struct {
 	ackTimeout    time.Duration
 	allowEviction bool
 	handoff       time.Duration
-	tokens        scripts.Tokens
+	timeTokens    bool          // WithTimeTokens
+	counterIdle   time.Duration // WithCounterIdleExpiry, or its default
 	idleSet       bool
 	log           *slog.Logger
 	observe       func(Event)
@@ -96,7 +95,7 @@ func defaults() config {
 		jitter:        DefaultRetryJitter,
 		maxRetryDelay: DefaultMaxRetryDelay,
 		handoff:       DefaultHandoffTimeout,
-		tokens:        scripts.Tokens{Idle: DefaultCounterIdleExpiry},
+		counterIdle:   DefaultCounterIdleExpiry,
 		log:           slog.New(slog.DiscardHandler),
 		identity:      defaultIdentity(),
 		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
@@ -148,12 +147,12 @@ func (c *config) apply(opts []ClientOption) error {
 // finish checks the options together and derives the defaults that
 // depend on the TTL, for a client or for one call.
 func (c *config) finish() error {
-	if c.idleSet && !c.tokens.Time {
+	if c.idleSet && !c.timeTokens {
 		return invalid("WithCounterIdleExpiry needs WithTimeTokens: the strict counter never expires")
 	}
 	l := &c.lease
-	if c.tokens.Time && c.tokens.Idle <= l.ttl {
-		return invalid("counter idle expiry %v is not longer than the TTL %v", c.tokens.Idle, l.ttl)
+	if c.timeTokens && c.counterIdle <= l.ttl {
+		return invalid("counter idle expiry %v is not longer than the TTL %v", c.counterIdle, l.ttl)
 	}
 	if !l.marginSet {
 		l.margin = l.ttl / 10

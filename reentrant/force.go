@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // forceAttempts bounds how often ForceUnlock reads the holder anew when the
@@ -64,10 +63,9 @@ func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token)
 			}
 			tok = st.Token
 		}
-		k := c.keys(name)
-		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (scripts.ForceResult, error) {
-			return retryBusy(c, ctx, func(ctx context.Context) (scripts.ForceResult, error) {
-				return c.be.force(ctx, k, tok)
+		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (forceResult, error) {
+			return retryBusy(c, ctx, func(ctx context.Context) (forceResult, error) {
+				return c.be.force(ctx, lockRef{name: name}, tok)
 			})
 		}, nil)
 		if out.err != nil {
@@ -75,12 +73,12 @@ func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token)
 		}
 		r := out.v
 		switch {
-		case r.Ended || r.Repeat:
+		case r.ended || r.repeat:
 			c.cfg.log.Warn("reentrant: lock forced open", "name", name, "token", uint64(tok), "by", c.cfg.identity)
 			return tok, nil
 		case want != fence.None:
-			return fence.None, fmt.Errorf("%w: token %d no longer holds the lock (holder: %s)", ErrNotHeld, want, holderText(r.Holder))
-		case r.Holder == fence.None:
+			return fence.None, fmt.Errorf("%w: token %d no longer holds the lock (holder: %s)", ErrNotHeld, want, holderText(r.holder))
+		case r.holder == fence.None:
 			return fence.None, fmt.Errorf("%w: the lock is free", ErrNotHeld)
 		}
 		// The lock changed hands between the read and the force: read again.

@@ -3,7 +3,6 @@ package reentrant
 import (
 	"context"
 
-	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/lua"
 )
 
@@ -35,9 +34,9 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	if c.isClosed() {
 		return State{}, ErrClosed
 	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (scripts.State, error) {
-		return retryBusy(c, ctx, func(ctx context.Context) (scripts.State, error) {
-			return c.be.inspect(ctx, c.keys(name))
+	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
+		return retryBusy(c, ctx, func(ctx context.Context) (State, error) {
+			return c.be.inspect(ctx, lockRef{name: name})
 		})
 	}, nil)
 	return out.v, out.err

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // Lease is one successful Lock or TryLock: one level of a hold on a name.
@@ -19,7 +18,7 @@ import (
 type Lease struct {
 	c      *Client
 	name   string
-	keys   scripts.Keys
+	ref    lockRef
 	owner  Owner
 	token  fence.Token
 	depth  int64
@@ -145,16 +144,11 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.live(); err != nil {
 		return err
 	}
-	// sent is when the attempt that ran left: Redis started the TTL after.
-	type reply struct {
-		held bool
-		sent time.Time
-	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
-		return retryBusy(l.c, ctx, func(ctx context.Context) (reply, error) {
-			sent := time.Now()
-			held, err := l.c.be.extend(ctx, l.keys, l.owner, l.token, ttl)
-			return reply{held, sent}, err
+	req := &extendReq{ref: l.ref, owner: l.owner, token: l.token, ttl: ttl}
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (extendResult, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (extendResult, error) {
+			r := l.c.be.extend(ctx, req)
+			return r, r.err
 		})
 	}, nil)
 	if out.err != nil {
@@ -183,9 +177,9 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
 	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (scripts.State, error) {
-		return retryBusy(l.c, ctx, func(ctx context.Context) (scripts.State, error) {
-			return l.c.be.inspect(ctx, l.keys)
+	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
+		return retryBusy(l.c, ctx, func(ctx context.Context) (State, error) {
+			return l.c.be.inspect(ctx, l.ref)
 		})
 	}, nil)
 	st, err := out.v, out.err
@@ -238,11 +232,11 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 		return nil, ErrClosed
 	}
 	o := c.owns[key]
-	if o == nil || o.token != a.Token || o.ctx.Err() != nil {
+	if o == nil || o.token != a.token || o.ctx.Err() != nil {
 		if o != nil && o.ctx.Err() == nil {
 			// The same owner got a new token: its earlier ownership expired.
 			// It ends now; it is reported once c.mu is released.
-			cause := o.lostErr(ErrGone, fmt.Sprintf("superseded by token %d", a.Token), nil)
+			cause := o.lostErr(ErrGone, fmt.Sprintf("superseded by token %d", a.token), nil)
 			o.end(cause)
 			defer o.reportLost(cause)
 		}
@@ -255,15 +249,15 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 			return nil, join(fmt.Errorf("%w: Redis answered after %v, %w of %v",
 				ErrNotAcquired, late.Round(time.Millisecond), errTooLate, window), r.undo())
 		}
-		o = c.newOwnership(key, r.keys, a.Token, r.cfg, a.sent, window)
+		o = c.newOwnership(key, r.ref, a.token, r.cfg, a.sent, window)
 		c.owns[key] = o
 	} else {
 		o.confirm(a.sent, r.cfg.ttl) // a reentry raised the lock's TTL too
 	}
 	o.refs++
 	c.mu.Unlock()
-	return &Lease{c: c, name: r.name, keys: r.keys, owner: r.owner, token: a.Token, depth: a.Depth,
-		level: r.req.Level, own: o, caller: ctx}, nil
+	return &Lease{c: c, name: r.name, ref: r.ref, owner: r.owner, token: a.token, depth: a.depth,
+		level: r.level, own: o, caller: ctx}, nil
 }
 
 // leaseCtx is a lease's context: cancellation from a child of the

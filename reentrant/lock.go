@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // CleanupBudget bounds how long a lock call goes on after its context ended,
@@ -43,22 +42,19 @@ func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*
 }
 
 // call is one Lock or TryLock: what each of its attempts, and the undo of
-// one, needs.
+// one, needs. The backend makes it (backend.newCall), in one allocation with
+// its own state of the call.
 type call struct {
-	c    *Client
-	name string
-	keys scripts.Keys
-	cfg  *leaseConfig
-	req  scripts.Request // Level is the call's own ID; Waiter is set when it waits
-	// waiter is req.Waiter's storage, and wait the notifier's record of
-	// the call while it waits: parts of the call, not allocations of their
-	// own
-	waiter scripts.Waiter
-	wait   waiter
-	owner  Owner
-	// attempted: a Redlock attempt was made, so the next takes a new
-	// level ID (acquireQuorum)
-	attempted bool
+	c     *Client
+	name  string
+	ref   lockRef
+	cfg   *leaseConfig
+	owner Owner
+	// level is the ID of the level an attempt takes in the lock: the
+	// call's request ID, which names its lease (Lease.ID). A Redlock
+	// attempt after the first takes a new one.
+	level string
+	be    any // the backend's state of the call, which holds this call
 }
 
 // newCall checks a lock call's arguments and the server's eviction policy.
@@ -86,9 +82,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*
 	if err := c.checkPolicy(ctx); err != nil {
 		return nil, err
 	}
-	return &call{c: c, name: name, keys: c.keys(name), cfg: cfg, owner: owner,
-		req: scripts.Request{Owner: string(owner), Level: c.reqID(), TTL: cfg.ttl, Meta: cfg.meta,
-			MaxDepth: cfg.maxDepth, Tokens: c.cfg.tokens}}, nil
+	return c.be.newCall(call{c: c, name: name, cfg: cfg, owner: owner, level: c.reqID()}), nil
 }
 
 // observed reports a finished Lock or TryLock to the observer.
@@ -111,7 +105,7 @@ func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
 // periodic poll, which seldom acquires.
 func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 	a, err := r.c.be.acquire(ctx, r, poll)
-	if err != nil || !a.OK {
+	if err != nil || !a.ok {
 		return nil, a, err
 	}
 	l, err := r.c.newLease(ctx, r, a)
@@ -119,18 +113,6 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 		a.settle(l)
 	}
 	return l, a, err
-}
-
-type acquired struct {
-	scripts.Acquired
-	sent   time.Time     // when the request left: the lease's clock starts here
-	window time.Duration // how long from sent the lease is safe; 0: the TTL less the margin
-	// settle, when set (a Redlock grant), must be given the lease made of
-	// it, or nil: the nodes that granted late wait for it (quorum.acquire).
-	settle func(*Lease)
-	// split: a Redlock attempt refused with some nodes granting it, most
-	// likely a tie between waiters that tried at once.
-	split bool
 }
 
 // Lock locks name for ctx's owner, waiting, fairly, as long as ctx and the

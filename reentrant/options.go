@@ -180,7 +180,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 // the clock must do for tokens to stay increasing.
 func WithTimeTokens() ClientOption {
 	return clientOption(func(c *config) error {
-		c.tokens.Time = true
+		c.timeTokens = true
 		return nil
 	})
 }
@@ -194,7 +194,7 @@ func WithCounterIdleExpiry(d time.Duration) ClientOption {
 		if d < MinCounterIdleExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
 			return invalid("counter idle expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinCounterIdleExpiry, MaxCounterIdleExpiry)
 		}
-		c.tokens.Idle, c.idleSet = d, true
+		c.counterIdle, c.idleSet = d, true
 		return nil
 	})
 }

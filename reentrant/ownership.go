@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // ownership is this process's record of one ownership of one lock: the
@@ -18,7 +17,7 @@ import (
 type ownership struct {
 	c      *Client
 	key    holdKey
-	keys   scripts.Keys
+	ref    lockRef
 	token  fence.Token
 	cfg    *leaseConfig // the lease of the call that started the ownership
 	refs   int          // live leases; guarded by c.mu
@@ -35,10 +34,11 @@ type ownership struct {
 	// guarded by c.ren.mu.
 	entry int
 
-	// ext is the renewal's request, its arguments built at the first
-	// renewal (a lock released sooner never builds them); only the
-	// renewal in flight, of which the schedule allows one, touches it.
-	ext scripts.ExtendReq
+	// ext is the renewal's request, made at the first renewal (a lock
+	// released sooner never makes it) and kept, with what the backend
+	// prepared for it, for every later one; only the renewal in flight, of
+	// which the schedule allows one, touches it.
+	ext extendReq
 }
 
 // newOwnership starts the local timer, which ends the ownership at sent +
@@ -47,9 +47,9 @@ type ownership struct {
 // lock taken from a handoff message, whose lease is the claim time) gets its
 // first renewal at half of it, on a timer of its own: the renewer's tick
 // may be longer than the window. Called with c.mu held and c not closed.
-func (c *Client) newOwnership(key holdKey, k scripts.Keys, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
+func (c *Client) newOwnership(key holdKey, ref lockRef, tok fence.Token, cfg *leaseConfig, sent time.Time, window time.Duration) *ownership {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	o := &ownership{c: c, key: key, keys: k, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
+	o := &ownership{c: c, key: key, ref: ref, token: tok, cfg: cfg, ctx: ctx, cancel: cancel,
 		deadline: sent.Add(window), entry: -1}
 	// The timer, not a Redis reply, decides loss: go-redis's timeouts and
 	// retries can hold a renewal call far past the lease.

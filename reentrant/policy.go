@@ -25,7 +25,7 @@ var evicting = map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkey
 // every earlier one unless that clock stepped back; the counter carries a
 // TTL then anyway, so volatile-* policies may evict it too.
 func (c *Client) checkPolicy(ctx context.Context) error {
-	if c.cfg.allowEviction || c.cfg.tokens.Time || c.checked.Load() {
+	if c.cfg.allowEviction || c.cfg.timeTokens || c.checked.Load() {
 		return nil
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (struct{}, error) {

@@ -243,3 +243,77 @@ func sleep(done <-chan struct{}, d time.Duration) bool {
 		return true
 	}
 }
+
+// What the two Redis backends (single and quorum) share: the keys of a
+// lock, the request the scripts see, and their replies as the Client's own.
+
+// redisCall is a lock call of a Redis backend: the call, and its lock's
+// keys, made once. Each backend's state of a call starts with it.
+type redisCall struct {
+	call
+	keys scripts.Keys
+}
+
+// init makes rc the call r of a lock under prefix, whose backend state is
+// be (the struct rc is part of), and returns the call.
+func (rc *redisCall) init(r call, prefix string, be any) *call {
+	rc.call, rc.keys = r, scripts.KeysFor(prefix, r.name)
+	rc.ref = lockRef{name: r.name, keys: &rc.keys}
+	rc.be = be
+	return &rc.call
+}
+
+// keysOf returns the keys of ref's lock under prefix: those a call made
+// once, or, for a lockRef{name}, made now.
+func keysOf(ref lockRef, prefix string) scripts.Keys {
+	if k, ok := ref.keys.(*scripts.Keys); ok {
+		return *k
+	}
+	return scripts.KeysFor(prefix, ref.name)
+}
+
+// tokensOf is how the scripts issue a fresh token for a client of cfg.
+func tokensOf(cfg config) scripts.Tokens {
+	return scripts.Tokens{Time: cfg.timeTokens, Idle: cfg.counterIdle}
+}
+
+// requestOf is r's acquisition as the scripts see it, without a queue.
+func requestOf(r *call, t scripts.Tokens) scripts.Request {
+	return scripts.Request{Owner: string(r.owner), Level: r.level, TTL: r.cfg.ttl, Meta: r.cfg.meta,
+		MaxDepth: r.cfg.maxDepth, Tokens: t}
+}
+
+// acquiredOf is the acquire script's reply as a grant or a refusal.
+func acquiredOf(a scripts.Acquired) acquired {
+	return acquired{ok: a.OK, token: a.Token, depth: a.Depth, holderTTL: a.HolderTTL}
+}
+
+// prepared returns the renewals' script requests, made once for each
+// extendReq and kept in its prep.
+func prepared(reqs []*extendReq, prefix string) []scripts.ExtendReq {
+	out := make([]scripts.ExtendReq, len(reqs))
+	for i, r := range reqs {
+		p, ok := r.prep.(*scripts.ExtendReq)
+		if !ok {
+			x := scripts.NewExtendReq(keysOf(r.ref, prefix), string(r.owner), r.token, r.ttl)
+			p = &x
+			r.prep = p
+		}
+		out[i] = *p
+	}
+	return out
+}
+
+// extendResults are the renewals' replies as the Client's own.
+func extendResults(res []scripts.ExtendResult) []extendResult {
+	out := make([]extendResult, len(res))
+	for i, r := range res {
+		out[i] = extendResult{held: r.Held, sent: r.Sent, err: r.Err}
+	}
+	return out
+}
+
+// forceResultOf is the force script's reply as the Client's own.
+func forceResultOf(r scripts.ForceResult) forceResult {
+	return forceResult{ended: r.Ended, repeat: r.Repeat, holder: r.Holder}
+}

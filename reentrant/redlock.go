@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // NewRedlock returns a Client that locks names on a majority of nodes, N
@@ -49,13 +51,13 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (*Client, e
 	switch {
 	case cfg.ackReplicas > 0:
 		return nil, invalid("WithReplicaAck does not apply to Redlock: its nodes are independent masters")
-	case cfg.tokens.Time:
+	case cfg.timeTokens:
 		return nil, invalid("WithTimeTokens does not apply to Redlock: its tokens follow the nodes' clocks already, and its counters never expire")
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}
 	c, _ := build(cfg)
-	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...)}
+	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), prefix: cfg.prefix}
 	for _, rdb := range q.nodes {
 		q.wakes = append(q.wakes, newWakes(c, rdb))
 	}
@@ -67,10 +69,31 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (*Client, e
 // runs the single-node script on every node at once (fanOut) and is decided
 // by a majority of their replies (collect).
 type quorum struct {
-	c     *Client
-	nodes []redis.UniversalClient
-	wakes []*wakes // one per node, where its waiters hear of releases
+	c      *Client
+	nodes  []redis.UniversalClient
+	wakes  []*wakes // one per node, where its waiters hear of releases
+	prefix string   // of the keys
 }
+
+// quorumCall is a lock call on a Redlock: the call and its lock's keys.
+type quorumCall struct {
+	redisCall
+	// attempted: an attempt was made, so the next takes a new level ID
+	// (quorum.acquire).
+	attempted bool
+}
+
+func (q *quorum) newCall(r call) *call {
+	qc := new(quorumCall)
+	return qc.init(r, q.prefix, qc)
+}
+
+// quorumOf returns the Redlock backend's state of r.
+func quorumOf(r *call) *quorumCall { return r.be.(*quorumCall) }
+
+// request is r's acquisition as the scripts see it: Redlock neither
+// queues nor issues time tokens.
+func request(r *call) scripts.Request { return requestOf(r, scripts.Tokens{}) }
 
 func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
 
@@ -173,14 +196,14 @@ func (q *quorum) reload(context.Context) {}
 // and queue entry r's attempt may have taken on every node: a node that
 // does not answer keeps them until the lease ends there.
 func (q *quorum) undo(r *call) error {
-	q.undoAll(r, r.req)
+	q.undoAll(r, request(r))
 	return nil
 }
 
-func (q *quorum) undoInBackground(r *call) { q.undoAll(r, r.req) }
+func (q *quorum) undoInBackground(r *call) { q.undoAll(r, request(r)) }
 
 func (q *quorum) leave(r *call) error {
-	q.undoAll(r, r.req)
+	q.undoAll(r, request(r))
 	return nil
 }
 

@@ -30,11 +30,12 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	defer cancel()
 	// Each attempt takes its levels under an ID of its own, so that the
 	// background undo of an earlier attempt cannot remove a later one's.
-	if r.attempted {
-		r.req.Level = c.reqID()
+	qc := quorumOf(r)
+	if qc.attempted {
+		r.level = c.reqID()
 	}
-	r.attempted = true
-	req := r.req
+	qc.attempted = true
+	req := request(r)
 	// Nodes that answer after the outcome is decided wait until the client
 	// has acted on it (the lease made, or not): a late grant is kept
 	// (raised to the token if pending) while the lease it belongs to is
@@ -48,7 +49,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		}
 	}()
 	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.QAcquired, error) {
-		return scripts.QAcquire(ctx, rdb, r.keys, &req)
+		return scripts.QAcquire(ctx, rdb, qc.keys, &req)
 	})
 	granted := func(x nodeReply[scripts.QAcquired]) bool { return x.err == nil && x.v.OK }
 	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.QAcquired]) bool {
@@ -92,7 +93,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		if cerr := ctxErr(ctx); cerr != nil || len(errs) > n-maj {
 			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, join(errs...))
 		}
-		return acquired{Acquired: scripts.Acquired{HolderTTL: max(holder, 0)}, split: len(ok) > 0}, nil
+		return acquired{holderTTL: max(holder, 0), split: len(ok) > 0}, nil
 	}
 	if len(ok) < maj {
 		return fail(fmt.Sprintf("%d of %d nodes granted it", len(ok), n))
@@ -128,13 +129,13 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 				q.raiseLate(r, i, req, best, true, nil)
 			}
 			final = best
-			return acquired{Acquired: scripts.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
+			return acquired{ok: true, token: best, depth: depth, sent: sent, settle: st.settle}, nil
 		}
 		if raised := q.raise(ctx, r, pending, best, maj-votes, true); votes+raised < maj {
 			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
 		}
 		final = best
-		return acquired{Acquired: scripts.Acquired{OK: true, Token: best, Depth: depth}, sent: sent, settle: st.settle}, nil
+		return acquired{ok: true, token: best, depth: depth, sent: sent, settle: st.settle}, nil
 	}
 
 	// Fresh: one above every counter of the granting majority and no lower
@@ -151,7 +152,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		return fail(fmt.Sprintf("a majority answered after %v, past the lease's safe window of %v", late.Round(time.Millisecond), window))
 	}
 	final = tok
-	return acquired{Acquired: scripts.Acquired{OK: true, Token: tok, Depth: depth}, sent: sent, settle: st.settle}, nil
+	return acquired{ok: true, token: tok, depth: depth, sent: sent, settle: st.settle}, nil
 }
 
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
@@ -166,12 +167,12 @@ func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token,
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	level := r.req.Level
+	k, level := quorumOf(r).keys, r.level
 	ch := fanOut(q, d, func(ctx context.Context, i int, rdb redis.UniversalClient) (bool, error) {
 		if !on[i] {
 			return false, errSkipped
 		}
-		return scripts.QRaise(ctx, rdb, r.keys, string(r.owner), level, tok, held)
+		return scripts.QRaise(ctx, rdb, k, string(r.owner), level, tok, held)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	got, all := collect(q, ctx, ch, func(got []*nodeReply[bool]) bool {
@@ -226,19 +227,19 @@ func (s *settled) settle(l *Lease) {
 // the lock; one the raise refused is abandoned. Without one the attempt is still deciding, and a lease that
 // fails to come of it undoes the level everywhere (newLease).
 func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token, held bool, l *Lease) {
-	c, rdb := q.c, q.nodes[i]
+	c, rdb, k := q.c, q.nodes[i], quorumOf(r).keys
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		ok, _ := scripts.QRaise(ctx, rdb, r.keys, string(r.owner), req.Level, tok, held)
+		ok, _ := scripts.QRaise(ctx, rdb, k, string(r.owner), req.Level, tok, held)
 		switch {
 		case l == nil || l.live() == nil:
 		case ok:
-			_, _ = scripts.Release(ctx, rdb, r.keys, string(r.owner), tok, req.Level, scripts.Tokens{})
+			_, _ = scripts.Release(ctx, rdb, k, string(r.owner), tok, req.Level, scripts.Tokens{})
 		default:
 			// Not raised (the node learnt the token from the release's
 			// bump): the pending level goes.
-			_, _ = scripts.Abandon(ctx, rdb, r.keys, &req)
+			_, _ = scripts.Abandon(ctx, rdb, k, &req)
 		}
 	})
 }
@@ -246,11 +247,11 @@ func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token,
 // undoNode removes, in the background, the level req may have taken on
 // node i; a node that does not answer keeps it until its lease ends.
 func (q *quorum) undoNode(r *call, i int, req scripts.Request) {
-	c, rdb := q.c, q.nodes[i]
+	c, rdb, k := q.c, q.nodes[i], quorumOf(r).keys
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
 		defer cancel()
-		if _, err := scripts.Abandon(ctx, rdb, r.keys, &req); err != nil {
+		if _, err := scripts.Abandon(ctx, rdb, k, &req); err != nil {
 			c.debug("reentrant: Redlock undo failed; the level expires with its lease", "name", r.name, "node", i, "err", err)
 		}
 	})

@@ -19,8 +19,8 @@ import (
 // say the ownership is gone that no majority can confirm, or an error when
 // neither is known by the time ctx ends. Nodes that answer later still
 // release their level; one that never answers lets it expire.
-func (q *quorum) release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
-	maj, n := q.majority(), len(q.nodes)
+func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 		left, err := scripts.Release(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{})
 		if err == nil && left < 0 {
@@ -65,8 +65,15 @@ func (q *quorum) release(ctx context.Context, k scripts.Keys, owner Owner, tok f
 
 // extend runs extend.lua on every node and reports whether a majority
 // extended the ownership; sent is when the requests left.
-func (q *quorum) extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
-	maj, n := q.majority(), len(q.nodes)
+func (q *quorum) extend(ctx context.Context, req *extendReq) extendResult {
+	held, sent, err := q.extendOnce(ctx, req)
+	return extendResult{held: held, sent: sent, err: err}
+}
+
+func (q *quorum) extendOnce(ctx context.Context, req *extendReq) (bool, time.Time, error) {
+	maj, n, k := q.majority(), len(q.nodes), keysOf(req.ref, q.prefix)
+	owner, tok, ttl := req.owner, req.token, req.ttl
+	sent := time.Now()
 	ch := fanOut(q, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
 		return scripts.Extend(ctx, rdb, k, string(owner), tok, ttl, scripts.Tokens{})
 	})
@@ -77,22 +84,23 @@ func (q *quorum) extend(ctx context.Context, k scripts.Keys, owner Owner, tok fe
 	}, nil)
 	switch {
 	case count(got, yes) >= maj:
-		return true, nil
+		return true, sent, nil
 	case count(got, no) > n-maj:
-		return false, nil
+		return false, sent, nil
 	}
-	return false, join(fmt.Errorf("extended on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
+	return false, sent, join(fmt.Errorf("extended on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }
 
 // extendBatch is scripts.ExtendBatch on a Redlock: one pipeline per node,
 // all at once; each ownership is held when a majority extended it, lost when
 // so many nodes say it is gone that no majority can, and an error otherwise.
 // Sent is when the first pipeline left, before any node could extend.
-func (q *quorum) extendBatch(ctx context.Context, reqs []scripts.ExtendReq) []scripts.ExtendResult {
+func (q *quorum) extendBatch(ctx context.Context, reqs []*extendReq) []extendResult {
 	maj, n := q.majority(), len(q.nodes)
+	sreqs := prepared(reqs, q.prefix)
 	sent := time.Now()
 	ch := fanOut(q, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]scripts.ExtendResult, error) {
-		return scripts.ExtendBatch(ctx, rdb, reqs, scripts.Tokens{}), nil
+		return scripts.ExtendBatch(ctx, rdb, sreqs, scripts.Tokens{}), nil
 	})
 	yes := make([]int, len(reqs))
 	no := make([]int, len(reqs))
@@ -130,15 +138,15 @@ read:
 			}
 		}
 	}
-	out := make([]scripts.ExtendResult, len(reqs))
+	out := make([]extendResult, len(reqs))
 	for i := range reqs {
 		switch {
 		case yes[i] >= maj:
-			out[i] = scripts.ExtendResult{Held: true, Sent: sent}
+			out[i] = extendResult{held: true, sent: sent}
 		case no[i] > n-maj:
-			out[i] = scripts.ExtendResult{Sent: sent}
+			out[i] = extendResult{sent: sent}
 		default:
-			out[i] = scripts.ExtendResult{Sent: sent, Err: join(fmt.Errorf("extended on %d of %d nodes", yes[i], n), errs[i], ctxErr(ctx))}
+			out[i] = extendResult{sent: sent, err: join(fmt.Errorf("extended on %d of %d nodes", yes[i], n), errs[i], ctxErr(ctx))}
 		}
 	}
 	return out
@@ -157,8 +165,8 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 // them and the deepest hold; otherwise the lock is reported free, with the
 // highest LastToken a node reported. Ended and Meta come from one of the
 // agreeing nodes.
-func (q *quorum) inspect(ctx context.Context, k scripts.Keys) (scripts.State, error) {
-	maj, n := q.majority(), len(q.nodes)
+func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.State, error) {
 		return scripts.Inspect(ctx, rdb, k)
 	})
@@ -246,8 +254,8 @@ func nodeErrs[T any](got []*nodeReply[T]) error {
 // ownership ended when a majority ended it (or had already), and otherwise,
 // once so many nodes say it does not hold the lock that no majority can,
 // the holder a node reported (the highest).
-func (q *quorum) force(ctx context.Context, k scripts.Keys, tok fence.Token) (scripts.ForceResult, error) {
-	maj, n := q.majority(), len(q.nodes)
+func (q *quorum) force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error) {
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.ForceResult, error) {
 		return scripts.Force(ctx, rdb, k, tok, q.c.cfg.identity, scripts.Tokens{})
 	})
@@ -258,16 +266,16 @@ func (q *quorum) force(ctx context.Context, k scripts.Keys, tok fence.Token) (sc
 	}, nil)
 	if count(got, yes) >= maj {
 		published(q, k, got, yes)
-		return scripts.ForceResult{Ended: true}, nil
+		return forceResult{ended: true}, nil
 	}
 	if count(got, no) > n-maj {
-		var r scripts.ForceResult
+		var r forceResult
 		for _, x := range got {
 			if x != nil && no(*x) {
-				r.Holder = max(r.Holder, x.v.Holder)
+				r.holder = max(r.holder, x.v.Holder)
 			}
 		}
 		return r, nil
 	}
-	return scripts.ForceResult{}, join(fmt.Errorf("forced on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
+	return forceResult{}, join(fmt.Errorf("forced on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }

@@ -42,7 +42,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 	}
 	last := err // the last attempt's, when too few nodes answered
 	wake := make(chan struct{}, 1)
-	channel := wakeChannel(r.keys)
+	channel := wakeChannel(quorumOf(r).keys)
 	for _, w := range q.wakes {
 		w.add(channel, wake)
 	}
@@ -52,7 +52,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 		}
 	}()
 	polls, splits := 1, 0
-	d := q.pollDelay(r, polls, a.HolderTTL)
+	d := q.pollDelay(r, polls, a.holderTTL)
 	if d <= 0 {
 		return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
 	}
@@ -98,7 +98,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 			splits = 0
 		}
 		if poll {
-			if d = q.pollDelay(r, polls, a.HolderTTL); d <= 0 {
+			if d = q.pollDelay(r, polls, a.holderTTL); d <= 0 {
 				return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
 			}
 			t.Reset(d)

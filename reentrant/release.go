@@ -61,7 +61,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 
 // release sends one release of l's level.
 func (l *Lease) release(ctx context.Context) (int64, error) {
-	return l.c.be.release(ctx, l.keys, l.owner, l.token, l.level)
+	return l.c.be.release(ctx, l.ref, l.owner, l.token, l.level)
 }
 
 // undo removes the level, and the queue entry, that an attempt of r may

@@ -2,10 +2,9 @@ package reentrant
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
-
-	"github.com/redfence/redfence/internal/scripts"
 )
 
 // minTick bounds the renewer's tick below, so that a tiny renew interval
@@ -242,12 +241,12 @@ func (r *renewer) send(batch []*ownership) {
 // context is bounded by the renew interval, as a single renewal's was.
 func (r *renewer) renew(batch []*ownership) {
 	longest := time.Duration(0)
-	reqs := make([]scripts.ExtendReq, len(batch))
+	reqs := make([]*extendReq, len(batch))
 	for i, o := range batch {
-		if !o.ext.Prepared() {
-			o.ext = scripts.NewExtendReq(o.keys, string(o.key.owner), o.token, o.cfg.ttl)
+		if o.ext.ttl == 0 { // not made yet: the TTL is never 0
+			o.ext = extendReq{ref: o.ref, owner: o.key.owner, token: o.token, ttl: o.cfg.ttl}
 		}
-		reqs[i] = o.ext
+		reqs[i] = &o.ext
 		longest = max(longest, o.cfg.renew)
 	}
 	ctx, cancel := context.WithTimeout(r.c.bg, longest)
@@ -263,12 +262,12 @@ func (r *renewer) renew(batch []*ownership) {
 // resendBusy sends anew, with backoff, the renewals a Cluster refused for now
 // (see retryBusy), until each gets another answer or ctx ends, and puts the
 // new outcomes in res.
-func (r *renewer) resendBusy(ctx context.Context, reqs []scripts.ExtendReq, res []scripts.ExtendResult) {
+func (r *renewer) resendBusy(ctx context.Context, reqs []*extendReq, res []extendResult) {
 	b := backoff{next: busyMin, max: busyMax}
 	for {
 		var idx []int
 		for i := range res {
-			if r.c.be.transient(res[i].Err) {
+			if r.c.be.transient(res[i].err) {
 				idx = append(idx, i)
 			}
 		}
@@ -279,7 +278,7 @@ func (r *renewer) resendBusy(ctx context.Context, reqs []scripts.ExtendReq, res 
 		if !sleep(ctx.Done(), b.delay()) {
 			return
 		}
-		retry := make([]scripts.ExtendReq, len(idx))
+		retry := make([]*extendReq, len(idx))
 		for j, i := range idx {
 			retry[j] = reqs[i]
 		}
@@ -292,21 +291,25 @@ func (r *renewer) resendBusy(ctx context.Context, reqs []scripts.ExtendReq, res 
 // renewed applies one renewal's outcome. Redis saying the ownership is gone,
 // or refusing the key as foreign, ends it; any other error changes nothing
 // but is kept for the cause of a later loss by the timer.
-func (o *ownership) renewed(r scripts.ExtendResult) {
+func (o *ownership) renewed(r extendResult) {
 	switch {
 	case o.ctx.Err() != nil:
-	case r.Err == nil && r.Held:
-		o.confirm(r.Sent, o.cfg.ttl)
+	case r.err == nil && r.held:
+		o.confirm(r.sent, o.cfg.ttl)
 		o.c.emit(Event{Kind: Renewed, Name: o.key.name, Token: o.token})
-	case r.Err == nil:
+	case r.err == nil:
 		o.lose(o.lostErr(ErrGone, "renewal found it expired, taken, forced or deleted", nil))
-	case scripts.IsRefusal(r.Err):
-		o.lose(o.lostErr(ErrGone, "renewal refused", r.Err))
+	case refused(r.err):
+		o.lose(o.lostErr(ErrGone, "renewal refused", r.err))
 	default:
 		o.mu.Lock()
-		o.lastErr = r.Err
+		o.lastErr = r.err
 		o.mu.Unlock()
-		o.c.cfg.log.Warn("reentrant: renewal failed", "name", o.key.name, "token", uint64(o.token), "err", r.Err)
-		o.c.emit(Event{Kind: RenewFailed, Name: o.key.name, Token: o.token, Err: r.Err})
+		o.c.cfg.log.Warn("reentrant: renewal failed", "name", o.key.name, "token", uint64(o.token), "err", r.err)
+		o.c.emit(Event{Kind: RenewFailed, Name: o.key.name, Token: o.token, Err: r.err})
 	}
 }
+
+// refused reports the scripts' own refusals (ErrForeign, ErrOverflow): the
+// script ran, checked, and changed nothing.
+func refused(err error) bool { return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow) }

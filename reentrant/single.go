@@ -23,7 +23,9 @@ type single struct {
 	c       *Client
 	rdb     redis.UniversalClient
 	note    *notifier
-	retries bool // the go-redis client may re-send a command on its own
+	prefix  string         // of the keys
+	tokens  scripts.Tokens // how the scripts issue a fresh token
+	retries bool           // the go-redis client may re-send a command on its own
 	// calls sends the acquire and release scripts: rdb, or on a
 	// *redis.Client that does not enforce contexts (go-redis's default),
 	// rdb with concurrent calls batched into pipelines (scripts.Batched).
@@ -37,32 +39,69 @@ type single struct {
 const batchLeaders = 2
 
 func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
-	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), retries: retries(rdb), calls: rdb}
+	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), prefix: c.cfg.prefix,
+		tokens: tokensOf(c.cfg), retries: retries(rdb), calls: rdb}
 	if r, ok := rdb.(*redis.Client); ok && !c.deadlines {
 		s.calls = scripts.Batch(r, batchLeaders)
 	}
 	return s
 }
 
-func (s *single) release(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, level string) (int64, error) {
-	return scripts.Release(ctx, s.calls, k, string(owner), tok, level, s.c.cfg.tokens)
+// singleCall is a lock call on one deployment: the call, its lock's keys,
+// and its place in the lock's queue while it waits.
+type singleCall struct {
+	redisCall
+	// waiter is the call's queue entry, its Channel set once the call
+	// waits (single.lock), and wait the notifier's record of it: parts of
+	// the call, not allocations of their own.
+	waiter scripts.Waiter
+	wait   waiter
+	// again: an attempt was made that may have queued the call (see
+	// scripts.Request.Again).
+	again bool
 }
 
-func (s *single) extend(ctx context.Context, k scripts.Keys, owner Owner, tok fence.Token, ttl time.Duration) (bool, error) {
-	return scripts.Extend(ctx, s.rdb, k, string(owner), tok, ttl, s.c.cfg.tokens)
+func (s *single) newCall(r call) *call {
+	sc := new(singleCall)
+	return sc.init(r, s.prefix, sc)
+}
+
+// singleOf returns the single backend's state of r.
+func singleOf(r *call) *singleCall { return r.be.(*singleCall) }
+
+// request is r's acquisition as the scripts see it.
+func (s *single) request(r *call) scripts.Request {
+	sc := singleOf(r)
+	req := requestOf(r, s.tokens)
+	if sc.waiter.Channel != "" {
+		req.Waiter = &sc.waiter
+	}
+	req.Again = sc.again
+	return req
+}
+
+func (s *single) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
+	return scripts.Release(ctx, s.calls, keysOf(ref, s.prefix), string(owner), tok, level, s.tokens)
+}
+
+func (s *single) extend(ctx context.Context, req *extendReq) extendResult {
+	sent := time.Now()
+	held, err := scripts.Extend(ctx, s.rdb, keysOf(req.ref, s.prefix), string(req.owner), req.token, req.ttl, s.tokens)
+	return extendResult{held: held, sent: sent, err: err}
 }
 
 // extendBatch sends the renewals in one pipeline.
-func (s *single) extendBatch(ctx context.Context, reqs []scripts.ExtendReq) []scripts.ExtendResult {
-	return scripts.ExtendBatch(ctx, s.rdb, reqs, s.c.cfg.tokens)
+func (s *single) extendBatch(ctx context.Context, reqs []*extendReq) []extendResult {
+	return extendResults(scripts.ExtendBatch(ctx, s.rdb, prepared(reqs, s.prefix), s.tokens))
 }
 
-func (s *single) inspect(ctx context.Context, k scripts.Keys) (scripts.State, error) {
-	return scripts.Inspect(ctx, s.rdb, k)
+func (s *single) inspect(ctx context.Context, ref lockRef) (State, error) {
+	return scripts.Inspect(ctx, s.rdb, keysOf(ref, s.prefix))
 }
 
-func (s *single) force(ctx context.Context, k scripts.Keys, tok fence.Token) (scripts.ForceResult, error) {
-	return scripts.Force(ctx, s.rdb, k, tok, s.c.cfg.identity, s.c.cfg.tokens)
+func (s *single) force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error) {
+	r, err := scripts.Force(ctx, s.rdb, keysOf(ref, s.prefix), tok, s.c.cfg.identity, s.tokens)
+	return forceResultOf(r), err
 }
 
 // askPolicy asks the server, or on a Cluster every primary.
@@ -151,7 +190,9 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
 			r.undo())
 	case err == nil:
-		return acquired{Acquired: rep.a, sent: rep.sent}, nil
+		a := acquiredOf(rep.a)
+		a.sent = rep.sent
+		return a, nil
 	case mayHaveRun(err, s.retries):
 		if uerr := r.undo(); uerr != nil {
 			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, r.cfg.ttl, uerr)
@@ -183,7 +224,7 @@ func (r *call) left(rep acquireReply, err error, retries bool) bool {
 	if err != nil {
 		return mayHaveRun(err, retries)
 	}
-	return rep.a.OK || r.req.Waiter != nil
+	return rep.a.OK || singleOf(r).waiter.Channel != ""
 }
 
 // runAcquire runs the acquire script, followed by WAIT on the same
@@ -193,9 +234,9 @@ func (r *call) left(rep acquireReply, err error, retries bool) bool {
 // only once the script granted the lock: a WAIT after a poll that changed
 // nothing would still block for its whole timeout while a replica lags.
 func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.Acquired, acked int, err error) {
-	c := s.c
+	c, k, req := s.c, &singleOf(r).keys, s.request(r)
 	if c.cfg.ackReplicas == 0 {
-		a, err = scripts.Acquire(ctx, s.calls, r.keys, &r.req)
+		a, err = scripts.Acquire(ctx, s.calls, *k, &req)
 		return a, 0, err
 	}
 	var node *redis.Client
@@ -203,17 +244,17 @@ func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.
 	case *redis.Client:
 		node = rdb
 	case *redis.ClusterClient:
-		if node, err = rdb.MasterForKey(ctx, r.keys.Lock); err != nil {
+		if node, err = rdb.MasterForKey(ctx, k.Lock); err != nil {
 			return a, 0, err
 		}
 	}
 	if !poll {
-		a, n, err := scripts.AcquireAcked(ctx, node, r.keys, &r.req, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		a, n, err := scripts.AcquireAcked(ctx, node, *k, &req, c.cfg.ackReplicas, c.cfg.ackTimeout)
 		return a, int(n), err
 	}
 	conn := node.Conn()
 	defer conn.Close()
-	if a, err = scripts.Acquire(ctx, scripts.Via(conn, node), r.keys, &r.req); err != nil || !a.OK {
+	if a, err = scripts.Acquire(ctx, scripts.Via(conn, node), *k, &req); err != nil || !a.OK {
 		return a, 0, err
 	}
 	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
@@ -230,7 +271,7 @@ func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.
 // goes on in the background. It returns nil once Redis confirmed they are
 // gone (or never were).
 func (s *single) undo(r *call) error {
-	c := s.c
+	c, k, req := s.c, &singleOf(r).keys, s.request(r)
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
@@ -242,7 +283,7 @@ func (s *single) undo(r *call) error {
 			if !c.inline(ctx) {
 				actx = context.WithoutCancel(ctx)
 			}
-			return scripts.Abandon(actx, s.rdb, r.keys, &r.req)
+			return scripts.Abandon(actx, s.rdb, *k, &req)
 		})
 	}, func(_ bool, err error) {
 		if err != nil {
@@ -251,13 +292,13 @@ func (s *single) undo(r *call) error {
 	})
 	switch {
 	case !out.known:
-		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.req.Level)
+		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.level)
 		return errors.New("the undo is still in flight")
 	case out.err != nil:
 		s.undoInBackground(r)
 		return fmt.Errorf("the undo failed and is retried in the background: %w", out.err)
 	}
-	c.debug("reentrant: undone", "name", r.name, "level", r.req.Level, "removed", out.v)
+	c.debug("reentrant: undone", "name", r.name, "level", r.level, "removed", out.v)
 	return nil
 }
 
@@ -265,12 +306,12 @@ func (s *single) undo(r *call) error {
 // confirms it, the lease it belonged to would have expired anyway, or the
 // client closes.
 func (s *single) undoInBackground(r *call) {
-	c, req := s.c, r.req
+	c, k, req := s.c, &singleOf(r).keys, s.request(r)
 	giveUp := time.Now().Add(r.cfg.ttl)
 	c.goBackground(func() {
 		b := backoff{next: 10 * time.Millisecond, max: time.Second}
 		for time.Now().Before(giveUp) {
-			_, err := scripts.Abandon(c.bg, s.rdb, r.keys, &req)
+			_, err := scripts.Abandon(c.bg, s.rdb, *k, &req)
 			if err == nil || scripts.IsRefusal(err) {
 				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
 				return
@@ -295,8 +336,9 @@ func (s *single) leave(r *call) error {
 	c := s.c
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
 	defer cancel()
+	k, req := &singleOf(r).keys, s.request(r)
 	_, err := retryBusy(c, ctx, func(ctx context.Context) (bool, error) {
-		return scripts.Abandon(ctx, s.rdb, r.keys, &r.req)
+		return scripts.Abandon(ctx, s.rdb, *k, &req)
 	})
 	if err != nil {
 		return fmt.Errorf("leaving the queue: %w", err)

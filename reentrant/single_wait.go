@@ -14,7 +14,7 @@ import (
 // first attempt, it is woken by the handoff a release publishes, and polls
 // for a holder that died or a handoff never claimed.
 func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
-	c, name := s.c, r.name
+	c, name, sc := s.c, r.name, singleOf(r)
 	var first time.Duration // the strategy's first backoff, asked once
 	if s := r.cfg.retry; s != nil {
 		first = s.Backoff(1)
@@ -28,16 +28,15 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 	}
 	// Registered before the first request, so that a handoff published
 	// right after it finds this waiter.
-	w, err := s.note.register(ctx, r.keys.Lock, r.req.Level, &r.wait)
+	w, err := s.note.register(ctx, sc.keys.Lock, r.level, &sc.wait)
 	if err != nil {
 		return nil, err
 	}
 	defer w.stop()
 	// A handed lock waits at most half the handoff timeout to be claimed,
 	// and never longer than a lease would have lasted.
-	r.waiter = scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
+	sc.waiter = scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0,
 		Claim: min(c.cfg.handoff/2, r.cfg.ttl), Queue: 2*r.cfg.ttl + c.cfg.handoff}
-	r.req.Waiter = &r.waiter
 	// A Lock is work of the client's: Close ends its wait and waits for it,
 	// so that nothing of a closed client sends another command.
 	if !c.track() {
@@ -51,17 +50,17 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 	}
 	// The first attempt may have queued the call: every later one also
 	// leaves the queue when it takes or reenters the lock.
-	r.req.Again = true
+	sc.again = true
 	s.note.listen(w)
 	polls := 1
 	delay := first
 	if r.cfg.retry == nil {
-		delay = r.pollDelay(polls, a.HolderTTL)
+		delay = r.pollDelay(polls, a.holderTTL)
 	}
 	// Whatever the strategy, the waiter polls at least every quarter of the
 	// queue's expiry, which each poll renews, so that it keeps its place
 	// even when a poll is late.
-	keep := r.req.Waiter.Queue / 4
+	keep := sc.waiter.Queue / 4
 	pollAt := time.Now().Add(delay)
 	timer := time.NewTimer(min(delay, keep))
 	defer timer.Stop()
@@ -95,7 +94,7 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 			timer.Reset(min(time.Until(pollAt), keep))
 		case poll:
 			c.debug("reentrant: lock still held, polling again", "name", name, "polls", polls)
-			if delay = r.pollDelay(polls, a.HolderTTL); delay <= 0 {
+			if delay = r.pollDelay(polls, a.holderTTL); delay <= 0 {
 				return nil, join(fmt.Errorf("%w: gave up after %d polls (%v)", ErrNotAcquired, polls-1, r.cfg.retry), r.undo())
 			}
 			pollAt = time.Now().Add(delay)
@@ -119,13 +118,12 @@ func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time
 	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 {
 		return nil, false, nil
 	}
-	claim := r.req.Waiter.Claim
+	claim := singleOf(r).waiter.Claim
 	window := claim - time.Duration(float64(claim)*float64(r.cfg.margin)/float64(r.cfg.ttl))
 	if time.Until(queued.Add(window)) < window/2 {
 		return nil, false, nil
 	}
-	l, err = r.c.newLease(ctx, r, acquired{Acquired: scripts.Acquired{OK: true, Token: tok, Depth: 1},
-		sent: queued, window: window})
+	l, err = r.c.newLease(ctx, r, acquired{ok: true, token: tok, depth: 1, sent: queued, window: window})
 	return l, true, err
 }
 
