@@ -22,6 +22,10 @@ type backend interface {
 	// allocation a Lock or TryLock makes, beside the backend's own state
 	// of the call (r.be), with r.ref made. r.level is set.
 	newCall(r call) *call
+	// ready checks, before the first acquisition, that the deployment
+	// can keep tokens increasing (ErrEvictionPolicy); the Client asks
+	// again until it succeeds once.
+	ready(ctx context.Context) error
 
 	// acquire makes one acquisition attempt of r (poll: a waiter's
 	// periodic one). It returns the grant, or not OK with the holder's
@@ -49,13 +53,6 @@ type backend interface {
 	inspect(ctx context.Context, ref lockRef) (State, error)
 	// force ends the ownership with token tok, whoever holds it.
 	force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error)
-	// askPolicy checks that no server may evict the fencing counter.
-	askPolicy(ctx context.Context) error
-
-	// transient reports an error after which the same call may be sent
-	// again (a Cluster refusing for now); reload is done before it is.
-	transient(err error) bool
-	reload(ctx context.Context)
 	// close stops the backend's connections of its own (pub/sub); the
 	// Client has cancelled its background context before.
 	close() error

@@ -160,32 +160,3 @@ func (c *Client) reqID() string {
 	var b [64]byte
 	return string(strconv.AppendUint(append(b[:0], c.reqPrefix...), c.reqSeq.Add(1), 36))
 }
-
-// retries reports whether rdb may re-send a command on its own: go-redis
-// does unless MaxRetries is negative, and a ClusterClient also while
-// MaxRedirects is above 0 (its default, 3): it re-sends after a timeout as
-// after a redirect. A client type it cannot inspect is assumed to.
-func retries(rdb redis.UniversalClient) bool {
-	switch rdb := rdb.(type) {
-	case *redis.Client:
-		return rdb.Options().MaxRetries >= 0
-	case *redis.ClusterClient:
-		o := rdb.Options()
-		return o.MaxRetries >= 0 || o.MaxRedirects > 0
-	case *redis.Ring:
-		return rdb.Options().MaxRetries >= 0
-	}
-	return true
-}
-
-// honoursDeadlines reports whether rdb puts a context's deadline on its
-// reads and writes (go-redis's ContextTimeoutEnabled), so that a call
-// returns by that deadline however long the server takes. Only a
-// *redis.Client (one server, or Sentinel's failover client) counts: a
-// ClusterClient with the option still loads its COMMAND table under a 5 s
-// timeout of its own, whatever the caller's deadline, and a Ring's routing
-// was not examined, so both keep the local timer.
-func honoursDeadlines(rdb redis.UniversalClient) bool {
-	c, ok := rdb.(*redis.Client)
-	return ok && c.Options().ContextTimeoutEnabled
-}

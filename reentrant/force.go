@@ -64,9 +64,7 @@ func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token)
 			tok = st.Token
 		}
 		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (forceResult, error) {
-			return retryBusy(c, ctx, func(ctx context.Context) (forceResult, error) {
-				return c.be.force(ctx, lockRef{name: name}, tok)
-			})
+			return c.be.force(ctx, lockRef{name: name}, tok)
 		}, nil)
 		if out.err != nil {
 			return fence.None, out.err

@@ -35,9 +35,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 		return State{}, ErrClosed
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
-		return retryBusy(c, ctx, func(ctx context.Context) (State, error) {
-			return c.be.inspect(ctx, lockRef{name: name})
-		})
+		return c.be.inspect(ctx, lockRef{name: name})
 	}, nil)
 	return out.v, out.err
 }

@@ -146,10 +146,8 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	req := &extendReq{ref: l.ref, owner: l.owner, token: l.token, ttl: ttl}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (extendResult, error) {
-		return retryBusy(l.c, ctx, func(ctx context.Context) (extendResult, error) {
-			r := l.c.be.extend(ctx, req)
-			return r, r.err
-		})
+		r := l.c.be.extend(ctx, req)
+		return r, r.err
 	}, nil)
 	if out.err != nil {
 		return out.err
@@ -178,9 +176,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
-		return retryBusy(l.c, ctx, func(ctx context.Context) (State, error) {
-			return l.c.be.inspect(ctx, l.ref)
-		})
+		return l.c.be.inspect(ctx, l.ref)
 	}, nil)
 	st, err := out.v, out.err
 	if err != nil {

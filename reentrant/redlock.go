@@ -67,7 +67,8 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (*Client, e
 
 // quorum is the backend of a Client built by NewRedlock: every operation
 // runs the single-node script on every node at once (fanOut) and is decided
-// by a majority of their replies (collect).
+// by a majority of their replies (collect). It sends nothing again: a
+// node's failure is one vote, and the majority decides without it.
 type quorum struct {
 	c      *Client
 	nodes  []redis.UniversalClient
@@ -167,10 +168,13 @@ func count[T any](got []*nodeReply[T], ok func(nodeReply[T]) bool) int {
 	return n
 }
 
-// askPolicy checks every node's eviction policy, waiting for the nodes at
-// most a quarter of the TTL: any node that may evict fails the check; one
-// that does not answer in time is not checked (this client checks once).
-func (q *quorum) askPolicy(ctx context.Context) error {
+// ready checks every node's eviction policy, waiting for the nodes at most
+// a quarter of the TTL: any node that may evict fails the check; one that
+// does not answer in time is not checked (this client checks once).
+func (q *quorum) ready(ctx context.Context) error {
+	if noEvictionCheck(q.c.cfg) {
+		return nil
+	}
 	d := q.c.cfg.lease.ttl / 4
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -185,12 +189,6 @@ func (q *quorum) askPolicy(ctx context.Context) error {
 	}
 	return nil
 }
-
-// transient is false: a node's failure is one vote, and the majority rule
-// already decides without it.
-func (q *quorum) transient(error) bool { return false }
-
-func (q *quorum) reload(context.Context) {}
 
 // undo, undoInBackground and leave remove, in the background, the level
 // and queue entry r's attempt may have taken on every node: a node that

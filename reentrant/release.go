@@ -35,12 +35,10 @@ func (l *Lease) unlock(ctx context.Context) error {
 	}
 	var out outcome[int64]
 	if l.c.inline(ctx) { // see ranInline
-		n, err := retryBusy(l.c, ctx, l.release)
+		n, err := l.release(ctx)
 		out = ranInline(ctx, n, err)
 	} else {
-		out = bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (int64, error) {
-			return retryBusy(l.c, ctx, l.release)
-		}, nil)
+		out = bounded(l.c, ctx, CleanupBudget/2, l.release, nil)
 	}
 	n, err := out.v, out.err
 	if err != nil {

@@ -252,40 +252,10 @@ func (r *renewer) renew(batch []*ownership) {
 	ctx, cancel := context.WithTimeout(r.c.bg, longest)
 	defer cancel()
 	res := r.c.be.extendBatch(ctx, reqs)
-	r.resendBusy(ctx, reqs, res)
 	for i, o := range batch {
 		o.renewed(res[i])
 	}
 	r.settled(batch)
-}
-
-// resendBusy sends anew, with backoff, the renewals a Cluster refused for now
-// (see retryBusy), until each gets another answer or ctx ends, and puts the
-// new outcomes in res.
-func (r *renewer) resendBusy(ctx context.Context, reqs []*extendReq, res []extendResult) {
-	b := backoff{next: busyMin, max: busyMax}
-	for {
-		var idx []int
-		for i := range res {
-			if r.c.be.transient(res[i].err) {
-				idx = append(idx, i)
-			}
-		}
-		if len(idx) == 0 {
-			return
-		}
-		r.c.be.reload(ctx)
-		if !sleep(ctx.Done(), b.delay()) {
-			return
-		}
-		retry := make([]*extendReq, len(idx))
-		for j, i := range idx {
-			retry[j] = reqs[i]
-		}
-		for j, x := range r.c.be.extendBatch(ctx, retry) {
-			res[idx[j]] = x
-		}
-	}
 }
 
 // renewed applies one renewal's outcome. Redis saying the ownership is gone,

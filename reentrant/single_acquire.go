@@ -1,0 +1,223 @@
+package reentrant
+
+// The single backend's acquisition: one attempt of the acquire script (and
+// WAIT, with WithReplicaAck), and the undo of whatever an attempt whose
+// caller gave up, or never saw the reply, may have taken.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/scripts"
+)
+
+// acquireReply is one attempt's reply.
+type acquireReply struct {
+	a     scripts.Acquired
+	acked int
+	sent  time.Time // when the last attempt left
+}
+
+// acquire runs one attempt, sent again while a Cluster answers that it is
+// busy (see retryBusy). The lease's clock starts when the attempt that ran
+// was sent, before the server could have started the TTL, so local expiry
+// errs on the early side.
+//
+// When the attempt fails in a way that leaves its outcome unknown (no
+// reply, the read timed out, the caller's context ended first), the script
+// may still have run and left the owner a level of the lock with no lease to
+// show for it, or a waiter in the queue. acquire then undoes exactly that
+// level and queue entry, if they exist: within CleanupBudget when the
+// caller is still there, in the background otherwise.
+func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, error) {
+	c := s.c
+	var out outcome[acquireReply]
+	if c.inline(ctx) {
+		rep, err := retryBusy(s, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
+		out = ranInline(ctx, rep, err)
+	} else {
+		out = bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (acquireReply, error) {
+			return retryBusy(s, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
+		}, func(rep acquireReply, err error) {
+			if r.left(rep, err, s.retries) {
+				r.undoInBackground()
+			}
+		})
+	}
+	rep, err := out.v, out.err
+	switch {
+	case out.ended && !out.known:
+		return acquired{}, join(ErrNotAcquired, err)
+	case out.ended:
+		// The caller has gone: whatever the attempt did is undone.
+		if r.left(rep, err, s.retries) {
+			err = join(err, r.undo())
+		}
+		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
+	case err == nil && rep.a.TooDeep:
+		return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, rep.a.Depth)
+	case err == nil && rep.a.OK && rep.acked < c.cfg.ackReplicas:
+		return acquired{}, join(
+			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
+			r.undo())
+	case err == nil:
+		a := acquiredOf(rep.a)
+		a.sent = rep.sent
+		return a, nil
+	case mayHaveRun(err, s.retries):
+		if uerr := r.undo(); uerr != nil {
+			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, r.cfg.ttl, uerr)
+		}
+	}
+	if cerr := ctxErr(ctx); cerr != nil {
+		return acquired{}, join(ErrNotAcquired, cerr, err)
+	}
+	return acquired{}, err
+}
+
+// attempt runs one acquisition attempt and notes when it left.
+func (s *single) attempt(ctx context.Context, r *call, poll bool) (acquireReply, error) {
+	sent := time.Now()
+	a, acked, err := s.runAcquire(ctx, r, poll)
+	return acquireReply{a, acked, sent}, err
+}
+
+// left says whether an attempt whose caller has gone left something to
+// undo: a level, or (a waiter's) a place in the queue.
+func (r *call) left(rep acquireReply, err error, retries bool) bool {
+	if err != nil {
+		return mayHaveRun(err, retries)
+	}
+	return rep.a.OK || singleOf(r).waiter.Channel != ""
+}
+
+// runAcquire runs the acquire script, followed by WAIT on the same
+// connection when replica acknowledgement is on; acked is the number of
+// replicas that acknowledged (0 when it is off). An attempt expected to
+// acquire sends both in one round trip. A waiter's poll (poll) sends WAIT
+// only once the script granted the lock: a WAIT after a poll that changed
+// nothing would still block for its whole timeout while a replica lags.
+func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.Acquired, acked int, err error) {
+	c, k, req := s.c, &singleOf(r).keys, s.request(r)
+	if c.cfg.ackReplicas == 0 {
+		a, err = scripts.Acquire(ctx, s.calls, *k, &req)
+		return a, 0, err
+	}
+	var node *redis.Client
+	switch rdb := s.rdb.(type) {
+	case *redis.Client:
+		node = rdb
+	case *redis.ClusterClient:
+		if node, err = rdb.MasterForKey(ctx, k.Lock); err != nil {
+			return a, 0, err
+		}
+	}
+	if !poll {
+		a, n, err := scripts.AcquireAcked(ctx, node, *k, &req, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		return a, int(n), err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	if a, err = scripts.Acquire(ctx, scripts.Via(conn, node), *k, &req); err != nil || !a.OK {
+		return a, 0, err
+	}
+	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
+	if err != nil {
+		// The script granted the lock; whether the replicas have it is
+		// unknown, so the caller must undo it, whatever the error says.
+		return scripts.Acquired{}, 0, &grantedError{err}
+	}
+	return a, n, nil
+}
+
+// undo removes the level, and the queue entry, that an attempt of r may
+// have left, waiting at most CleanupBudget/2 for Redis; past that the undo
+// goes on in the background. It returns nil once Redis confirmed they are
+// gone (or never were).
+func (s *single) undo(r *call) error {
+	c, k, req := s.c, &singleOf(r).keys, s.request(r)
+	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
+	defer cancel()
+	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
+		return retryBusy(s, ctx, func(ctx context.Context) (bool, error) {
+			// A call that bounded leaves running past ctx must outlive the
+			// cancel below; one the client bounds by the deadline itself
+			// (run inline) must not outlive the deadline.
+			actx := ctx
+			if !c.inline(ctx) {
+				actx = context.WithoutCancel(ctx)
+			}
+			return scripts.Abandon(actx, s.rdb, *k, &req)
+		})
+	}, func(_ bool, err error) {
+		if err != nil {
+			s.undoInBackground(r)
+		}
+	})
+	switch {
+	case !out.known:
+		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.level)
+		return errors.New("the undo is still in flight")
+	case out.err != nil:
+		s.undoInBackground(r)
+		return fmt.Errorf("the undo failed and is retried in the background: %w", out.err)
+	}
+	c.debug("reentrant: undone", "name", r.name, "level", r.level, "removed", out.v)
+	return nil
+}
+
+// undoInBackground retries removing r's level and queue entry until Redis
+// confirms it, the lease it belonged to would have expired anyway, or the
+// client closes.
+func (s *single) undoInBackground(r *call) {
+	c, k, req := s.c, &singleOf(r).keys, s.request(r)
+	giveUp := time.Now().Add(r.cfg.ttl)
+	c.goBackground(func() {
+		b := backoff{next: 10 * time.Millisecond, max: time.Second}
+		for time.Now().Before(giveUp) {
+			_, err := scripts.Abandon(c.bg, s.rdb, *k, &req)
+			if err == nil || scripts.IsRefusal(err) {
+				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
+				return
+			}
+			d := b.delay()
+			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", d)
+			if !sleep(c.bg.Done(), d) {
+				return
+			}
+		}
+		c.cfg.log.Warn("reentrant: gave up undoing an acquisition; its level expires with the lease",
+			"name", r.name, "level", req.Level)
+	})
+}
+
+// leave takes a waiter of a closing client out of the queue (and gives on a
+// lock just handed to it), waiting at most CleanupBudget/2 for Redis with
+// a client that honours its context; nothing is left in the background.
+// Should it fail, the waiter's place is handed over in its turn and
+// expires after the claim time.
+func (s *single) leave(r *call) error {
+	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
+	defer cancel()
+	k, req := &singleOf(r).keys, s.request(r)
+	_, err := retryBusy(s, ctx, func(ctx context.Context) (bool, error) {
+		return scripts.Abandon(ctx, s.rdb, *k, &req)
+	})
+	if err != nil {
+		return fmt.Errorf("leaving the queue: %w", err)
+	}
+	return nil
+}
+
+// grantedError is the error of a step after the script granted the lock
+// (the WAIT of a poll): the level exists whatever the error, so the caller
+// undoes it.
+type grantedError struct{ err error }
+
+func (e *grantedError) Error() string { return "after the lock was granted: " + e.err.Error() }
+
+func (e *grantedError) Unwrap() error { return e.err }
