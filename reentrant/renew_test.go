@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,32 +236,52 @@ func TestRenewalSurvivesScriptFlush(t *testing.T) {
 // One batch that finds some ownerships gone (key deleted), one refused
 // (a foreign value at the key) and the rest held: the gone ones end with
 // ErrLost at once, the refused one with ErrLost wrapping ErrForeign, and the
-// others stay.
+// others stay, confirmed by that same batch.
+//
+// The batch is forced rather than hoped for: a 30 s TTL keeps the
+// background renewer idle for its 10 s renew interval, RenewAllNow sends
+// every ownership in one pipeline, and the hook holds that pipeline until
+// the keys have been changed, so the replies are about the very batch the
+// hook saw.
 func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		const n, ttl = 20, 900 * time.Millisecond
+		const n, ttl = 20, 30 * time.Second
 		h := &traffic{}
 		b.Client.AddHook(h)
 		c := newClient(t, b.Client, reentrant.WithTTL(ttl))
 		leases := lockMany(t, c, n)
 		key := func(l *reentrant.Lease) string { return lua.KeysFor(prefix, l.Name()).Lock }
 		lost, foreign, kept := leases[:3], leases[3], leases[4:]
-		// Recording starts before the deletes, so that the batch which
-		// finds a lease gone is recorded however soon it comes: it is the
-		// last batch carrying that lease.
-		h.mu.Lock()
-		h.record = true
-		h.mu.Unlock()
+		before := make([]time.Time, len(kept))
+		for i, l := range kept {
+			before[i] = reentrant.LocalDeadline(l)
+		}
+
+		held, release := h.holdNext()
+		defer release()
+		sent := make(chan int, 1)
+		go func() { sent <- reentrant.RenewAllNow(c) }()
+		var batch []string
+		select {
+		case batch = <-held:
+		case <-time.After(30 * time.Second):
+			t.Fatal("RenewAllNow sent no pipeline")
+		}
+		for _, l := range leases {
+			require.Contains(t, batch, key(l), "the held batch must carry every ownership")
+		}
 		for _, l := range lost {
 			require.NoError(t, b.Client.Del(t.Context(), key(l)).Err())
 		}
 		require.NoError(t, b.Client.Del(t.Context(), key(foreign)).Err())
 		require.NoError(t, b.Client.HSet(t.Context(), key(foreign), "mine", "1").Err())
+		release()
+		require.Equal(t, n, <-sent, "one batch carried every ownership")
 
 		for _, l := range append(lost, foreign) {
 			select {
 			case <-l.Done():
-			case <-time.After(ttl):
+			case <-time.After(30 * time.Second):
 				t.Fatalf("%q: a renewal that finds the lock gone must end the lease", l.Name())
 			}
 			require.ErrorIs(t, l.Err(), reentrant.ErrLost)
@@ -271,28 +290,13 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 			require.ErrorContains(t, l.Err(), "renewal found it expired")
 		}
 		require.ErrorIs(t, foreign.Err(), reentrant.ErrForeign)
-		time.Sleep(2 * ttl)
-		for _, l := range kept {
+		// RenewAllNow applied the replies before returning: the held ones
+		// of the same batch were confirmed by it, not merely left alone.
+		for i, l := range kept {
 			require.NoError(t, l.Err())
+			require.True(t, reentrant.LocalDeadline(l).After(before[i]),
+				"%q: held in the batch that found others gone, it must have been renewed by it", l.Name())
 		}
-
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		mixed := false
-		for _, l := range lost {
-			// The last batch that carried l is the one that found it gone.
-			last := -1
-			for i, b := range h.batches {
-				if slices.Contains(b, key(l)) {
-					last = i
-				}
-			}
-			require.GreaterOrEqual(t, last, 0, "%q: no recorded renewal found it gone", l.Name())
-			for _, k := range kept {
-				mixed = mixed || slices.Contains(h.batches[last], key(k))
-			}
-		}
-		require.True(t, mixed, "a lost and a held ownership must have shared one pipeline")
 	})
 }
 
