@@ -43,20 +43,40 @@ type traffic struct {
 	record  bool
 	hold    chan struct{} // the next pipeline waits for it to close
 	held    chan []string // receives the held pipeline's keys
+	onLoad  func()        // runs once, after the next FUNCTION LOAD returned
 }
 
 func (h *traffic) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *traffic) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		load := false
 		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(cmd.Name(), "function") && strings.EqualFold(fmt.Sprint(a[1]), "load") {
 			h.loads.Add(1)
+			load = true
 		}
 		if testenv.ScriptCall(cmd.Name()) {
 			h.singles.Add(1)
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if load {
+			h.mu.Lock()
+			f := h.onLoad
+			h.onLoad = nil
+			h.mu.Unlock()
+			if f != nil {
+				f()
+			}
+		}
+		return err
 	}
+}
+
+// afterLoad has f run once, right after the next FUNCTION LOAD returned.
+func (h *traffic) afterLoad(f func()) {
+	h.mu.Lock()
+	h.onLoad = f
+	h.mu.Unlock()
 }
 
 func (h *traffic) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -188,48 +208,77 @@ func TestRenewer10kLeasesOnePipelinePerTick(t *testing.T) {
 
 // Flushes between renewals. With Functions, FUNCTION FLUSH: the batch's
 // FCALLs are answered that the function is missing, the renewer loads the
-// library and sends them again (a batch whose reload a flush undid before
-// they were re-sent goes as EVALSHA, that once). Without (FUNCTION and
-// FCALL renamed away), SCRIPT FLUSH: its EVALSHAs are answered NOSCRIPT
-// and re-sent with EVAL. No lease is lost either way.
+// library and sends them again; a batch whose reload a flush undid before
+// they were re-sent goes as EVALSHA (and EVAL on NOSCRIPT), that once, and
+// the next batch as FCALL again. Without (FUNCTION and FCALL renamed away),
+// SCRIPT FLUSH: its EVALSHAs are answered NOSCRIPT and re-sent with EVAL.
+// Every renewal is confirmed either way.
+//
+// Each case is forced, not left to where a flush happens to land: a 30 s
+// TTL keeps the background renewer idle (due after 10 s), and each round
+// flushes, then sends one RenewAllNow batch of every lease.
 func TestRenewalSurvivesScriptFlush(t *testing.T) {
 	eachScriptPath(t, func(t *testing.T, p scriptPath) {
-		const n, ttl = 50, 600 * time.Millisecond
+		const n = 50
 		srv := redisproc.Start(t, redisproc.WithArgs(p.args...))
 		rdb, admin := srv.Client(), srv.Client()
 		h := &traffic{}
 		rdb.AddHook(h)
-		c := newClient(t, rdb, reentrant.WithTTL(ttl))
+		c := newClient(t, rdb, reentrant.WithTTL(30*time.Second))
 		leases := lockMany(t, c, n)
-		h.reset()
-		for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+		flush := func() {
 			if p.functions {
 				require.NoError(t, admin.FunctionFlush(t.Context()).Err())
 			} else {
 				require.NoError(t, admin.ScriptFlush(t.Context()).Err())
 			}
-			time.Sleep(ttl / 6)
 		}
-		for _, l := range leases {
-			require.NoError(t, l.Err())
+		// round renews every lease in one batch and checks that each
+		// renewal was confirmed (its local deadline moved on).
+		round := func(what string) {
+			t.Helper()
+			before := make([]time.Time, n)
+			for i, l := range leases {
+				before[i] = reentrant.LocalDeadline(l)
+			}
+			h.reset()
+			require.Equal(t, n, reentrant.RenewAllNow(c), what)
+			for i, l := range leases {
+				require.NoError(t, l.Err(), what)
+				require.True(t, reentrant.LocalDeadline(l).After(before[i]), "%s: lease %q not renewed", what, l.Name())
+			}
+			t.Logf("%s: %d pipelines, %d FCALLs, %d with EVALSHA, %d EVAL re-sends, %d library loads",
+				what, h.pipes.Load(), h.fcalls.Load(), h.evalshaPipes.Load(), h.evals.Load(), h.loads.Load())
 		}
-		if p.functions {
-			require.Positive(t, h.fcalls.Load(), "renewals go as FCALL")
-			require.Positive(t, h.loads.Load(), "the library must have been loaded again")
-			// How often a flush lands between a load and the re-sent FCALLs
-			// is the machine's timing; that a batch goes as a script only
-			// then, after a load, is the client's rule.
-			require.LessOrEqual(t, h.evalshaPipes.Load(), h.loads.Load(), "a batch sent as a script without a load before it")
-			// And the client still takes the server for one with Functions.
-			fcalls := h.fcalls.Load()
-			require.Eventually(t, func() bool { return h.fcalls.Load() > fcalls }, 30*time.Second, 10*time.Millisecond,
-				"the renewals after the flushes go as FCALL")
-		} else {
-			require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
-			require.Positive(t, h.evals.Load(), "the NOSCRIPT fallback must have run")
+		if !p.functions {
+			for i := range 3 {
+				flush()
+				round(fmt.Sprintf("after SCRIPT FLUSH %d", i))
+				require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
+				require.EqualValues(t, 1, h.evalshaPipes.Load(), "one EVALSHA batch")
+				require.EqualValues(t, n, h.evals.Load(), "each NOSCRIPT re-sent with EVAL")
+			}
+			return
 		}
-		t.Logf("%d pipelines, %d with EVALSHA, %d EVAL re-sends, %d library loads",
-			h.pipes.Load(), h.evalshaPipes.Load(), h.evals.Load(), h.loads.Load())
+		for i := range 2 {
+			flush()
+			round(fmt.Sprintf("after FUNCTION FLUSH %d", i))
+			require.EqualValues(t, 1, h.loads.Load(), "the library must have been loaded again")
+			require.EqualValues(t, 2*n, h.fcalls.Load(), "every FCALL sent again after the load")
+			require.Zero(t, h.evalshaPipes.Load(), "no batch goes as a script while the library loads")
+		}
+		// A flush right after the reload: the re-sent FCALLs find the
+		// function missing again, and the batch goes as a script.
+		flush()
+		h.afterLoad(func() { flush() })
+		round("a flush between the reload and the re-sent FCALLs")
+		require.EqualValues(t, 1, h.loads.Load())
+		require.EqualValues(t, 1, h.evalshaPipes.Load(), "the batch goes as EVALSHA, once")
+		require.EqualValues(t, n, h.evals.Load(), "each NOSCRIPT re-sent with EVAL")
+		// And the client still takes the server for one with Functions.
+		round("after it")
+		require.Positive(t, h.fcalls.Load(), "the renewals after the flushes go as FCALL")
+		require.Zero(t, h.evalshaPipes.Load())
 	})
 }
 
