@@ -561,39 +561,50 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // A lock handed to a waiter is renewed at half its claim window, not at
 // once: taking it must not cost a renewal round trip of its own.
+//
+// Checked against the promise's own bound, which a slow machine can only
+// make later: a 4 s handoff timeout gives a 2 s claim, a window of 1.8 s
+// (less the margin in the TTL's proportion) from when the waiter queued,
+// and a first renewal due 0.9 s after that; the renewer's ticks (a quarter
+// of the 1 s renew interval) may pick it up one tick early, no sooner. So
+// no renewal of it may be sent before the wait began + 0.65 s; one made at
+// once would leave within milliseconds of the handoff.
 func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		const handoff, renew = 4 * time.Second, time.Second
+		ctx, name := t.Context(), testenv.Unique(t)
+		key := lua.KeysFor(prefix, name).Lock
 		var mu sync.Mutex
-		var renewedAt []time.Time
-		// An 8 s handoff timeout: the claim window is 4 s, so the first
-		// renewal is due about 2 s after the wait began, far beyond what a
-		// loaded scheduler adds between the handoff and the check below.
-		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithHandoffTimeout(8*time.Second),
-			reentrant.WithObserver(func(e reentrant.Event) {
-				if e.Kind == reentrant.Renewed {
+		var renewalsSent []time.Time
+		b.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, pipe bool) {
+			if !pipe { // renewals go in pipelines, acquisitions and releases on their own
+				return
+			}
+			for _, c := range cmds {
+				if a := c.Args(); len(a) > 3 && a[3] == key {
 					mu.Lock()
-					renewedAt = append(renewedAt, time.Now())
+					renewalsSent = append(renewalsSent, time.Now())
 					mu.Unlock()
 				}
-			}))
-		ctx, name := t.Context(), testenv.Unique(t)
-		other, err := c.Lock(ctx, name+"-other") // the renewer runs
+			}
+		}})
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(renew),
+			reentrant.WithHandoffTimeout(handoff))
+		other, err := c.Lock(ctx, name+"-other") // the renewer ticks
 		require.NoError(t, err)
 		holder, err := c.Lock(ctx, name)
 		require.NoError(t, err)
+		waitBegan := time.Now()
 		got := queuedLock(t, ctx, c, name)
 		require.NoError(t, holder.Unlock(ctx))
 		taken := handed(t, got, "the waiter must be handed the lock")
-		handedAt := time.Now()
-		// A renewal made at once would be back well within 500 ms; the
-		// first is due at half the claim window (about 2 s) after the
-		// wait began. Each renewal's time is recorded, so a slow machine
-		// that reaches the due time before the check only makes the check
-		// see it late, never fail it.
-		time.Sleep(500 * time.Millisecond)
+		waitRenewed(t, taken, 0)
+		earliest := waitBegan.Add((handoff/2-handoff/2/10)/2 - renew/4)
 		mu.Lock()
-		for _, at := range renewedAt {
-			require.GreaterOrEqual(t, at.Sub(handedAt), 500*time.Millisecond, "a handed lock was renewed at once")
+		require.NotEmpty(t, renewalsSent, "the handed lock's renewal was not seen")
+		for _, at := range renewalsSent {
+			require.False(t, at.Before(earliest), "a handed lock was renewed %v after the wait began, before its first renewal was due",
+				at.Sub(waitBegan))
 		}
 		mu.Unlock()
 		require.NoError(t, taken.Unlock(ctx))
