@@ -152,6 +152,28 @@ func lockMany(t *testing.T, c *reentrant.Client, n int) []*reentrant.Lease {
 	return leases
 }
 
+// waitAllRenewed waits, at most a minute, until every lease has been
+// renewed since the call (its local deadline moved on), and fails t if one
+// ended instead.
+func waitAllRenewed(t *testing.T, leases []*reentrant.Lease) {
+	t.Helper()
+	from := make([]time.Time, len(leases))
+	for i, l := range leases {
+		from[i] = reentrant.LocalDeadline(l)
+	}
+	require.Eventually(t, func() bool {
+		for i, l := range leases {
+			if l.Err() == nil && !reentrant.LocalDeadline(l).After(from[i]) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 10*time.Millisecond)
+	for _, l := range leases {
+		require.NoError(t, l.Err(), "lease %q ended instead of being renewed", l.Name())
+	}
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -355,10 +377,10 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 func TestCloseStopsTheRenewer(t *testing.T) {
 	rdb := testenv.Redis(t)
 	ignore := goleak.IgnoreCurrent()
-	// A TTL long enough that no lease is lost to a loaded scheduler before
-	// Close (which would end it with ErrUnconfirmed instead): renewals
-	// every second, each lease good for 2.7 s past its last one.
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(3*time.Second))
+	// Renewals every 100 ms, and a TTL no loaded scheduler outlasts: a
+	// lease lost before Close would end with ErrUnconfirmed instead.
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(time.Minute),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	require.NoError(t, err)
 	leases := lockMany(t, c, 20)
 	waitRenewed(t, leases[len(leases)-1], 0) // renewals are flowing
@@ -370,9 +392,12 @@ func TestCloseStopsTheRenewer(t *testing.T) {
 }
 
 // The renewer works on a Cluster client: go-redis splits each tick's
-// pipeline by node, and leases on every node stay alive.
+// pipeline by node, and leases on every node are renewed (their local
+// deadlines move on, which only a reply saying they are held does).
+// Renewals every 100 ms, and a TTL no loaded scheduler outlasts, so that
+// no lease ends while the test waits.
 func TestRenewerOnCluster(t *testing.T) {
-	const n, ttl = 300, 600 * time.Millisecond
+	const n = 300
 	cc := startCluster(t, 3)
 	var perNode sync.Map // addr -> *atomic.Int64
 	cc.OnNewNode(func(node *redis.Client) {
@@ -383,12 +408,9 @@ func TestRenewerOnCluster(t *testing.T) {
 			}
 		}})
 	})
-	c := newClient(t, cc, reentrant.WithTTL(ttl))
+	c := newClient(t, cc, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(100*time.Millisecond))
 	leases := lockMany(t, c, n)
-	time.Sleep(3 * ttl)
-	for _, l := range leases {
-		require.NoError(t, l.Err())
-	}
+	waitAllRenewed(t, leases)
 	nodes := 0
 	perNode.Range(func(addr, ctr any) bool {
 		if ctr.(*atomic.Int64).Load() > 0 {
@@ -446,7 +468,7 @@ func TestRenewerNotHeldBackByHungPipeline(t *testing.T) {
 }
 
 func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
-	const ttl = 600 * time.Millisecond
+	const ttl = 600 * time.Millisecond // the hung lease's: it ends by its timer
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := &traffic{}
 	rdb.AddHook(h)
@@ -458,7 +480,7 @@ func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	var hung []string
 	select {
 	case hung = <-held:
-	case <-time.After(ttl):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no renewal pipeline was sent")
 	}
 	require.Equal(t, []string{lua.KeysFor(prefix, stuck.Name()).Lock}, hung)
@@ -466,16 +488,16 @@ func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	h.mu.Lock()
 	h.record = true
 	h.mu.Unlock()
-	fresh, err := c.Lock(t.Context(), testenv.Unique(t))
+	// The fresh lease has a TTL no loaded scheduler outlasts, and renewals
+	// every 100 ms: only the hung pipeline can keep it from being renewed.
+	fresh, err := c.Lock(t.Context(), testenv.Unique(t), reentrant.WithTTL(time.Minute),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	require.NoError(t, err)
-	select {
-	case <-stuck.Done():
-	case <-time.After(2 * ttl):
-		t.Fatal("the hung batch's lease was not ended by its timer")
-	}
-	require.ErrorIs(t, stuck.Err(), reentrant.ErrLost)
-	time.Sleep(3 * ttl)
-	require.NoError(t, fresh.Err(), "a lease taken during the hang must be renewed by later ticks")
+	awaitDone(t, stuck, 30*time.Second)
+	require.ErrorIs(t, stuck.Err(), reentrant.ErrUnconfirmed, "the hung batch's lease must be ended by its timer")
+	// Renewed by later ticks while the hung pipeline still hangs.
+	waitAllRenewed(t, []*reentrant.Lease{fresh})
+	waitAllRenewed(t, []*reentrant.Lease{fresh})
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -493,7 +515,7 @@ func TestLoggerAndObserver(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	var events []reentrant.Event
-	c := newClient(t, rdb, reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(100*time.Millisecond),
+	c := newClient(t, rdb, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(100*time.Millisecond),
 		reentrant.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))),
 		reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	ctx, name := t.Context(), testenv.Unique(t)
@@ -503,15 +525,15 @@ func TestLoggerAndObserver(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.TryLock(ctx, name)
 	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, in.Unlock(ctx))
 	require.NoError(t, l.Unlock(ctx))
 
 	l, err = c.Lock(ctx, name)
 	require.NoError(t, err)
 	m.Del(lua.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
-	<-l.Done()
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, time.Second, 5*time.Millisecond)
+	awaitDone(t, l, 30*time.Second)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, 30*time.Second, 5*time.Millisecond)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -621,10 +643,11 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	h := &traffic{}
 	rdb.AddHook(h)
 	ignore := goleak.IgnoreCurrent()
-	// 3 s: renewals every second, with room for a loaded scheduler (see
+	// Renewals every 100 ms, and a TTL no loaded scheduler outlasts (see
 	// TestCloseStopsTheRenewer).
-	const n, ttl = 60, 3 * time.Second
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(ttl))
+	const n = 60
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(time.Minute),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	leases := lockMany(t, c, n)
@@ -643,18 +666,11 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	h.mu.Unlock()
 	// Every lease left is renewed at least once after the releases: its
 	// local deadline moves on.
-	from := map[*reentrant.Lease]time.Time{}
+	var left []*reentrant.Lease
 	for _, i := range order[n/2:] {
-		from[leases[i]] = reentrant.LocalDeadline(leases[i])
+		left = append(left, leases[i])
 	}
-	require.Eventually(t, func() bool {
-		for l, d := range from {
-			if l.Err() == nil && !reentrant.LocalDeadline(l).After(d) {
-				return false
-			}
-		}
-		return true
-	}, time.Minute, 10*time.Millisecond)
+	waitAllRenewed(t, left)
 	h.mu.Lock()
 	h.record = false
 	renewed := map[*reentrant.Lease]int{}
@@ -678,6 +694,6 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	for _, i := range order[n/2:] {
 		require.NoError(t, leases[i].Unlock(t.Context()))
 	}
-	// The renewer's goroutine exits at its next tick (a twelfth of the TTL).
+	// The renewer's goroutine exits at its next tick (a quarter of the renew interval).
 	require.Eventually(t, func() bool { return goleak.Find(ignore) == nil }, time.Minute, 10*time.Millisecond)
 }
