@@ -125,26 +125,42 @@ func TestRenewalDetectsLoss(t *testing.T) {
 }
 
 // When Redis stops answering, the holder is told the lease is lost before
-// Redis could hand the lock to anyone else.
+// Redis could hand the lock to anyone else: the lease ends at its local
+// deadline, which comes before the lock's expiry in Redis.
+//
+// Both instants are read while nothing can move them: the hook holds the
+// next renewal (the lease has at most one in flight, so the one before it
+// has settled), Redis's expiry is read, then the client is closed under the
+// held renewal and every renewal from then on fails.
 func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 	rdb := testenv.Redis(t)
 	lockRdb := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, MaxRetries: -1})
+	h := &traffic{}
+	lockRdb.AddHook(h)
 	c := newClient(t, lockRdb, reentrant.WithTTL(1500*time.Millisecond))
 	name := testenv.Unique(t)
 	l, err := c.Lock(t.Context(), name)
 	require.NoError(t, err)
 	waitRenewed(t, l, 0)
-	require.NoError(t, lockRdb.Close())
+	held, release := h.holdNext()
+	t.Cleanup(release)
 	select {
-	case <-l.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("loss not reported")
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no renewal was sent")
 	}
-	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+	// The lock hash's x: when the lease ends, server time in ms (lua/lib.lua).
+	expiry, err := rdb.HGet(t.Context(), lua.KeysFor(prefix, name).Lock, "x").Int64()
+	require.NoError(t, err, "the lock must still be held in Redis")
+	require.NoError(t, lockRdb.Close())
+	release()
+	awaitDone(t, l, 30*time.Second)
+	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 	require.ErrorIs(t, l.Err(), redis.ErrClosed, "the cause must carry the Redis error")
-	st, err := lua.Inspect(t.Context(), rdb, lua.KeysFor(prefix, name))
-	require.NoError(t, err)
-	require.Greater(t, st.TTL, time.Duration(0), "loss must be reported while the lease still runs, not after")
+	deadline, expires := reentrant.LocalDeadline(l), time.UnixMilli(expiry)
+	require.True(t, deadline.Before(expires),
+		"the lease ended at %v, not before the lock's expiry in Redis at %v", deadline, expires)
+	t.Logf("the lease ended %v before Redis's expiry", expires.Sub(deadline))
 }
 
 func TestUnreachableRedis(t *testing.T) {
