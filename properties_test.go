@@ -447,7 +447,7 @@ func (lm *lockMachine) handOff(t *rapid.T) {
 // resultFirst waits for the oldest waiter w's outcome, failing at once if
 // another queued waiter gets the lock first: the fairness invariant.
 func (lm *lockMachine) resultFirst(t *rapid.T, w *waiterRec) waitResult {
-	deadline := time.After(3 * time.Second)
+	deadline := time.After(waitCeiling)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -471,13 +471,18 @@ func (lm *lockMachine) resultFirst(t *rapid.T, w *waiterRec) waitResult {
 	}
 }
 
-// result waits for a waiter's outcome: it comes within a few polls (10 ms
-// each), so 3 s means it never will.
+// waitCeiling bounds the waits for what a Lock call does next: it comes
+// within a few polls (10 ms each), so 10 s means it never will, while a
+// loaded machine's scheduler, which 3 s left little room, cannot take that
+// long; a failing case's shrinking replays it, so it is not a minute.
+const waitCeiling = 10 * time.Second
+
+// result waits for a waiter's outcome, at most waitCeiling.
 func (lm *lockMachine) result(t *rapid.T, w *waiterRec) waitResult {
 	select {
 	case r := <-w.res:
 		return r
-	case <-time.After(3 * time.Second):
+	case <-time.After(waitCeiling):
 		st, err := lm.c.Inspect(context.Background(), lm.name)
 		q := lm.b.Client.ZRange(context.Background(), lua.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
 		t.Fatalf("owner %d's Lock did not return; state %+v (%v), queue %q", w.owner, st, err, q)
@@ -490,7 +495,7 @@ func (lm *lockMachine) result(t *rapid.T, w *waiterRec) waitResult {
 // ends.
 func (lm *lockMachine) awaitWaiters(t *rapid.T) {
 	var st reentrant.State
-	for range 1000 {
+	for end := time.Now().Add(waitCeiling); time.Now().Before(end); {
 		var err error
 		if st, err = lm.c.Inspect(context.Background(), lm.name); err != nil {
 			t.Fatal(err)

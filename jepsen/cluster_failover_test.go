@@ -64,6 +64,7 @@ func runClusterFailover(t *testing.T, kind string) {
 	}
 	settled := faultNow()
 	time.Sleep(after)
+	w.awaitGrant(t, settled) // checked below; a loaded machine can take longer than after
 	all := w.stop(t)
 
 	var tally clusterTally

@@ -137,6 +137,27 @@ func clusterStartWorkers(t *testing.T, c *redisproc.Cluster, names []string, per
 	return w
 }
 
+// awaitGrant waits, at most a minute, until some holder of some name was
+// granted its lock after at (a faultNow reading), failing t past that (see
+// faultWorkers.awaitGrant).
+func (w *clusterWorkers) awaitGrant(t *testing.T, at int64) {
+	t.Helper()
+	granted := func() bool {
+		for _, h := range w.hists {
+			if faultGrantedAfter(h.snapshot(), at) {
+				return true
+			}
+		}
+		return false
+	}
+	for end := time.Now().Add(time.Minute); !granted(); {
+		if time.Now().After(end) {
+			t.Fatalf("no holder was granted a lock within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // stop ends the holders after their current section and returns each
 // name's history.
 func (w *clusterWorkers) stop(t *testing.T) map[string][]faultOp {
@@ -213,12 +234,16 @@ type clusterWaited struct {
 	at  int64
 }
 
-// clusterHoldAndWait takes name with one client (TTL 600 ms) and has a
-// second, built with waitOpts, wait for it: the scenarios follow a held lock
-// and its waiter across an event. The clients close when the test ends.
+// clusterHoldAndWait takes name with one client and has a second, built
+// with waitOpts, wait for it: the scenarios follow a held lock and its
+// waiter across an event. The held lease renews every 100 ms with a 3 s
+// TTL: it survives an event that loses nothing however loaded the machine
+// (a 600 ms TTL left a late renewal 340 ms). The clients close when the
+// test ends.
 func clusterHoldAndWait(t *testing.T, ctx context.Context, c *redisproc.Cluster, name string, waitOpts ...reentrant.ClientOption) (*reentrant.Lease, <-chan clusterWaited) {
 	t.Helper()
-	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(600*time.Millisecond))
+	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(3*time.Second),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

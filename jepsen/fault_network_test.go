@@ -71,7 +71,7 @@ func runFaultNetwork(t *testing.T) faultReport {
 		})
 		healthy()
 
-		if h := faultCurrentHolder(w, 2*time.Second); h >= 0 {
+		if h := faultCurrentHolder(w, 30*time.Second); h >= 0 { // a ceiling: some holder holds it within a section
 			proxies[h].Blackhole(netfault.Upstream, true)
 			proxies[h].Blackhole(netfault.Downstream, true)
 			time.Sleep(900 * time.Millisecond)

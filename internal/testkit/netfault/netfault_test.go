@@ -118,7 +118,7 @@ func TestDataPassesUnchanged(t *testing.T) {
 	assert.Eventually(t, func() bool {
 		s := p.Stats()
 		return s.Bytes[netfault.Upstream] == 4<<20 && s.Bytes[netfault.Downstream] == 4<<20
-	}, time.Second, time.Millisecond, "bytes forwarded: %v, want 4 MiB each way", p.Stats().Bytes)
+	}, 30*time.Second, time.Millisecond, "bytes forwarded: %v, want 4 MiB each way", p.Stats().Bytes)
 }
 
 func TestLatency(t *testing.T) {
@@ -194,7 +194,7 @@ func TestBlackhole(t *testing.T) {
 	assert.Equal(t, int64(1), s.Dropped[netfault.Upstream])
 	// A chunk is counted once its write returned, which can be after the
 	// echo came back.
-	assert.Eventually(t, func() bool { return p.Stats().Bytes[netfault.Upstream] == 1 }, time.Second, time.Millisecond,
+	assert.Eventually(t, func() bool { return p.Stats().Bytes[netfault.Upstream] == 1 }, 30*time.Second, time.Millisecond,
 		"bytes forwarded upstream: %d, want 1", p.Stats().Bytes[netfault.Upstream])
 }
 
@@ -282,7 +282,9 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 
 	start := time.Now()
 	require.NoError(t, p.Close())
-	assert.Less(t, time.Since(start), time.Second, "Close waited for a held chunk")
+	// The chunk is held for an hour: a Close that waited for it would take
+	// that long, far past a loaded machine's slowest Close.
+	assert.Less(t, time.Since(start), 30*time.Second, "Close waited for a held chunk")
 	require.NoError(t, p.Close(), "second Close")
 
 	// The clients see their connections closed.
@@ -291,9 +293,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		_, err := c.Read(make([]byte, 16))
 		assert.Error(t, err)
 	}
-	// Echo handlers exit once they see EOF; give them time, then compare.
+	// Echo handlers exit once they see EOF; give them time (a ceiling of
+	// 30 s), then compare.
 	var now int
-	for range 100 {
+	for range 3000 {
 		if now = runtime.NumGoroutine(); now <= before {
 			break
 		}

@@ -22,8 +22,10 @@ func TestRetriedIncrAppliesTwice(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	c := redis.NewClient(&redis.Options{
-		Addr:        p.Addr(),
-		ReadTimeout: 100 * time.Millisecond,
+		Addr: p.Addr(),
+		// Long enough that the retry's reply, which is not delayed, comes
+		// within it on a loaded machine (a third attempt would count 3).
+		ReadTimeout: 500 * time.Millisecond,
 		MaxRetries:  2,
 	})
 	t.Cleanup(func() { c.Close() })
@@ -32,7 +34,7 @@ func TestRetriedIncrAppliesTwice(t *testing.T) {
 	// connection handshake's.
 	require.NoError(t, c.Ping(ctx).Err())
 
-	p.DelayNext(netfault.Downstream, 400*time.Millisecond)
+	p.DelayNext(netfault.Downstream, 2*time.Second)
 	start := time.Now()
 	n, err := c.Incr(ctx, "k").Result()
 	require.NoError(t, err, "the retry hides the timeout from the caller")
@@ -41,7 +43,7 @@ func TestRetriedIncrAppliesTwice(t *testing.T) {
 	v, err := m.Get("k")
 	require.NoError(t, err)
 	assert.Equal(t, "2", v, "Redis applied INCR twice")
-	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "the first attempt timed out")
+	assert.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "the first attempt timed out")
 	s := p.Stats()
 	assert.Equal(t, int64(2), s.Accepted, "the retry used a new connection")
 	assert.Equal(t, int64(1), s.Delayed[netfault.Downstream])
