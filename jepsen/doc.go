@@ -3,7 +3,7 @@
 // things go wrong, then checked.
 //
 // The package has no API; everything is in its tests. TestLinearizable...
-// checks histories for linearizability with porcupine (jepsen/history).
+// checks histories for linearizability with porcupine (jepsen/internal/history).
 // TestFault... injects real faults, each on loopback and bounded in time:
 // lock holders run as separate processes (the test binary, re-executed)
 // and are frozen with SIGSTOP past their lease; redis-server processes

@@ -1,7 +1,7 @@
 // Linearizability: the linearizable_*_test.go files record concurrent
 // histories of the lock and the fenced stores, on miniredis, a real Redis,
 // PostgreSQL and SQLite, with and without network faults, and check them for
-// linearizability with porcupine (see jepsen/history). Each checker is also
+// linearizability with porcupine (see jepsen/internal/history). Each checker is also
 // run on a deliberately broken variant, to show it can fail. This file holds
 // what the workloads share.
 //
@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 )

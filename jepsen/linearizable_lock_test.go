@@ -23,7 +23,7 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/mutant"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redfence/redfence/internal/testkit/mutant"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 )
 
 // TestLinearizableCatchesReplayedReleaseTakingALevel reintroduces the bug of

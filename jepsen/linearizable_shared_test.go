@@ -12,7 +12,7 @@ import (
 
 	"github.com/redfence/redfence/internal/testkit/netfault"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 	"github.com/redfence/redfence/storage/memory"
 )
 

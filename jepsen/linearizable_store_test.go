@@ -19,7 +19,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
 	"github.com/redfence/redfence/storage/sqlstore"

@@ -6,7 +6,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 )
 
 func fenceToken(t uint64) fence.Token { return fence.Token(t) }

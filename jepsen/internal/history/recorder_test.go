@@ -10,7 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/redfence/redfence/jepsen/history"
+	"github.com/redfence/redfence/jepsen/internal/history"
 )
 
 func TestRecorderTimesAndUnknownOutcomes(t *testing.T) {
