@@ -2,18 +2,82 @@ package reentrant
 
 import (
 	"context"
+	"time"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/fence"
 )
 
-// State is a snapshot of one lock, as [Client.Inspect] reads it. Owners are
-// plain strings in it: convert with Owner(s.Owner).
-type State = lua.State
+// State is a snapshot of one lock, read by [Client.Inspect] in one atomic
+// step. It is a plain value, safe to copy and keep; nothing in it changes
+// when the lock does. Owners are plain strings in it: convert with
+// Owner(s.Owner).
+type State struct {
+	// Name is the lock's name, as given to Inspect.
+	Name string
+	// Held reports whether an ownership holds the lock.
+	Held bool
+	// Owner is the holder's owner ID; empty when the lock is free.
+	Owner string
+	// Depth is the holder's reentry depth, the number of its Levels; 0
+	// when free.
+	Depth int64
+	// Token is the holder's fencing token; fence.None when the lock is
+	// free, or held but Pending.
+	Token fence.Token
+	// Pending reports a hold that a Redlock acquisition has taken but not
+	// yet given its token (Owner and Depth are set, Token is None).
+	Pending bool
+	// TTL is what is left of the holder's lease; 0 when free. A held lock
+	// always has a lease.
+	TTL time.Duration
+	// Meta is the holder's metadata (see [WithMetadata]); empty when free
+	// or none was given.
+	Meta string
+	// LastToken is the last token issued for the name; fence.None if none
+	// was, or if its counter expired idle (see [WithTimeTokens]).
+	LastToken fence.Token
+	// LastOwner is the owner of the last ownership, the holder's when the
+	// lock is held; empty if none is recorded.
+	LastOwner string
+	// Levels are the IDs of the hold's levels ([Lease.ID]), in no order;
+	// nil when free.
+	Levels []string
+	// Waiters is the number of Lock calls queued for the name.
+	Waiters int64
+	// Ended are the ownerships known to have ended, lowest token first:
+	// the last one while the lock is free, and the 16 most recent whose
+	// lease ran out or was forced. nil if none is recorded.
+	Ended []Ended
+	// Forced is the last forced unlock of the name ([Client.ForceUnlock]);
+	// nil if none is recorded.
+	Forced *Forced
+}
 
-// Ended is an ownership of a lock that has ended, as Redis records it: the
-// last one while the lock is free, and the 16 most recent whose lease ran
-// out. It says whose hold it was, for tools and post-mortems.
-type Ended = lua.Ended
+// Ended is an ownership of a lock that has ended, as Redis records it (see
+// [State.Ended]). It says whose hold it was, for tools and post-mortems.
+type Ended struct {
+	// Token is the ended ownership's fencing token.
+	Token fence.Token
+	// Owner is the ended ownership's owner ID.
+	Owner string
+	// Expired reports an ownership whose lease ran out, or that was
+	// forced; false: it was released by Unlock.
+	Expired bool
+	// Forced reports an ownership ended by a forced unlock
+	// ([Client.ForceUnlock]); Expired is then set too.
+	Forced bool
+}
+
+// Forced is the record a forced unlock ([Client.ForceUnlock]) leaves in
+// [State.Forced].
+type Forced struct {
+	// Token is the token of the ownership it ended.
+	Token fence.Token
+	// At is when, on the Redis server's clock, to the millisecond.
+	At time.Time
+	// By is the identity of the client that forced it (see [WithIdentity]).
+	By string
+}
 
 // Inspect reads name's state in one atomic step. It needs no ownership and
 // changes nothing. It returns ErrInvalid for a nil ctx or a bad name,

@@ -86,6 +86,16 @@ func forceResultOf(r scripts.ForceResult) forceResult {
 	return forceResult{ended: r.Ended, repeat: r.Repeat, holder: r.Holder}
 }
 
+// stateOf is the inspect script's reply as the State callers get: the one
+// place the scripts' state becomes a State.
+func stateOf(s scripts.State) State {
+	st := State{Name: s.Name, Held: s.Held, Owner: s.Owner, Depth: s.Depth, Token: s.Token,
+		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.LastToken, LastOwner: s.LastOwner,
+		Levels: s.Levels, Waiters: s.Waiters}
+	st.Ended, st.Forced = scripts.Records[Ended, Forced](s)
+	return st
+}
+
 // isReply reports whether err is an error reply from the server.
 func isReply(err error) bool {
 	var r redis.Error

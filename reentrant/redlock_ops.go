@@ -202,7 +202,7 @@ func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 		}
 	}
 	if answered < maj {
-		return scripts.State{}, join(fmt.Errorf("%d of %d nodes answered, fewer than a majority", answered, n), ctxErr(ctx), nodeErrs(got))
+		return State{}, join(fmt.Errorf("%d of %d nodes answered, fewer than a majority", answered, n), ctxErr(ctx), nodeErrs(got))
 	}
 	for h, v := range votes {
 		if v < maj {
@@ -224,9 +224,9 @@ func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 			}
 		}
 		st.LastToken = max(st.LastToken, last)
-		return st, nil
+		return stateOf(st), nil
 	}
-	return scripts.State{Name: firstState(got).Name, LastToken: last}, nil
+	return State{Name: firstState(got).Name, LastToken: last}, nil
 }
 
 // firstState returns the first state a node answered, for the lock's name.

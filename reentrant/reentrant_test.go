@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -572,6 +573,24 @@ func TestInspectAttributesEndedOwnerships(t *testing.T) {
 		require.Equal(t, string(l.Owner()), st.LastOwner)
 		require.Equal(t, l.Token(), st.LastToken)
 	})
+}
+
+// The types Inspect hands out are this package's own, so that go doc shows
+// their fields here, not behind an alias of an internal package.
+func TestInspectTypesAreOwn(t *testing.T) {
+	for _, v := range []any{reentrant.State{}, reentrant.Ended{}, reentrant.Forced{}} {
+		typ := reflect.TypeOf(v)
+		require.Equal(t, "github.com/redfence/redfence/reentrant", typ.PkgPath(), "%v is an alias of another package's type", typ)
+	}
+	typ := reflect.TypeOf(reentrant.State{})
+	for _, f := range []string{"Ended", "Forced"} {
+		ft, ok := typ.FieldByName(f)
+		require.True(t, ok, f)
+		for ft.Type.Kind() == reflect.Slice || ft.Type.Kind() == reflect.Pointer {
+			ft.Type = ft.Type.Elem()
+		}
+		require.Equal(t, "github.com/redfence/redfence/reentrant", ft.Type.PkgPath(), "State.%s", f)
+	}
 }
 
 func TestBadInput(t *testing.T) {

@@ -111,9 +111,10 @@ func (s *single) extendBatch(ctx context.Context, reqs []*extendReq) []extendRes
 
 func (s *single) inspect(ctx context.Context, ref lockRef) (State, error) {
 	k := keysOf(ref, s.prefix)
-	return retryBusy(s, ctx, func(ctx context.Context) (State, error) {
+	st, err := retryBusy(s, ctx, func(ctx context.Context) (scripts.State, error) {
 		return scripts.Inspect(ctx, s.rdb, k)
 	})
+	return stateOf(st), err
 }
 
 func (s *single) force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error) {
