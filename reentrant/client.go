@@ -52,6 +52,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	owns   map[holdKey]*ownership
+	names  map[string]int // how many entries of owns each name has: a refused lock call asks whether this client holds the name (heldHere)
 	closed bool
 	wg     sync.WaitGroup // every goroutine of the client (goBackground; the renewer, started under mu; a waiting Lock, track) and of its backend; Add only under mu while !closed
 }
@@ -101,6 +102,7 @@ func build(cfg config) (*Client, string) {
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[holdKey]*ownership),
+		names:     make(map[string]int),
 	}
 	c.ren = newRenewer(c)
 	return c, id
@@ -126,7 +128,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	owns := c.owns
-	c.owns = map[holdKey]*ownership{}
+	c.owns, c.names = map[holdKey]*ownership{}, map[string]int{}
 	c.mu.Unlock()
 	for _, o := range owns {
 		o.end(ErrLeaseClosed)

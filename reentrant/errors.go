@@ -18,7 +18,10 @@ import (
 var (
 	// ErrNotAcquired reports that the lock is held by another owner: at
 	// once from TryLock, or from Lock with the context's error when the
-	// context ended the wait, or when its retry strategy gave up.
+	// context ended the wait, or when its retry strategy gave up. When
+	// that other owner holds it through the same Client, the message says
+	// so: a lock call with a context that carries no owner is a new owner,
+	// and reenters only with the lease's Context().
 	ErrNotAcquired = errors.New("not acquired")
 
 	// ErrNotHeld reports that the caller does not hold the lock it tried to
@@ -91,6 +94,27 @@ var (
 	// scripts.ErrOverflow.
 	ErrOverflow = lua.ErrOverflow
 )
+
+// heldHereHint says why a lock call was refused when its own Client holds
+// the name for another owner: reentry goes by the owner a context carries,
+// and a plain context carries none, so a second Lock with it waits on the
+// first.
+const heldHereHint = "held by this Client under another owner; pass the lease's Context() to reenter"
+
+// heldHereError is a Lock's ErrNotAcquired with heldHereHint put after
+// "not acquired": "not acquired: <hint>: <the rest, such as the context's
+// error>". errors.Is and errors.As see the error it wraps.
+type heldHereError struct{ err error }
+
+func (e *heldHereError) Error() string {
+	msg := e.err.Error()
+	if rest, ok := strings.CutPrefix(msg, ErrNotAcquired.Error()); ok {
+		return ErrNotAcquired.Error() + ": " + heldHereHint + rest
+	}
+	return heldHereHint + ": " + msg
+}
+
+func (e *heldHereError) Unwrap() error { return e.err }
 
 // errTooLate marks an acquisition whose reply came past the lease's safe
 // window: it was undone, and a waiting Lock tries again within its context.

@@ -246,6 +246,9 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 				ErrNotAcquired, late.Round(time.Millisecond), errTooLate, window), r.undo())
 		}
 		o = c.newOwnership(key, r.ref, a.token, r.cfg, a.sent, window)
+		if c.owns[key] == nil {
+			c.names[key.name]++
+		}
 		c.owns[key] = o
 	} else {
 		o.confirm(a.sent, r.cfg.ttl) // a reentry raised the lock's TTL too

@@ -21,7 +21,8 @@ const CleanupBudget = 200 * time.Millisecond
 // without an owner gets a fresh one; opts override the client's defaults.
 //
 // It fails with ErrNotAcquired when another owner holds the lock or others
-// wait for it, and otherwise as Lock does.
+// wait for it (its message says when this Client holds it for another
+// owner), and otherwise as Lock does.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryLock(ctx, name, opts)
@@ -36,6 +37,9 @@ func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*
 	}
 	l, _, err := r.try(ctx, false)
 	if err == nil && l == nil {
+		if r.c.heldHere(name, r.owner) {
+			return nil, fmt.Errorf("%w: %s", ErrNotAcquired, heldHereHint)
+		}
 		err = fmt.Errorf("%w: held by another owner or others wait for it", ErrNotAcquired)
 	}
 	return l, err
@@ -123,13 +127,14 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 // ctx bounds the wait only: the lease lives until Unlock, loss or Close.
 //
 // Lock fails with ErrNotAcquired, joined with ctx's error when ctx ended the
-// wait; ErrTooDeep past the maximum depth (WithMaxDepth); ErrInvalid for a
-// nil ctx or a bad name, owner or option; ErrClosed when the Client is or
-// gets closed; ErrEvictionPolicy on a server that may evict the fencing
-// counter; ErrNotReplicated (WithReplicaAck); ErrForeign for a key this
-// library did not write; and Redis errors, wrapped. docs/design.md
-// describes the queue, the handoff and what happens to a grant that
-// answered too late.
+// wait (its message says when this Client holds the name for another owner:
+// pass the lease's Context() to reenter); ErrTooDeep past the maximum depth
+// (WithMaxDepth); ErrInvalid for a nil ctx or a bad name, owner or option;
+// ErrClosed when the Client is or gets closed; ErrEvictionPolicy on a
+// server that may evict the fencing counter; ErrNotReplicated
+// (WithReplicaAck); ErrForeign for a key this library did not write; and
+// Redis errors, wrapped. docs/design.md describes the queue, the handoff and
+// what happens to a grant that answered too late.
 func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
 	start := time.Now()
 	l, err := c.lock(ctx, name, opts)
@@ -142,7 +147,11 @@ func (c *Client) lock(ctx context.Context, name string, opts []CallOption) (*Lea
 	if err != nil {
 		return nil, err
 	}
-	return c.be.lock(ctx, r)
+	l, err := c.be.lock(ctx, r)
+	if err != nil && errors.Is(err, ErrNotAcquired) && c.heldHere(name, r.owner) {
+		err = &heldHereError{err}
+	}
+	return l, err
 }
 
 // keepWaiting returns nil for an attempt a waiting Lock should follow with

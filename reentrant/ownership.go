@@ -99,8 +99,25 @@ func (c *Client) forget(o *ownership) {
 	c.mu.Lock()
 	if c.owns[o.key] == o {
 		delete(c.owns, o.key)
+		if c.names[o.key.name]--; c.names[o.key.name] == 0 {
+			delete(c.names, o.key.name)
+		}
 	}
 	c.mu.Unlock()
+}
+
+// heldHere reports whether this client holds name for an owner other than
+// owner: a lock call of owner then waits on a hold of its own process,
+// most often its caller's earlier Lock whose lease's Context it did not
+// pass.
+func (c *Client) heldHere(name string, owner Owner) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.names[name]
+	if _, own := c.owns[holdKey{owner, name}]; own {
+		n--
+	}
+	return n > 0
 }
 
 // reportLost logs a loss and tells the observer; never called with c.mu

@@ -336,3 +336,57 @@ func TestLockWaitsOnAfterALateAnswer(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "TryLock answers at once")
 	})
 }
+
+// A Lock with a plain context on a name its own Client holds for another
+// owner waits on that hold (reentry goes by the owner in the context), and
+// its error says so and names the way out; a refusal because another
+// Client holds the name does not. Both stay ErrNotAcquired, the Lock's
+// with the context's error.
+func TestRefusalOnOwnClientSaysSo(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		assertSelfWaitHint(t, newClient(t, b.Client), newClient(t, b.Client))
+	})
+	t.Run("redlock", func(t *testing.T) {
+		_, nodes := redlockNodes(t, 3)
+		assertSelfWaitHint(t, newRedlock(t, nodes), newRedlock(t, nodes))
+	})
+}
+
+func assertSelfWaitHint(t *testing.T, c, other *reentrant.Client) {
+	const hint = "held by this Client under another owner; pass the lease's Context() to reenter"
+	ctx, name := t.Context(), testenv.Unique(t)
+	held, err := c.Lock(ctx, name)
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = c.Lock(wctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.EqualError(t, err, `reentrant: lock "`+name+`": not acquired: `+hint+`: context deadline exceeded`)
+	_, err = c.TryLock(ctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.EqualError(t, err, `reentrant: trylock "`+name+`": not acquired: `+hint)
+
+	octx, ocancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer ocancel()
+	_, err = other.Lock(octx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotContains(t, err.Error(), "this Client")
+	_, err = other.TryLock(ctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.NotContains(t, err.Error(), "this Client")
+
+	// The hint's way out works, and once the hold is gone the hint is too.
+	inner, err := c.Lock(held.Context(), name)
+	require.NoError(t, err)
+	require.NoError(t, inner.Unlock(ctx))
+	require.NoError(t, held.Unlock(ctx))
+	theirs, err := other.Lock(ctx, name)
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.NotContains(t, err.Error(), "this Client")
+	require.NoError(t, theirs.Unlock(ctx))
+}
