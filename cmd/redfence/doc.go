@@ -52,8 +52,13 @@
 //	forced      object    the last forced unlock (redfence unlock --force), as
 //	                      {"token": int, "at": string (RFC 3339), "by": string};
 //	                      null if none
+//	found       bool      false when Redis holds nothing for NAME under the prefix:
+//	                      it was never locked there (a wrong --prefix?), or its
+//	                      record expired; every other field is then empty. The
+//	                      text form says "no: no state under prefix P"
 //
-// Fields may be added; none is renamed or removed.
+// Fields may be added; none is renamed or removed. The exit status is 0
+// whether or not the name was found.
 //
 // unlock --force ends the current ownership of one lock, whoever holds it,
 // and hands the lock to the next waiter (reentrant.Client.ForceUnlock):

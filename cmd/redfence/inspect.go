@@ -46,7 +46,12 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
   forced      object    the last forced unlock (redfence unlock --force), as
                         {"token": int, "at": string (RFC 3339), "by": string};
                         null if none
-Fields may be added; none is renamed or removed.`
+  found       bool      false when Redis holds nothing for NAME under the prefix:
+                        it was never locked there (a wrong --prefix?), or its
+                        record expired; every other field is then empty. The
+                        text form says "no: no state under prefix P"
+Fields may be added; none is renamed or removed. The exit status is 0
+whether or not the name was found.`
 
 type inspectConfig struct {
 	target
@@ -108,6 +113,7 @@ type lockView struct {
 	Waiters   int64       `json:"waiters"`
 	Ended     []endedView `json:"ended" text:"none"`
 	Forced    *forcedView `json:"forced" text:"none"`
+	Found     bool        `json:"found" text:"-"` // printed by writeText itself, with Prefix
 }
 
 // forcedView is a reentrant.State's Forced as inspect prints it.
@@ -146,6 +152,7 @@ func newLockView(prefix string, st reentrant.State) lockView {
 		Meta:      st.Meta,
 		Waiters:   st.Waiters,
 		Ended:     []endedView{},
+		Found:     found(st),
 	}
 	v.Lease, v.TTL, v.TTLMillis = lease(st)
 	if f := st.Forced; f != nil {
@@ -162,6 +169,21 @@ func newLockView(prefix string, st reentrant.State) lockView {
 		v.Ended = append(v.Ended, endedView{Token: uint64(e.Token), Owner: string(e.Owner), How: how})
 	}
 	return v
+}
+
+// found reports whether st shows anything Redis holds for the name: a
+// hold, a waiter, a token issued, a record of past ownerships. Nothing
+// means no key of the name exists under the prefix inspected, which a
+// wrong --prefix would otherwise pass off as a free lock.
+func found(st reentrant.State) bool {
+	return st.Held || st.Pending || st.Waiters > 0 || st.LastToken != 0 || st.LastOwner != "" ||
+		len(st.Ended) > 0 || st.Forced != nil
+}
+
+// notFound is what inspect and unlock say of a name with no state under
+// prefix.
+func notFound(prefix string) string {
+	return "no state under prefix " + textString(prefix) + " (never locked there, or its record expired)"
 }
 
 // lease describes what is left of st's lease: its kind, a Go duration
@@ -195,6 +217,11 @@ func (v lockView) writeText(w io.Writer) error {
 			fmt.Fprintf(&b, "%-12s%s\n", label, line)
 		}
 	}
+	found := "yes"
+	if !v.Found {
+		found = "no: " + notFound(v.Prefix)
+	}
+	fmt.Fprintf(&b, "%-12s%s\n", "found", found)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

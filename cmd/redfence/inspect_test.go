@@ -69,7 +69,8 @@ func TestInspect(t *testing.T) {
 		require.Equal(t, lockView{Name: name, Prefix: prefix, Lease: leaseNone, TTL: "none",
 			Levels: []string{}, Ended: []endedView{}}, v)
 		_, text, _ := cli(t, t.Context(), "inspect", "--prefix", prefix, "--redis", addr, name)
-		for _, line := range []string{"held        no", "lease       none", "ttl         none", "token       none", "ended       none"} {
+		for _, line := range []string{"held        no", "lease       none", "ttl         none", "token       none", "ended       none",
+			"found       no: no state under prefix cli-test (never locked there, or its record expired)"} {
 			require.Contains(t, text, line+"\n")
 		}
 
@@ -110,7 +111,20 @@ func TestInspect(t *testing.T) {
 		require.Contains(t, text, "waiters     1\n")
 		require.Contains(t, text, "depth       2\n")
 		require.Contains(t, text, "meta        worker-3 job 1842\n")
+		require.Contains(t, text, "found       yes\n")
 		require.Equal(t, "worker-3 job 1842", v.Meta)
+		require.True(t, v.Found)
+
+		// Under another prefix the held lock looks free, and inspect says
+		// that nothing of it was found there; the exit status stays 0.
+		v = inspectBoth(t, addr, reentrant.DefaultPrefix, name)
+		require.False(t, v.Held)
+		require.False(t, v.Found)
+		code, text, errOut := cli(t, t.Context(), "inspect", name, "--redis", addr)
+		require.Equal(t, exitOK, code, errOut)
+		require.Contains(t, text, "found       no: no state under prefix redfence (")
+		_, text, _ = cli(t, t.Context(), "inspect", name, "--redis", addr, "--json")
+		require.Contains(t, text, `"found": false`)
 
 		cancel()
 		require.ErrorIs(t, <-waited, context.Canceled)
@@ -121,6 +135,7 @@ func TestInspect(t *testing.T) {
 		require.Equal(t, leaseNone, v.Lease)
 		require.Equal(t, uint64(outer.Token()), v.LastToken)
 		require.Equal(t, []endedView{{Token: uint64(outer.Token()), Owner: string(outer.Owner()), How: "released"}}, v.Ended)
+		require.True(t, v.Found, "a released name's record is state")
 		_, text, _ = cli(t, t.Context(), "inspect", name, "--redis", addr, "--prefix", prefix)
 		require.Contains(t, text, "ended       token "+outer.Token().String()+" of "+string(outer.Owner())+", released\n")
 
@@ -137,6 +152,7 @@ func TestInspect(t *testing.T) {
 		// Under the default prefix the lock does not exist.
 		v = inspectBoth(t, addr, reentrant.DefaultPrefix, name)
 		require.Zero(t, v.LastToken)
+		require.False(t, v.Found)
 	})
 }
 

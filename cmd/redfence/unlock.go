@@ -79,6 +79,9 @@ func unlock(ctx context.Context, c *command, args []string, stdout io.Writer) er
 	name := st.Name
 	if st.Token == 0 {
 		fmt.Fprintf(stdout, "lock %q is free: nothing to force\n", name)
+		if !found(st) {
+			fmt.Fprintf(stdout, "%s\n", notFound(cfg.prefix))
+		}
 		return nil
 	}
 	fmt.Fprintf(stdout, "lock %q is held by %s with token %d (depth %d, lease %s, metadata %s, %d waiting)\n",

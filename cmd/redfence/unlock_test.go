@@ -40,7 +40,7 @@ func TestUnlockForce(t *testing.T) {
 		// Free: nothing to force.
 		code, out, errOut := cli(t, ctx, append(args, "--yes")...)
 		require.Equal(t, exitOK, code, errOut)
-		require.Contains(t, out, "is free: nothing to force")
+		require.Contains(t, out, "is free: nothing to force\nno state under prefix cli-unlock (")
 
 		held, err := locks.Lock(ctx, name, reentrant.WithMetadata("stuck job"))
 		require.NoError(t, err)
