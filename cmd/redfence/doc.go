@@ -65,7 +65,8 @@
 // the safe way out of a stuck lock, where deleting its keys by hand could
 // make tokens repeat. It shows the holder and asks for confirmation on a
 // terminal; --yes skips the question and is required when stdin is not a
-// terminal. It ends only the ownership it showed; a free lock is left
+// terminal (/dev/null, a pipe, a file: without --yes, a usage error). It
+// ends only the ownership it showed; a free lock is left
 // alone.
 //
 // Exit status:

@@ -27,7 +27,8 @@ lease ends with ErrGone). Redis records who forced which token and when;
 inspect shows it under "forced".
 
 unlock shows the holder and asks for confirmation on a terminal; --yes skips
-the question, and is required when stdin is not a terminal. It ends only the
+the question, and is required when stdin is not a terminal (/dev/null, a
+pipe, a file: without --yes, a usage error, status 2). It ends only the
 ownership it showed: if the lock changed hands meanwhile, nothing is forced
 and the exit status is 1, as when the question is not answered yes. A free
 lock is left alone (status 0). --force is required: unlock has no other
@@ -50,10 +51,7 @@ func unlockFlags(cfg *unlockConfig) *flag.FlagSet {
 // The terminal unlock asks on; tests replace them.
 var (
 	stdin           io.Reader = os.Stdin
-	stdinIsTerminal           = func() bool {
-		fi, err := os.Stdin.Stat()
-		return err == nil && fi.Mode()&os.ModeCharDevice != 0
-	}
+	stdinIsTerminal           = func() bool { return isTerminal(os.Stdin) }
 )
 
 // errNotConfirmed reports an unlock the operator did not confirm.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,51 @@ func TestUnlockForce(t *testing.T) {
 		}
 		require.ErrorIs(t, next.Err(), reentrant.ErrGone)
 	})
+}
+
+// withStdin runs the command with f as its real stdin, and the real
+// terminal check.
+func withStdin(t *testing.T, f *os.File) {
+	t.Helper()
+	old := os.Stdin
+	os.Stdin = f
+	t.Cleanup(func() { os.Stdin = old })
+}
+
+// Without --yes, unlock refuses with a usage error (exit 2) when stdin is
+// /dev/null (a character device, not a terminal: cron, ssh -n) or a pipe,
+// and asks nothing; with --yes it forces the lock from either.
+func TestUnlockWithoutTerminal(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	ctx, addr, prefix, name := t.Context(), rdb.Options().Addr, "cli-unlock", testenv.Unique(t)
+	// A short TTL: the forced holder learns of it at its next renewal.
+	locks, err := reentrant.New(rdb, reentrant.WithPrefix(prefix), reentrant.WithTTL(600*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locks.Close() })
+	args := []string{"unlock", "--force", name, "--redis", addr, "--prefix", prefix}
+
+	null, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = null.Close() })
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(); _ = w.Close() })
+	_, err = w.WriteString("y\n") // what a pipe might hold; it must not count as a yes
+	require.NoError(t, err)
+
+	for _, in := range []*os.File{null, r} {
+		held, err := locks.Lock(ctx, name)
+		require.NoError(t, err)
+		withStdin(t, in)
+		code, out, errOut := cli(t, ctx, args...)
+		require.Equal(t, exitUsage, code, "stdin %s: %s", in.Name(), out)
+		require.Contains(t, errOut, "stdin is not a terminal: give --yes")
+		require.NotContains(t, out, "[y/N]", "asked a question no one can answer")
+		require.NoError(t, held.Err(), "nothing was forced")
+
+		code, out, errOut = cli(t, ctx, append(args, "--yes")...)
+		require.Equal(t, exitOK, code, errOut)
+		require.Contains(t, out, "forced: the ownership with token "+held.Token().String()+" ended")
+		require.Eventually(t, func() bool { return held.Err() != nil }, 20*time.Second, 10*time.Millisecond)
+	}
 }
