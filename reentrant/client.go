@@ -68,7 +68,8 @@ type holdKey struct {
 // (also a typed nil such as a nil *redis.Client), an option is nil, or an
 // option's value is out of range; nothing is clamped. New sends no command:
 // the server's eviction policy is checked before the first acquisition.
-func New(rdb redis.UniversalClient, opts ...ClientOption) (*Client, error) {
+func New(rdb redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
+	defer func() { err = pkgErr("new", err) }()
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
@@ -136,7 +137,7 @@ func (c *Client) Close() error {
 	c.stopBg()
 	err := c.be.close()
 	c.wg.Wait()
-	return err
+	return pkgErr("close", err)
 }
 
 // goBackground runs f on its own goroutine, counted for Close. It reports

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/redfence/redfence/lua"
 )
@@ -144,7 +145,46 @@ type OpError struct {
 }
 
 func (e *OpError) Error() string {
-	return "reentrant: " + e.Op + " " + strconv.Quote(e.Name) + ": " + e.Err.Error()
+	return "reentrant: " + e.Op + " " + quoteName(e.Name) + ": " + e.Err.Error()
+}
+
+// maxQuotedName is how much of a lock name an error quotes: a name may be
+// MaxNameLen bytes, which would make every error about it a 1 KiB line,
+// while names made of a few IDs (two UUIDs and a path are under 100 bytes)
+// stay whole.
+const maxQuotedName = 128
+
+// quoteName is name as an error message quotes it: in Go syntax, cut after
+// maxQuotedName bytes (on a character boundary of valid UTF-8) and then
+// followed by its length, as "orders/4…"…(1025 bytes). OpError.Name keeps
+// the whole name.
+func quoteName(name string) string {
+	if len(name) <= maxQuotedName {
+		return strconv.Quote(name)
+	}
+	// name[cut] is the first byte left out: while it continues a
+	// character, leave out that character's first bytes too.
+	cut := maxQuotedName
+	for range utf8.UTFMax - 1 {
+		if utf8.RuneStart(name[cut]) {
+			break
+		}
+		cut--
+	}
+	return strconv.Quote(name[:cut]) + "…(" + strconv.Itoa(len(name)) + " bytes)"
+}
+
+// pkgErr returns err, if not nil, with the package's prefix and op: the
+// error of a function that acts on no one lock (New, NewRedlock, Close, the
+// Check functions); op may be empty.
+func pkgErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case op == "":
+		return fmt.Errorf("reentrant: %w", err)
+	}
+	return fmt.Errorf("reentrant: %s: %w", op, err)
 }
 
 func (e *OpError) Unwrap() error { return e.Err }

@@ -92,7 +92,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	if ctx == nil {
 		return State{}, invalid("nil context")
 	}
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return State{}, err
 	}
 	if c.isClosed() {

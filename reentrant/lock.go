@@ -66,7 +66,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*
 	if ctx == nil {
 		return nil, invalid("nil context")
 	}
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	cfg, err := c.callConfig(opts)

@@ -14,7 +14,9 @@ const MaxPrefixLen = 256
 // string of up to MaxNameLen bytes is a valid name, braces included. Every
 // call of this package that takes a name checks it so, up front; lua.KeysFor,
 // which builds the keys, does not.
-func CheckName(name string) error {
+func CheckName(name string) error { return pkgErr("", checkName(name)) }
+
+func checkName(name string) error {
 	switch {
 	case name == "":
 		return invalid("empty lock name")
@@ -28,7 +30,9 @@ func CheckName(name string) error {
 // [ErrInvalid]), or nil. A prefix is
 // 1 to MaxPrefixLen bytes with no '{' or '}', which would move the hash tag.
 // [WithPrefix] checks it so.
-func CheckPrefix(p string) error {
+func CheckPrefix(p string) error { return pkgErr("", checkPrefix(p)) }
+
+func checkPrefix(p string) error {
 	switch {
 	case p == "":
 		return invalid("empty key prefix")

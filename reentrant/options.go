@@ -38,7 +38,7 @@ func (f callOption) applyCall(l *leaseConfig) error { return f(l) }
 // or '}'.
 func WithPrefix(p string) ClientOption {
 	return clientOption(func(c *config) error {
-		if err := CheckPrefix(p); err != nil {
+		if err := checkPrefix(p); err != nil {
 			return err
 		}
 		c.prefix = p

@@ -23,7 +23,9 @@ const MaxOwnerLen = 256
 // MaxOwnerLen bytes of valid UTF-8 without control characters (so it prints
 // safely in logs and inspect output). Lock calls return
 // ErrInvalid for such an owner.
-func CheckOwner(o Owner) error {
+func CheckOwner(o Owner) error { return pkgErr("", checkOwner(o)) }
+
+func checkOwner(o Owner) error {
 	if o == "" {
 		return invalid("empty owner")
 	}
@@ -76,7 +78,7 @@ func ownerFor(ctx context.Context) (Owner, error) {
 	if !ok {
 		return NewOwner(), nil
 	}
-	if err := CheckOwner(o); err != nil {
+	if err := checkOwner(o); err != nil {
 		return "", err
 	}
 	return o, nil

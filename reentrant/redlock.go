@@ -30,7 +30,8 @@ import (
 // a nil node or a bad option, and for WithReplicaAck, WithTimeTokens,
 // WithCounterIdleExpiry and WithHandoffTimeout, which do not apply.
 // docs/deployments.md ("Redlock") has the algorithm and its argument.
-func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (*Client, error) {
+func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
+	defer func() { err = pkgErr("new redlock", err) }()
 	n := len(nodes)
 	if n < 3 || n%2 == 0 {
 		return nil, invalid("Redlock needs an odd number of nodes, at least 3, not %d", n)

@@ -655,6 +655,46 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, nilLease.Unlock(ctx), reentrant.ErrNotHeld)
 }
 
+// Every error starts with the package's prefix, the constructors' and the
+// Check functions' too, and quotes a long name cut to 128 bytes and its
+// length; errors.Is still finds the sentinels.
+func TestErrorsPrefixedAndNamesCut(t *testing.T) {
+	_, err := reentrant.New(nil)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	require.EqualError(t, err, "reentrant: new: invalid argument: nil Redis client")
+	_, rdb := testenv.Mini(t)
+	for _, opt := range []reentrant.ClientOption{nil, reentrant.WithTTL(0), reentrant.WithPrefix("a{b"), reentrant.WithIdentity("")} {
+		_, err := reentrant.New(rdb, opt)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.True(t, strings.HasPrefix(err.Error(), "reentrant: new: invalid argument: "), err.Error())
+	}
+	_, err = reentrant.NewRedlock([]redis.UniversalClient{rdb})
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	require.EqualError(t, err, "reentrant: new redlock: invalid argument: Redlock needs an odd number of nodes, at least 3, not 1")
+	for _, err := range []error{reentrant.CheckName(""), reentrant.CheckPrefix("a{b"), reentrant.CheckOwner("")} {
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		require.True(t, strings.HasPrefix(err.Error(), "reentrant: invalid argument: "), err.Error())
+	}
+
+	c := newClient(t, rdb)
+	long := strings.Repeat("n", reentrant.MaxNameLen+1)
+	_, err = c.Lock(t.Context(), long)
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	require.EqualError(t, err, `reentrant: lock "`+long[:128]+`"…(1025 bytes): invalid argument: lock name is 1025 bytes, the maximum is 1024`)
+	var op *reentrant.OpError
+	require.ErrorAs(t, err, &op)
+	require.Equal(t, long, op.Name, "OpError.Name keeps the whole name")
+
+	// A cut does not split a character: "é" (2 bytes) at bytes 127-128
+	// is left out whole.
+	held, err := c.Lock(t.Context(), strings.Repeat("n", 127)+"é"+strings.Repeat("n", 100))
+	require.NoError(t, err)
+	_, err = c.TryLock(t.Context(), held.Name())
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+	require.True(t, strings.HasPrefix(err.Error(), `reentrant: trylock "`+strings.Repeat("n", 127)+`"…(229 bytes): not acquired`), err.Error())
+	require.NoError(t, held.Unlock(t.Context()))
+}
+
 func TestForeignValueLeftUntouched(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c, name := newClient(t, b.Client), testenv.Unique(t)
