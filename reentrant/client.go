@@ -31,7 +31,9 @@ import (
 // by [NewRedlock]. It is safe for concurrent use. Close stops its renewals
 // and its pub/sub connections, not the go-redis clients it was given.
 // docs/design.md describes its connections, docs/deployments.md how it
-// rides out a Cluster's slot moves and elections.
+// rides out a Cluster's slot moves and elections. Only New and NewRedlock
+// make a usable Client: every method of a nil *Client, or of a zero Client,
+// returns ErrInvalid.
 type Client struct {
 	be      backend // one deployment (New) or a Redlock's nodes (NewRedlock)
 	cfg     config
@@ -122,6 +124,9 @@ func build(cfg config) (*Client, string) {
 // idempotent and returns the classic pub/sub connection's close error, if
 // any.
 func (c *Client) Close() error {
+	if err := c.valid(); err != nil {
+		return pkgErr("close", err)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -150,6 +155,38 @@ func (c *Client) goBackground(f func()) bool {
 	}
 	c.wg.Go(f)
 	return true
+}
+
+// ready returns why c cannot take a call on name with ctx, or nil:
+// ErrInvalid for a nil or zero Client (see valid), a nil ctx or a bad name;
+// ErrClosed after Close. Every method that takes a name checks so first.
+func (c *Client) ready(ctx context.Context, name string) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// valid returns ErrInvalid for a nil *Client, or a Client that New or
+// NewRedlock did not make (its zero value), on which a method would
+// otherwise panic.
+func (c *Client) valid() error {
+	switch {
+	case c == nil:
+		return invalid("nil Client")
+	case c.be == nil:
+		return invalid("Client not made by New or NewRedlock")
+	}
+	return nil
 }
 
 func (c *Client) isClosed() bool {

@@ -117,6 +117,18 @@ func (e *heldHereError) Error() string {
 
 func (e *heldHereError) Unwrap() error { return e.err }
 
+// errNilLease is the error of a method called on a nil *Lease.
+var errNilLease = fmt.Errorf("%w: nil lease", ErrNotHeld)
+
+// bare is err without its *OpError, for an error quoted inside another
+// error about the same lock, which says the operation and name already.
+func bare(err error) error {
+	if e, ok := err.(*OpError); ok {
+		return e.Err
+	}
+	return err
+}
+
 // errTooLate marks an acquisition whose reply came past the lease's safe
 // window: it was undone, and a waiting Lock tries again within its context.
 var errTooLate = errors.New("past the lease's safe window")

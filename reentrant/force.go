@@ -48,6 +48,9 @@ func (c *Client) ForceUnlockToken(ctx context.Context, name string, tok fence.To
 
 // forceUnlock forces want, or with want None the holder it reads.
 func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token) (fence.Token, error) {
+	if err := c.ready(ctx, name); err != nil {
+		return fence.None, err
+	}
 	for range forceAttempts {
 		tok := want
 		if tok == fence.None {

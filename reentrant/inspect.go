@@ -89,14 +89,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 }
 
 func (c *Client) inspect(ctx context.Context, name string) (State, error) {
-	if ctx == nil {
-		return State{}, invalid("nil context")
-	}
-	if err := checkName(name); err != nil {
+	if err := c.ready(ctx, name); err != nil {
 		return State{}, err
-	}
-	if c.isClosed() {
-		return State{}, ErrClosed
 	}
 	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
 		return c.be.inspect(ctx, lockRef{name: name})

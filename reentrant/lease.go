@@ -14,7 +14,8 @@ import (
 // All leases of one ownership (the first acquisition and its reentries)
 // share its fencing token, and the lock is released when all are unlocked,
 // in any order. A Lease is safe for concurrent use; unlock it exactly once
-// (see [Client.Do] to make that automatic).
+// (see [Client.Do] to make that automatic). Unlock, Extend, TTL and Err of
+// a nil *Lease return ErrNotHeld.
 type Lease struct {
 	c      *Client
 	name   string
@@ -90,11 +91,20 @@ func (l *Lease) Context() context.Context {
 // Done is closed when the lease's context is cancelled; see [Lease.Context].
 func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
-// Err returns nil while the lease is live, and afterwards why it ended:
-// ErrReleased, or an error wrapping ErrGone, ErrUnconfirmed or
-// ErrLeaseClosed, each of which is ErrLost (see [Lease.Context]).
-// errors.Is(l.Err(), ErrLost) reports a lost lease.
+// Err returns nil while the lease is live, and afterwards why it ended, as
+// an *OpError of operation "lease": ErrReleased, or ErrGone, ErrUnconfirmed
+// or ErrLeaseClosed, each of which is ErrLost (see [Lease.Context]).
+// errors.Is(l.Err(), ErrLost) reports a lost lease. A nil lease's Err is
+// ErrNotHeld.
 func (l *Lease) Err() error {
+	if l == nil {
+		return opErr("lease", "", errNilLease)
+	}
+	return opErr("lease", l.name, l.ended())
+}
+
+// ended is Err, without the OpError when the cause had none.
+func (l *Lease) ended() error {
 	l.cmu.Lock()
 	cause := l.cause
 	l.cmu.Unlock()
@@ -131,6 +141,9 @@ func (l *Lease) end(cause error) {
 // superseded (a lost lease is never revived); the context's error when ctx
 // ended before Redis answered; Redis errors, wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return opErr("extend", "", errNilLease)
+	}
 	return opErr("extend", l.name, l.extend(ctx, ttl))
 }
 
@@ -164,6 +177,9 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 // the ownership is gone, the lease ends and TTL returns ErrNotHeld.
 // Other errors are as for [Lease.Extend].
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, opErr("ttl", "", errNilLease)
+	}
 	d, err := l.ttl(ctx)
 	return d, opErr("ttl", l.name, err)
 }
@@ -200,11 +216,11 @@ func (l *Lease) live() error {
 	if unlocked {
 		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
 	}
-	if err := l.Err(); err != nil {
+	if err := l.ended(); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return ErrClosed
 		}
-		return fmt.Errorf("%w: lease ended: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: lease ended: %w", ErrNotHeld, bare(err))
 	}
 	return nil
 }

@@ -24,10 +24,14 @@ const CleanupBudget = 200 * time.Millisecond
 // wait for it (its message says when this Client holds it for another
 // owner), and otherwise as Lock does.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
+	if err := c.valid(); err != nil {
+		return nil, opErr("trylock", name, err)
+	}
 	start := time.Now()
 	l, err := c.tryLock(ctx, name, opts)
+	err = opErr("trylock", name, err)
 	c.observed(name, start, l, err)
-	return l, opErr("trylock", name, err)
+	return l, err
 }
 
 func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*Lease, error) {
@@ -63,18 +67,12 @@ type call struct {
 
 // newCall checks a lock call's arguments and the server's eviction policy.
 func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*call, error) {
-	if ctx == nil {
-		return nil, invalid("nil context")
-	}
-	if err := checkName(name); err != nil {
+	if err := c.ready(ctx, name); err != nil {
 		return nil, err
 	}
 	cfg, err := c.callConfig(opts)
 	if err != nil {
 		return nil, err
-	}
-	if c.isClosed() {
-		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, join(ErrNotAcquired, err)
@@ -136,10 +134,14 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 // Redis errors, wrapped. docs/design.md describes the queue, the handoff and
 // what happens to a grant that answered too late.
 func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
+	if err := c.valid(); err != nil {
+		return nil, opErr("lock", name, err)
+	}
 	start := time.Now()
 	l, err := c.lock(ctx, name, opts)
+	err = opErr("lock", name, err)
 	c.observed(name, start, l, err)
-	return l, opErr("lock", name, err)
+	return l, err
 }
 
 func (c *Client) lock(ctx context.Context, name string, opts []CallOption) (*Lease, error) {

@@ -5,6 +5,7 @@ package reentrant
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -14,12 +15,15 @@ import (
 // ownership and a retried Unlock is applied at most once.
 //
 // Unlock returns ErrNotHeld when the lease was already unlocked, expired or
-// superseded; ErrInvalid for a nil ctx; the context's error when ctx ended
-// before Redis answered (call Unlock again to learn the outcome); Redis
-// errors, wrapped. It works after the Client is closed.
+// superseded, and also, joined with the loss's cause (ErrLost), when it
+// was lost before Unlock was called although Redis still held the lock
+// (within the safety margin), which Unlock then released; ErrInvalid for a
+// nil ctx; the context's error when ctx ended before Redis answered (call
+// Unlock again to learn the outcome); Redis errors, wrapped. It works after
+// the Client is closed.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
-		return opErr("unlock", "", fmt.Errorf("%w: nil lease", ErrNotHeld))
+		return opErr("unlock", "", errNilLease)
 	}
 	return opErr("unlock", l.name, l.unlock(ctx))
 }
@@ -32,6 +36,15 @@ func (l *Lease) unlock(ctx context.Context) error {
 	defer l.mu.Unlock()
 	if l.unlocked {
 		return fmt.Errorf("%w: lease already unlocked", ErrNotHeld)
+	}
+	// A lease lost before Unlock (its local deadline passed) may still hold
+	// the lock in Redis, for the safety margin: the release below frees it,
+	// but the caller must still learn that its work outlived the lease. A
+	// lease of a closed Client is not lost that way: Unlock after Close is
+	// how its lock is released.
+	lost := l.ended()
+	if !errors.Is(lost, ErrLost) || errors.Is(lost, ErrClosed) {
+		lost = nil
 	}
 	var out outcome[int64]
 	if l.c.inline(ctx) { // see ranInline
@@ -53,6 +66,9 @@ func (l *Lease) unlock(ctx context.Context) error {
 	if n == 0 {
 		l.own.end(ErrReleased)
 		l.c.emit(Event{Kind: Released, Name: l.name, Token: l.token})
+	}
+	if lost != nil {
+		return fmt.Errorf("%w: the lease was lost before Unlock (Redis still held the lock, which is now released): %w", ErrNotHeld, bare(lost))
 	}
 	return nil
 }
