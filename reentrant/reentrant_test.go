@@ -494,7 +494,7 @@ func TestCloseIsSynchronous(t *testing.T) {
 // once shared an entry, and one of the leases silently went unrenewed.
 func TestOwnersValidatedAndKeptApart(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL), reentrant.WithRenewInterval(renewalEvery))
 		for _, bad := range []reentrant.Owner{"", "a\x00b", "tab\there", "\xff\xfe", reentrant.Owner(make([]byte, reentrant.MaxOwnerLen+1))} {
 			_, err := c.TryLock(reentrant.WithOwner(t.Context(), bad), testenv.Unique(t))
 			require.ErrorIs(t, err, reentrant.ErrInvalid, "owner %q", bad)
