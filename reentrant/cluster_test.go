@@ -441,7 +441,10 @@ func testClusterSlowMoveUncontended(t *testing.T, p scriptPath) {
 			surfaced.Add(1)
 		}
 	}})
-	lc := newClient(t, cc, reentrant.WithTTL(time.Second))
+	// Leases renewed every 100 ms with 2.6 s to spare: the lock held
+	// across the move is renewed through it, and no lease is lost to a
+	// renewal a loaded machine sent late (a 1 s TTL left 570 ms).
+	lc := newClient(t, cc, reentrant.WithTTL(3*time.Second), reentrant.WithRenewInterval(100*time.Millisecond))
 	ctx := t.Context()
 	name := fmt.Sprintf("move{%d}", time.Now().UnixNano())
 	pair, slot := testenv.SameSlot(prefix, name, 2)
@@ -786,7 +789,8 @@ func testClusterMoveUnderConcurrentCalls(t *testing.T, p scriptPath) {
 			}
 		}
 	}})
-	lc := newClient(t, cc, reentrant.WithTTL(time.Second))
+	// Renewed every 100 ms with 2.6 s to spare (see the slow move's test).
+	lc := newClient(t, cc, reentrant.WithTTL(3*time.Second), reentrant.WithRenewInterval(100*time.Millisecond))
 	names, slot := testenv.SameSlot(prefix, fmt.Sprintf("cmove{%d}", time.Now().UnixNano()), 8)
 	var stop atomic.Bool
 	var rounds atomic.Int64
