@@ -258,6 +258,7 @@ func commandCalls(t *testing.T, s *redisproc.Server, cmd string) int {
 // A client that waits again on a slot within the linger reuses its shard
 // subscription; past the linger, the subscription ends.
 func TestClusterShardSubscriptionLingers(t *testing.T) {
+	t.Parallel() // see TestMain
 	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: 1})
 	ctx := t.Context()
 	holder := newClient(t, c.Client())
@@ -320,7 +321,10 @@ func clusterNames(n int) []string {
 
 // A thousand names spread over every primary of a real cluster, each
 // locked, inspected, reentered and unlocked through a ClusterClient.
-func TestClusterThousandNames(t *testing.T) { eachScriptPath(t, testClusterThousandNames) }
+func TestClusterThousandNames(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachScriptPath(t, testClusterThousandNames)
+}
 
 // testClusterThousandNames is its test, on primaries that run the scripts as p says.
 func testClusterThousandNames(t *testing.T, p scriptPath) {
@@ -429,7 +433,10 @@ func cachedScripts(t *testing.T, s *redisproc.Server) int {
 // retries, which then return TRYAGAIN; redfence retries on, so every call
 // succeeds and keeps its promises: tokens go on by one, a reentry keeps its
 // token, a lock held across the move is renewed and stays held.
-func TestClusterSlowMoveUncontended(t *testing.T) { eachScriptPath(t, testClusterSlowMoveUncontended) }
+func TestClusterSlowMoveUncontended(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachScriptPath(t, testClusterSlowMoveUncontended)
+}
 
 // testClusterSlowMoveUncontended is its test, on primaries that run the scripts as p says.
 func testClusterSlowMoveUncontended(t *testing.T, p scriptPath) {
@@ -517,6 +524,7 @@ func unlockIf(ctx context.Context, l *reentrant.Lease) error {
 // while the waiter's subscription is still on the old primary: the message
 // reaches nobody. The waiter's poll gets the lock all the same.
 func TestClusterHandoffDuringMoveIsPolled(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachScriptPath(t, testClusterHandoffDuringMoveIsPolled)
 }
 
@@ -774,6 +782,7 @@ func lockRounds(ctx context.Context, lc *reentrant.Client, names []string, stop 
 // library. A Cluster client sends each acquire and release alone, never in
 // a pipeline (design.md, "Concurrent calls share round trips", says why).
 func TestClusterMoveUnderConcurrentCalls(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachScriptPath(t, testClusterMoveUnderConcurrentCalls)
 }
 
