@@ -30,7 +30,10 @@ import (
 //     writes). No stale write may be accepted either way.
 func TestClusterFailover(t *testing.T) {
 	for _, kind := range []string{"graceful", "sigkill"} {
-		t.Run(kind, func(t *testing.T) { runClusterFailover(t, kind) })
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // see TestMain
+			runClusterFailover(t, kind)
+		})
 	}
 }
 

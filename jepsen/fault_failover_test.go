@@ -45,10 +45,12 @@ func TestFaultFailover(t *testing.T) {
 	newMemory := func(*testing.T) storage.Store { return memory.New() }
 	for _, mode := range faultTokenModes {
 		t.Run("memory/"+mode.name, func(t *testing.T) {
+			t.Parallel() // see TestMain
 			runFaultFailover(t, "failover/memory"+mode.suffix, newMemory, mode, false)
 		})
 	}
 	t.Run("redisstore", func(t *testing.T) {
+		t.Parallel() // see TestMain
 		rdb := testenv.Redis(t)
 		newStore := func(t *testing.T) storage.Store {
 			prefix := "redfence:jepsen:" + testenv.Unique(t)
@@ -62,6 +64,7 @@ func TestFaultFailover(t *testing.T) {
 		runFaultFailover(t, "failover/redisstore", newStore, faultTokenModes[0], false)
 	})
 	t.Run("ack/memory", func(t *testing.T) {
+		t.Parallel() // see TestMain
 		runFaultFailover(t, "failover-ack/memory", newMemory, faultTokenModes[0], true)
 	})
 }

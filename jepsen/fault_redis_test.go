@@ -33,6 +33,7 @@ func TestFaultRedisProcess(t *testing.T) {
 	}
 	strict := faultTokenModes[0]
 	t.Run("pause", func(t *testing.T) {
+		t.Parallel() // see TestMain
 		var resumed int64
 		r, ops := runFaultRedis(t, "redis-pause", cycles, strict, func(s *redisproc.Server) {
 			s.Pause()
@@ -46,6 +47,7 @@ func TestFaultRedisProcess(t *testing.T) {
 		}
 	})
 	t.Run("kill-restart-aof-always", func(t *testing.T) {
+		t.Parallel() // see TestMain
 		var restarted int64
 		r, ops := runFaultRedis(t, "redis-kill-restart/aof-always", cycles, strict, func(s *redisproc.Server) {
 			s.Crash(200 * time.Millisecond)
@@ -61,6 +63,7 @@ func TestFaultRedisProcess(t *testing.T) {
 	})
 	for _, mode := range faultTokenModes {
 		t.Run("kill-restart-no-aof/"+mode.name, func(t *testing.T) {
+			t.Parallel() // see TestMain
 			var restarted int64
 			r, ops := runFaultRedis(t, "redis-kill-restart/no-aof"+mode.suffix, cycles, mode, func(s *redisproc.Server) {
 				s.Crash(200 * time.Millisecond)

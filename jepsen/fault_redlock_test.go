@@ -55,6 +55,7 @@ func TestFaultRedlock(t *testing.T) {
 		for _, f := range faults {
 			scenario := fmt.Sprintf("redlock-%d/%s", n, f.name)
 			t.Run(fmt.Sprintf("%d/%s", n, f.name), func(t *testing.T) {
+				t.Parallel() // see TestMain
 				r := runFaultRedlock(t, scenario, n, bad, cycles, f.aof, f.fault)
 				if r.TokensRepeated != 0 {
 					t.Errorf("%s: a majority remembered every token, yet tokens %v repeated", scenario, r.Repeated)
@@ -133,6 +134,7 @@ func TestFaultRedlockRestartEmpty(t *testing.T) {
 	run := 20 * time.Second
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel() // see TestMain
 			scenario := fmt.Sprintf("redlock-%d/restart-empty-load", n)
 			srvs := make([]*redisproc.Server, n)
 			for i := range srvs {

@@ -50,6 +50,7 @@ func TestSentinelFailover(t *testing.T) {
 					name, scenario = name+"/ack", scenario+"-ack"
 				}
 				t.Run(name, func(t *testing.T) {
+					t.Parallel() // see TestMain
 					runSentinelFailover(t, scenario+mode.suffix, mode, ack, behind)
 				})
 			}

@@ -258,6 +258,7 @@ func commandCalls(t *testing.T, s *redisproc.Server, cmd string) int {
 // A client that waits again on a slot within the linger reuses its shard
 // subscription; past the linger, the subscription ends.
 func TestClusterShardSubscriptionLingers(t *testing.T) {
+	t.Parallel() // see TestMain
 	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: 1})
 	ctx := t.Context()
 	holder := newClient(t, c.Client())
@@ -320,7 +321,10 @@ func clusterNames(n int) []string {
 
 // A thousand names spread over every primary of a real cluster, each
 // locked, inspected, reentered and unlocked through a ClusterClient.
-func TestClusterThousandNames(t *testing.T) { eachScriptPath(t, testClusterThousandNames) }
+func TestClusterThousandNames(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachScriptPath(t, testClusterThousandNames)
+}
 
 // testClusterThousandNames is its test, on primaries that run the scripts as p says.
 func testClusterThousandNames(t *testing.T, p scriptPath) {
@@ -429,7 +433,10 @@ func cachedScripts(t *testing.T, s *redisproc.Server) int {
 // retries, which then return TRYAGAIN; redfence retries on, so every call
 // succeeds and keeps its promises: tokens go on by one, a reentry keeps its
 // token, a lock held across the move is renewed and stays held.
-func TestClusterSlowMoveUncontended(t *testing.T) { eachScriptPath(t, testClusterSlowMoveUncontended) }
+func TestClusterSlowMoveUncontended(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachScriptPath(t, testClusterSlowMoveUncontended)
+}
 
 // testClusterSlowMoveUncontended is its test, on primaries that run the scripts as p says.
 func testClusterSlowMoveUncontended(t *testing.T, p scriptPath) {
@@ -441,7 +448,10 @@ func testClusterSlowMoveUncontended(t *testing.T, p scriptPath) {
 			surfaced.Add(1)
 		}
 	}})
-	lc := newClient(t, cc, reentrant.WithTTL(time.Second))
+	// Leases renewed every 100 ms with 2.6 s to spare: the lock held
+	// across the move is renewed through it, and no lease is lost to a
+	// renewal a loaded machine sent late (a 1 s TTL left 570 ms).
+	lc := newClient(t, cc, reentrant.WithTTL(3*time.Second), reentrant.WithRenewInterval(100*time.Millisecond))
 	ctx := t.Context()
 	name := fmt.Sprintf("move{%d}", time.Now().UnixNano())
 	pair, slot := testenv.SameSlot(prefix, name, 2)
@@ -514,6 +524,7 @@ func unlockIf(ctx context.Context, l *reentrant.Lease) error {
 // while the waiter's subscription is still on the old primary: the message
 // reaches nobody. The waiter's poll gets the lock all the same.
 func TestClusterHandoffDuringMoveIsPolled(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachScriptPath(t, testClusterHandoffDuringMoveIsPolled)
 }
 
@@ -771,6 +782,7 @@ func lockRounds(ctx context.Context, lc *reentrant.Client, names []string, stop 
 // library. A Cluster client sends each acquire and release alone, never in
 // a pipeline (design.md, "Concurrent calls share round trips", says why).
 func TestClusterMoveUnderConcurrentCalls(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachScriptPath(t, testClusterMoveUnderConcurrentCalls)
 }
 
@@ -786,7 +798,8 @@ func testClusterMoveUnderConcurrentCalls(t *testing.T, p scriptPath) {
 			}
 		}
 	}})
-	lc := newClient(t, cc, reentrant.WithTTL(time.Second))
+	// Renewed every 100 ms with 2.6 s to spare (see the slow move's test).
+	lc := newClient(t, cc, reentrant.WithTTL(3*time.Second), reentrant.WithRenewInterval(100*time.Millisecond))
 	names, slot := testenv.SameSlot(prefix, fmt.Sprintf("cmove{%d}", time.Now().UnixNano()), 8)
 	var stop atomic.Bool
 	var rounds atomic.Int64

@@ -192,6 +192,7 @@ func TestCloseEndsWaitingLock(t *testing.T) {
 // renewer extends it to the TTL within half of that. Without renewal the
 // waiter claims in Redis, so that the lease lasts its TTL from the start.
 func TestHandedLockTakenWithoutAClaim(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, c := range []struct {
 			name   string
@@ -343,6 +344,7 @@ func TestHandoffAfterSubscriptionKilled(t *testing.T) {
 // when Redis's claim ran out, so that a loaded machine, which only makes
 // the polls late, cannot fail the test.
 func TestDeadWaiterDelaysNextByAtMostTheBound(t *testing.T) {
+	t.Parallel() // see TestMain
 	addr := testenv.RedisAddr(t)
 	for _, when := range []string{"queued", "handed"} {
 		t.Run(when, func(t *testing.T) {

@@ -17,6 +17,15 @@ import (
 //
 // A test binary re-executed as a helper process (TestDeadWaiterDelaysNextByAtMostTheBound)
 // runs the helper instead of the tests.
+//
+// The package's longest tests call t.Parallel: they run two at a time
+// (go test's -parallel, GOMAXPROCS by default) once the others are done,
+// which halves their share of the package's time, since each waits on
+// servers, processes and timers of its own far more than it computes. Such
+// a test counts no goroutines, changes no package-level value and reads no
+// statistics of a shared server, and its timing checks keep their room on
+// a loaded machine; a test that cannot promise all of that stays
+// sequential.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperWaiterVar); spec != "" {
 		helperWaiter(spec)

@@ -141,6 +141,7 @@ func TestMetadata(t *testing.T) {
 // ErrTooDeep and changes nothing, the hold keeps working, and the default
 // bound stops runaway recursion.
 func TestMaxDepth(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, name := t.Context(), testenv.Unique(t)
 		c := newClient(t, b.Client)
@@ -299,6 +300,7 @@ func scale(ds []time.Duration, unit time.Duration) []time.Duration {
 // A waiter whose strategy polls seldom still keeps its place: it polls at
 // least every quarter of the queue's expiry, so the queue outlives the wait.
 func TestSlowRetryKeepsItsPlace(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, name := t.Context(), testenv.Unique(t)
 		// The queue expires 2 TTLs + the handoff timeout after a poll: 2.1 s.

@@ -58,6 +58,7 @@ func TestLeaseEndsBeforeTTLWhileRedisIsFrozen(t *testing.T) {
 // Without renewal, a lease's context ends at its TTL less the margin: the
 // holder learns it may no longer act, and Extend moves that point.
 func TestLeaseWithoutRenewalEndsAtItsTTL(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		const ttl = 400 * time.Millisecond
 		c := newClient(t, b.Client, reentrant.WithTTL(ttl), reentrant.WithoutRenewal())

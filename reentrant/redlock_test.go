@@ -93,6 +93,7 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 }
 
 func TestRedlockTokensAndReentry(t *testing.T) {
+	t.Parallel() // see TestMain
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			eachRedlock(t, n, func(t *testing.T, s redlockSet) {
@@ -144,6 +145,7 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 }
 
 func TestRedlockMinorityDown(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachRedlock(t, 5, func(t *testing.T, s redlockSet) {
 		// Renewed every 100 ms: a loaded machine has 800 ms of room to
 		// send each renewal before the local deadline ends the lease.
@@ -246,6 +248,7 @@ func TestRedlockLossReported(t *testing.T) {
 // Clients contending on one name (votes split, attempts undone and
 // retried) get unique, increasing tokens and never hold it at once.
 func TestRedlockContention(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
 		name := testenv.Unique(t)
 		type hold struct {
@@ -613,6 +616,7 @@ func redlockProcsTimeout(t *testing.T, n int, d time.Duration, opts ...redisproc
 // through the majority; a majority stopped: Lock fails with ErrNotAcquired
 // when its context ends.
 func TestRedlockPausedNodes(t *testing.T) {
+	t.Parallel() // see TestMain
 	for _, n := range []int{3, 5} {
 		srvs, nodes := redlockProcs(t, n)
 		// Renewed every 100 ms (each renewal waits out the stopped nodes'
@@ -658,7 +662,10 @@ func TestRedlockPausedNodes(t *testing.T) {
 // A node SIGKILLed and restarted without AOF (its counter gone) at any
 // moment, a lock held or not, the others having learned the last token or
 // not: tokens never repeat and keep rising.
-func TestRedlockRestartWithoutAOF(t *testing.T) { eachScriptPath(t, testRedlockRestartWithoutAOF) }
+func TestRedlockRestartWithoutAOF(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachScriptPath(t, testRedlockRestartWithoutAOF)
+}
 
 // testRedlockRestartWithoutAOF is its test, on nodes that run the scripts
 // as p says: a restarted node has lost the library, or the scripts.
@@ -704,6 +711,7 @@ func unreachable(t *testing.T) redis.UniversalClient {
 // {B, C}, which never saw the token. It must get a higher token, at once and
 // seconds later.
 func TestRedlockRestartEmptyBehindAPartition(t *testing.T) {
+	t.Parallel() // see TestMain
 	for _, wait := range []time.Duration{0, 2 * time.Second} {
 		srvs, nodes := redlockProcs(t, 3)
 		name := testenv.Unique(t)
@@ -765,6 +773,7 @@ func (s *sendClock) last() time.Time {
 // expire the ownership: within the TTL of the last renewal a node confirmed,
 // the safety margin and drift allowance being the scheduler's room.
 func TestRedlockLossBoundWhileAMajorityIsStopped(t *testing.T) {
+	t.Parallel() // see TestMain
 	const ttl = 3 * time.Second
 	var srvs []*redisproc.Server
 	var nodes []redis.UniversalClient

@@ -494,8 +494,9 @@ func TestCloseIsSynchronous(t *testing.T) {
 // pairs so that no two can collide: "a\x00b" on "c" and "a" on "b\x00c"
 // once shared an entry, and one of the leases silently went unrenewed.
 func TestOwnersValidatedAndKeptApart(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL))
+		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL), reentrant.WithRenewInterval(renewalEvery))
 		for _, bad := range []reentrant.Owner{"", "a\x00b", "tab\there", "\xff\xfe", reentrant.Owner(make([]byte, reentrant.MaxOwnerLen+1))} {
 			_, err := c.TryLock(reentrant.WithOwner(t.Context(), bad), testenv.Unique(t))
 			require.ErrorIs(t, err, reentrant.ErrInvalid, "owner %q", bad)
@@ -839,6 +840,7 @@ func TestCallsRunInlineUnlessATimerMustBoundThem(t *testing.T) {
 // gets its own answer: every name's tokens run 1, 2, 3, …. On a client
 // with ContextTimeoutEnabled every call is its own round trip, inline.
 func TestConcurrentCallsShareRoundTrips(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, enforce := range []bool{false, true} {
 			t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", enforce), func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 // a failover to that replica cannot issue it again; without enough
 // acknowledgements the acquisition is undone and no token leaves Redis.
 func TestReplicaAckSurvivesFailover(t *testing.T) {
+	t.Parallel() // see TestMain
 	primary, replica := primaryWithReplica(t)
 	ctx := t.Context()
 	c := newClient(t, primary.Client(), reentrant.WithReplicaAck(1, 2*time.Second))
@@ -118,6 +119,7 @@ func primaryWithReplica(t *testing.T) (primary, replica *redisproc.Server) {
 // retried at the new primary; a replica that stops acknowledging makes
 // acquisitions fail with ErrNotReplicated.
 func TestClusterReplicaAck(t *testing.T) {
+	t.Parallel() // see TestMain
 	c := redisproc.StartCluster(t, redisproc.ClusterConfig{Replicas: 1})
 	ctx := t.Context()
 	// The ack timeout is a ceiling: a healthy replica answers WAIT at once,

@@ -233,12 +233,14 @@ func TestDeletedLockDoesNotRepeatTokens(t *testing.T) {
 }
 
 func TestDeletedLockDoesNotRepeatTokensOnCluster(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachScriptPath(t, func(t *testing.T, p scriptPath) {
 		deletedByHand(t, redisproc.StartCluster(t, redisproc.ClusterConfig{Masters: 3, Args: p.args}).Client())
 	})
 }
 
 func TestDeletedLockDoesNotRepeatTokensOnSentinel(t *testing.T) {
+	t.Parallel() // see TestMain
 	eachScriptPath(t, func(t *testing.T, p scriptPath) {
 		g := redisproc.StartSentinels(t, 1, 3, redisproc.WithArgs(p.args...))
 		rdb := g.Client()

@@ -96,6 +96,7 @@ func elapse(b testenv.Backend, d time.Duration) {
 }
 
 func TestRenewalKeepsLease(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL), reentrant.WithRenewInterval(renewalEvery))
 		name := testenv.Unique(t)
@@ -252,6 +253,7 @@ func TestLockShortDeadlinesAlwaysReportTheDeadline(t *testing.T) {
 // The context given to Lock bounds the wait only: a lease acquired under a
 // deadline keeps being renewed after that deadline and its cancellation.
 func TestLockContextBoundsOnlyTheWait(t *testing.T) {
+	t.Parallel() // see TestMain
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c := newClient(t, b.Client, reentrant.WithTTL(renewalTTL), reentrant.WithRenewInterval(renewalEvery))
 		name := testenv.Unique(t)
