@@ -17,7 +17,7 @@ func TestQuorumPhases(t *testing.T) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		q := func(owner, level string) scripts.QAcquired {
 			before := micros(t, rdb)
-			a, err := scripts.QAcquire(ctx, rdb, k.Internal(), (&lua.Request{Owner: owner, TTL: time.Minute, Level: level}).Internal())
+			a, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			if a.Pending {
 				// The node's clock, for the client's token rule.
@@ -30,20 +30,20 @@ func TestQuorumPhases(t *testing.T) {
 			return a
 		}
 		raise := func(owner, level string, tok int) bool {
-			ok, err := scripts.QRaise(ctx, rdb, k.Internal(), owner, level, fenceTok(tok), false)
+			ok, err := scripts.QRaise(ctx, rdb, k, owner, level, fenceTok(tok), false)
 			require.NoError(t, err)
 			return ok
 		}
-		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"),
+		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"),
 			"a fresh take on an empty node is pending with counter 0")
-		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"), "a repeat")
+		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"), "a repeat")
 		require.False(t, q("o2", "r9").OK, "held pending by another owner")
 		require.False(t, raise("o2", "r9", 5), "only the holder raises")
 		require.False(t, raise("o1", "rX", 5), "only the holder's level raises")
 		require.True(t, raise("o1", "r1", 5))
 		require.True(t, raise("o1", "r1", 5), "a repeated raise")
 		require.False(t, raise("o1", "r1", 6), "a raised hold is not raised again")
-		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 5, Depth: 2}}, q("o1", "r2"), "a reentry keeps the token")
+		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 2}}, q("o1", "r2"), "a reentry keeps the token")
 
 		st, err := lua.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
@@ -59,10 +59,10 @@ func TestQuorumPhases(t *testing.T) {
 			require.NoError(t, err)
 		}
 		a := q("o2", "r3")
-		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
+		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
 			"the next take reads the counter")
 		require.False(t, raise("o2", "r3", 5), "a node never lowers or repeats its counter")
-		bumped, err := scripts.QBump(ctx, rdb, k.Internal(), 12)
+		bumped, err := scripts.QBump(ctx, rdb, k, 12)
 		require.NoError(t, err)
 		require.False(t, bumped, "a bump never touches a held lock")
 		require.True(t, raise("o2", "r3", 9))
@@ -72,7 +72,7 @@ func TestQuorumPhases(t *testing.T) {
 			tok  int
 			want bool
 		}{{8, false}, {12, true}, {12, false}} {
-			bumped, err := scripts.QBump(ctx, rdb, k.Internal(), fenceTok(c.tok))
+			bumped, err := scripts.QBump(ctx, rdb, k, fenceTok(c.tok))
 			require.NoError(t, err)
 			require.Equal(t, c.want, bumped, "bump to %d", c.tok)
 		}
@@ -85,7 +85,7 @@ func TestQuorumPendingUndone(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		r := &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}
-		_, err := scripts.QAcquire(ctx, rdb, k.Internal(), r.Internal())
+		_, err := scripts.QAcquire(ctx, rdb, k, r)
 		require.NoError(t, err)
 		undone, err := lua.Abandon(ctx, rdb, k, r)
 		require.NoError(t, err)
@@ -95,18 +95,18 @@ func TestQuorumPendingUndone(t *testing.T) {
 		// An expired pending hold is not recorded as an ownership. (The
 		// ownership before it has a long lease: released, not expired, even
 		// on a slow machine.)
-		_, err = scripts.QAcquire(ctx, rdb, k.Internal(), r.Internal())
+		_, err = scripts.QAcquire(ctx, rdb, k, r)
 		require.NoError(t, err)
-		ok, err := scripts.QRaise(ctx, rdb, k.Internal(), "o1", "r1", 3, false)
+		ok, err := scripts.QRaise(ctx, rdb, k, "o1", "r1", 3, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = lua.Release(ctx, rdb, k, "o1", 3, "r1", lua.Tokens{})
 		require.NoError(t, err)
 		r.Level, r.TTL = "r2", 20*time.Millisecond
-		_, err = scripts.QAcquire(ctx, rdb, k.Internal(), r.Internal())
+		_, err = scripts.QAcquire(ctx, rdb, k, r)
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond) // TIME is the real clock on miniredis too
-		a, err := scripts.QAcquire(ctx, rdb, k.Internal(), (&lua.Request{Owner: "o2", TTL: time.Minute, Level: "r3"}).Internal())
+		a, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
 		require.NoError(t, err)
 		require.True(t, a.OK && a.Pending)
 		require.EqualValues(t, 3, a.Token)
@@ -127,12 +127,12 @@ func TestQuorumRaiseHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		take := func(level string) {
-			a, err := scripts.QAcquire(ctx, rdb, k.Internal(), (&lua.Request{Owner: "o1", TTL: time.Minute, Level: level}).Internal())
+			a, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			require.True(t, a.OK && a.Pending)
 		}
 		raise := func(level string, tok int, held bool) bool {
-			ok, err := scripts.QRaise(ctx, rdb, k.Internal(), "o1", level, fenceTok(tok), held)
+			ok, err := scripts.QRaise(ctx, rdb, k, "o1", level, fenceTok(tok), held)
 			require.NoError(t, err)
 			return ok
 		}
