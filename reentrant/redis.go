@@ -92,7 +92,13 @@ func stateOf(s scripts.State) State {
 	st := State{Name: s.Name, Held: s.Held, Owner: s.Owner, Depth: s.Depth, Token: s.Token,
 		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.LastToken, LastOwner: s.LastOwner,
 		Levels: s.Levels, Waiters: s.Waiters}
-	st.Ended, st.Forced = scripts.Records[Ended, Forced](s)
+	for _, e := range s.Ended {
+		st.Ended = append(st.Ended, Ended(e))
+	}
+	if s.Forced != nil {
+		f := Forced(*s.Forced)
+		st.Forced = &f
+	}
 	return st
 }
 

@@ -49,30 +49,6 @@ type Ended struct {
 	Forced  bool // it was ended by a forced unlock (Expired is set too)
 }
 
-// Records returns s's Ended and Forced as E and F, types of the same
-// shape that a public package defines and documents for its callers
-// (reentrant's and lua's), so each converts them here, the one place.
-func Records[E ~struct {
-	Token   fence.Token
-	Owner   string
-	Expired bool
-	Forced  bool
-}, F ~struct {
-	Token fence.Token
-	At    time.Time
-	By    string
-}](s State) ([]E, *F) {
-	var ended []E
-	for _, e := range s.Ended {
-		ended = append(ended, E(e))
-	}
-	if s.Forced == nil {
-		return ended, nil
-	}
-	f := F(*s.Forced)
-	return ended, &f
-}
-
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2)})
