@@ -286,6 +286,12 @@ func (lm *lockMachine) stop() {
 }
 
 func (lm *lockMachine) check(t *rapid.T) {
+	// A Lock that gave up (a bounded wait, a waiter that left) takes its
+	// entry out of the queue in the background once CleanupBudget/2 has
+	// passed, which a loaded machine reaches: the queue is compared once
+	// it has settled, at most waitCeiling later (a leftover entry fails
+	// there).
+	lm.awaitWaiters(t)
 	st, err := lm.c.Inspect(context.Background(), lm.name)
 	if err != nil {
 		t.Fatal(err)
