@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -17,23 +16,24 @@ import (
 	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
-// withChecks runs f with rapid's case count multiplied by factor, so the
-// CI run reaches the case totals the suite promises (1,000 per machine with
-// the default -rapid.checks=100: 8x on miniredis, 2x on a real server, for
-// example) while -rapid.checks still scales everything. REDFENCE_LONG=1
-// multiplies by ten more.
-func withChecks(t *testing.T, factor int, f func()) {
+// withChecks runs f, which runs rapid.Check on t, factor times: that many
+// times rapid's case count (-rapid.checks, 100 by default), so the CI run
+// reaches the case totals the suite promises (1,000 per machine: 8 runs on
+// miniredis, 2 on a real server, for example) while -rapid.checks still
+// scales everything. REDFENCE_LONG=1 multiplies by ten more. It stops at
+// the first run that failed t. It sets no flag, so tests that use it can
+// run in parallel; each run draws its own seed (with -rapid.seed, every
+// run repeats the same cases).
+func withChecks(t testing.TB, factor int, f func()) {
 	t.Helper()
-	fl := flag.Lookup("rapid.checks")
-	old := fl.Value.String()
-	base, err := strconv.Atoi(old)
-	require.NoError(t, err)
 	if os.Getenv("REDFENCE_LONG") == "1" {
 		factor *= 10
 	}
-	require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(base*factor)))
-	defer func() { _ = flag.Set("rapid.checks", old) }()
-	f()
+	for range factor {
+		if f(); t.Failed() {
+			return
+		}
+	}
 }
 
 // TestLockPropertiesCatchBrokenRelease swaps in a release script that skips
@@ -85,7 +85,8 @@ func catchesMutant(t *testing.T, name string, plant func(testing.TB), invariant 
 	// odds of meeting one high. A caught mutant stops at its first failure,
 	// so the cases cost time only when the mutant goes uncaught, and the
 	// test fails then anyway.
-	withChecks(t, 20, func() { rapid.Check(rec, lockMachineBody(b, propClient(t, b), only...)) })
+	body := lockMachineBody(b, propClient(t, b), only...)
+	withChecks(rec, 20, func() { rapid.Check(rec, body) })
 	rec.caught(t, invariant, msg)
 }
 

@@ -286,6 +286,12 @@ func (lm *lockMachine) stop() {
 }
 
 func (lm *lockMachine) check(t *rapid.T) {
+	// A Lock that gave up (a bounded wait, a waiter that left) takes its
+	// entry out of the queue in the background once CleanupBudget/2 has
+	// passed, which a loaded machine reaches: the queue is compared once
+	// it has settled, at most waitCeiling later (a leftover entry fails
+	// there).
+	lm.awaitWaiters(t)
 	st, err := lm.c.Inspect(context.Background(), lm.name)
 	if err != nil {
 		t.Fatal(err)
@@ -361,13 +367,19 @@ func propClient(t *testing.T, b testenv.Backend) *reentrant.Client {
 	return c
 }
 
+// The property tests run in parallel (t.Parallel), two at a time, after
+// the package's other tests: the planted bugs (mutant) are gone by then,
+// each machine has its own keys, and withChecks sets no flag.
 func TestLockProperties(t *testing.T) {
+	t.Parallel()
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		t.Parallel()
 		factor := 8 // miniredis: fast, many cases
 		if b.Mini == nil {
 			factor = 2
 		}
-		withChecks(t, factor, func() { rapid.Check(t, lockMachineBody(b, propClient(t, b))) })
+		body := lockMachineBody(b, propClient(t, b))
+		withChecks(t, factor, func() { rapid.Check(t, body) })
 	})
 }
 
@@ -608,28 +620,34 @@ func storeMachineBody(s storage.Store) func(*rapid.T) {
 }
 
 func TestStoreProperties(t *testing.T) {
+	t.Parallel() // see TestLockProperties
 	t.Run("redisstore/miniredis", func(t *testing.T) {
 		_, rdb := testenv.Mini(t)
 		s, err := redisstore.New(rdb, redisstore.WithPrefix("rfprop"))
 		require.NoError(t, err)
-		withChecks(t, 4, func() { rapid.Check(t, storeMachineBody(s)) })
+		body := storeMachineBody(s) // one body for every run: it names each case apart
+		withChecks(t, 4, func() { rapid.Check(t, body) })
 	})
 	t.Run("redisstore/redis", func(t *testing.T) {
 		s, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix("rfprop:"+testenv.Unique(t)))
 		require.NoError(t, err)
-		withChecks(t, 2, func() { rapid.Check(t, storeMachineBody(s)) })
+		body := storeMachineBody(s)
+		withChecks(t, 2, func() { rapid.Check(t, body) })
 	})
 	t.Run("sqlstore/sqlite", func(t *testing.T) {
 		s := sqlStore(t, "sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "prop.db")), sqlstore.SQLite)
-		withChecks(t, 2, func() { rapid.Check(t, storeMachineBody(s)) })
+		body := storeMachineBody(s)
+		withChecks(t, 2, func() { rapid.Check(t, body) })
 	})
 	t.Run("sqlstore/postgres", func(t *testing.T) {
 		s := sqlStore(t, "pgx", testenv.PostgresURL(t), sqlstore.Postgres)
-		withChecks(t, 2, func() { rapid.Check(t, storeMachineBody(s)) })
+		body := storeMachineBody(s)
+		withChecks(t, 2, func() { rapid.Check(t, body) })
 	})
 	t.Run("sqlstore/mysql", func(t *testing.T) {
 		s := sqlStore(t, "mysql", testenv.MySQLDSN(t), sqlstore.MySQL)
-		withChecks(t, 2, func() { rapid.Check(t, storeMachineBody(s)) })
+		body := storeMachineBody(s)
+		withChecks(t, 2, func() { rapid.Check(t, body) })
 	})
 }
 

@@ -533,7 +533,8 @@ func TestLoggerAndObserver(t *testing.T) {
 	require.NoError(t, err)
 	m.Del(lua.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
 	awaitDone(t, l, 30*time.Second)
-	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, 30*time.Second, 5*time.Millisecond,
+		"one loss reported; events: %v", eventList{&mu, &events})
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -556,6 +557,22 @@ func TestLoggerAndObserver(t *testing.T) {
 	require.Equal(t, 1, kinds[reentrant.Released], "one release: the reentry's Unlock released no lock")
 	require.Contains(t, logs.String(), "level=WARN msg=\"reentrant: lease lost\" name="+name)
 	require.Equal(t, "renew_failed", reentrant.RenewFailed.String())
+}
+
+// eventList prints the events recorded so far, when a failure is reported.
+type eventList struct {
+	mu     *sync.Mutex
+	events *[]reentrant.Event
+}
+
+func (l eventList) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, e := range *l.events {
+		fmt.Fprintf(&b, "\n%s token %d %v", e.Kind, e.Token, e.Err)
+	}
+	return b.String()
 }
 
 func count(mu *sync.Mutex, events *[]reentrant.Event, k reentrant.EventKind) int {
