@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,14 +115,22 @@ func TestRenewalThatCannotMeetTheMarginIsRefused(t *testing.T) {
 // owner reenters before the retry lands, the retry must not release a
 // second level (the old script, which remembered only the last request,
 // did, and freed a lock one level still relied on).
+//
+// The order is forced, not timed: the first attempt's reply is held by the
+// fault proxy until go-redis gives up on it, and the retry's new
+// connection is held by a dial gate until the owner has reentered.
 func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		p, err := netfault.New(b.Client.Options().Addr)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = p.Close() })
-		slow := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3,
-			MinRetryBackoff: 300 * time.Millisecond, MaxRetryBackoff: 300 * time.Millisecond})
+		// The read timeout only has to fire on the held reply (held 30 s):
+		// a second leaves a loaded machine room for every other reply.
+		slow := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Second, MaxRetries: 3,
+			MinRetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
 		t.Cleanup(func() { _ = slow.Close() })
+		gate := newDialGate()
+		slow.AddHook(gate)
 		c := newClient(t, slow)
 		direct := newClient(t, b.Client) // the same owner, elsewhere
 		name := testenv.Unique(t)
@@ -138,14 +148,21 @@ func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
 		require.NoError(t, err)
 
 		conns := p.Stats().Accepted
-		p.DelayNext(netfault.Downstream, time.Second)
+		p.DelayNext(netfault.Downstream, 30*time.Second)
+		gate.arm()
 		done := make(chan error, 1)
 		go func() { done <- inner.Unlock(ctx) }()
-		// The first attempt has run (its reply is held) and go-redis has not
-		// retried yet: the owner reenters in between.
-		time.Sleep(100 * time.Millisecond)
+		// The first attempt has run (its reply is held) and go-redis has
+		// given up on it: it dials for the retry, held at the gate. The
+		// owner reenters in between.
+		select {
+		case <-gate.dialing:
+		case <-time.After(time.Minute):
+			t.Fatal("go-redis never dialed for the retry of the held release")
+		}
 		again, err := direct.Lock(reentrant.WithOwner(ctx, outer.Owner()), name)
 		require.NoError(t, err)
+		gate.open()
 		require.NoError(t, <-done)
 		require.Greater(t, p.Stats().Accepted, conns, "go-redis must have retried on a new connection")
 
@@ -158,6 +175,41 @@ func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "the outer level still holds the lock")
 		require.NoError(t, outer.Unlock(ctx))
 	})
+}
+
+// dialGate is a go-redis hook that, once armed, holds every new connection
+// until it is opened, and says on dialing when the first such dial began.
+type dialGate struct {
+	armed   atomic.Bool
+	once    sync.Once
+	dialing chan struct{}
+	gate    chan struct{}
+}
+
+func newDialGate() *dialGate {
+	return &dialGate{dialing: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (g *dialGate) arm()  { g.armed.Store(true) }
+func (g *dialGate) open() { close(g.gate) }
+
+func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g.armed.Load() {
+			g.once.Do(func() { close(g.dialing) })
+			select {
+			case <-g.gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // Extend on an inner lease never shortens the lock the outer level holds.

@@ -214,8 +214,10 @@ func TestStaleLeaseCannotTouchLaterOwnership(t *testing.T) {
 		b.Expire(150 * time.Millisecond)
 		require.ErrorIs(t, old.Extend(t.Context(), time.Second), reentrant.ErrNotHeld, "extend after expiry")
 
-		// Same owner, new ownership.
-		same, err := c.Lock(owner, name)
+		// Same owner, new ownership. The ownerships that must still hold
+		// when checked get a minute: a loaded machine can take longer than
+		// 100 ms between two steps.
+		same, err := c.Lock(owner, name, reentrant.WithTTL(time.Minute))
 		require.NoError(t, err)
 		require.Greater(t, same.Token(), old.Token())
 		require.ErrorIs(t, old.Unlock(t.Context()), reentrant.ErrNotHeld)
@@ -230,7 +232,7 @@ func TestStaleLeaseCannotTouchLaterOwnership(t *testing.T) {
 		first, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
 		b.Expire(150 * time.Millisecond)
-		second, err := c.Lock(t.Context(), name)
+		second, err := c.Lock(t.Context(), name, reentrant.WithTTL(time.Minute))
 		require.NoError(t, err)
 		require.ErrorIs(t, first.Unlock(t.Context()), reentrant.ErrNotHeld)
 		require.ErrorIs(t, first.Extend(t.Context(), time.Second), reentrant.ErrNotHeld)
