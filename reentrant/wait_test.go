@@ -52,7 +52,16 @@ func TestLockWakesOnExpiry(t *testing.T) {
 		if b.Mini != nil {
 			// miniredis expires keys only when told; the waiter must still
 			// find out by itself once the TTL it was given has passed.
-			go func() { time.Sleep(50 * time.Millisecond); b.Expire(time.Second) }()
+			// The goroutine ends before the test does: on a loaded machine
+			// the waiter can take the lock by the server's clock first, and
+			// a goroutine left over would advance a miniredis closed by then.
+			expired := make(chan struct{})
+			go func() {
+				defer close(expired)
+				time.Sleep(50 * time.Millisecond)
+				b.Expire(time.Second)
+			}()
+			defer func() { <-expired }()
 		}
 		start := time.Now()
 		l, err := c.Lock(t.Context(), name)
