@@ -89,7 +89,7 @@ func TestClusterSlotMove(t *testing.T) {
 		switch {
 		case g.err != nil:
 			t.Errorf("the waiter queued across the moves: %v", g.err)
-		case g.l.Token() != held.Token()+1:
+		case g.l.Token() <= held.Token():
 			t.Errorf("the waiter got token %d after %d", g.l.Token(), held.Token())
 		default:
 			_ = g.l.Unlock(ctx)

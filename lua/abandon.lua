@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
--- KEYS[3]  counter     P:{N}:t   (lib.lua)
+-- KEYS[3]  counter     P:{N}:t in strict mode, else the floor P:{S}:f (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
 -- ARGV[3]  the caller's queue member, or "" when it never queued

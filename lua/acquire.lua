@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
--- KEYS[3]  counter     P:{N}:t   (lib.lua)
+-- KEYS[3]  counter     P:{N}:t in strict mode, else the floor P:{S}:f (lib.lua)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
 -- ARGV[3]  level ID: the request ID of this call, unique per Lock call. A

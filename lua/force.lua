@@ -6,7 +6,7 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
--- KEYS[3]  counter     P:{N}:t   (lib.lua)
+-- KEYS[3]  counter     P:{N}:t in strict mode, else the floor P:{S}:f (lib.lua)
 -- ARGV[1]  the token of the ownership to end (decimal): the caller read it
 --          first (inspect.lua), so a retry, or a holder that changed in
 --          between, never ends an ownership the caller did not see

@@ -2,15 +2,16 @@
 --
 -- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
 -- KEYS[2]  wait queue  P:{N}:q
--- KEYS[3]  counter     P:{N}:t
+-- KEYS[3]  counter     P:{N}:t, the strict counter
+-- KEYS[4]  floor       P:{S}:f, the time tokens' floor (lib.lua); optional
 --
 -- Returns {owner, token, pttl, counter, levels, waiters, last, ended, meta,
--- forced}:
+-- forced, floor}:
 --   owner, token  of the holder as stored, false (nil in Go) when free;
 --                 token "pending" for a Redlock hold not yet raised;
 --   pttl          what is left of the lease in ms, -2 when free;
---   counter       the highest token issued, 0 if none was (or the keys
---                 were lost: in time mode they expire when idle);
+--   counter       the highest token issued for the name, 0 if none was
+--                 (or the keys were lost: in time mode they expire);
 --   levels        the IDs of the live levels (empty when free);
 --   waiters       the number of Lock calls queued;
 --   last          the owner of the last ownership (the holder's, when held),
@@ -20,7 +21,9 @@
 --                 last one (when free) and those recorded in e: fields;
 --   meta          the holder's metadata, false when free or none;
 --   forced        the last forced unlock {token, ms, by} (lib.lua's f),
---                 false if none.
+--                 false if none;
+--   floor         the slot's floor (KEYS[4]), 0 if none or not given: with
+--                 time tokens, every fresh token for the name is above it.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
 local _, now = clock()
 local h, err = lockOf(KEYS[1], nil, now, KEYS[3])
@@ -30,6 +33,13 @@ end
 local c, cerr = counterOf(h)
 if not c then
   return cerr
+end
+local floor = {c = 0, ckey = KEYS[4]}
+if KEYS[4] then
+  local ok, ferr = readCounter(floor, false)
+  if not ok then
+    return ferr
+  end
 end
 local n, nerr = callOn('ZCARD', KEYS[2])
 if not n then
@@ -51,7 +61,7 @@ if h.f then
   forced = {h.f.token, h.f.at, h.f.by}
 end
 if not h.held then
-  return {false, false, -2, c, {}, n, h.o or false, ended, false, forced}
+  return {false, false, -2, c, {}, n, h.o or false, ended, false, forced, floor.c}
 end
 -- A pending Redlock hold (qacquire.lua) has no token yet: reported as "pending".
-return {h.o, (not h.p) and h.ts or 'pending', h.x - now, c, h.levels, n, h.o, ended, h.m or false, forced}
+return {h.o, (not h.p) and h.ts or 'pending', h.x - now, c, h.levels, n, h.o, ended, h.m or false, forced, floor.c}

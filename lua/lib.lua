@@ -1,17 +1,27 @@
 -- lib: helpers every lock script starts with (lua.go prepends this file).
 --
--- A lock name N has three keys, all in the hash tag {N}:
---   P:{N}:t  the counter: a string, the highest token ever issued for the
---            name (canonical decimal). It is a key of its own so that
---            deleting the lock (DEL P:{N}, what an operator does to a stuck
---            lock) does not reset it: a counter that restarted at 1 would
---            hand out a token a living holder still writes with. No script
---            deletes it; in time mode it expires with the lock hash.
---            A strict lock released with nothing else to remember is
---            compacted (see compact): its hash goes, and the counter
---            becomes the record "<t> <b> <o>" of the hash it replaced,
---            which scripts read back when they find no hash: one key per
---            released name instead of two.
+-- A lock name N has these keys, all in one Cluster slot:
+--   P:{S}:f  with time tokens (the default), the floor: a string, the
+--            highest token issued for any name of the slot (canonical
+--            decimal), where {S} is a hash tag of N's slot; every name of
+--            the slot shares it, so it costs nothing per name. It expires
+--            <idle> ms after the last token written to it: a clock stepped
+--            back by less than that since then repeats no token once the
+--            floor is gone. Deleting a lock (DEL P:{N}) does not reset it,
+--            and a lost floor restarts at the clock, not at 1.
+--   P:{N}:t  in strict mode, the counter: a string, the highest token
+--            ever issued for the name (canonical decimal). It is a key of
+--            its own so that deleting the lock (DEL P:{N}, what an
+--            operator does to a stuck lock) does not reset it: a counter
+--            that restarted at 1 would hand out a token a living holder
+--            still writes with. No script deletes it, and it never
+--            expires. A strict lock released with nothing else to
+--            remember is compacted (see compact): its hash goes, and the
+--            counter becomes the record "<t> <b> <o>" of the hash it
+--            replaced, which scripts read back when they find no hash: one
+--            key per released name instead of two.
+--            The scripts call the key the client passes (P:{N}:t or the
+--            floor) the counter, h.ckey.
 --   P:{N}:q  the wait queue (queue.lua)
 --   P:{N}    the lock hash, the state of the current or last ownership:
 --   t       the token of the last ownership of this incarnation of the hash
@@ -35,9 +45,8 @@
 --           ownership at or below it may have expired
 --   f       the last forced unlock (force.lua): "<T> <ms> <by>", the token
 --           of the ownership it ended, server time in ms, and who forced it
---   y       "1" while a time-mode client has given the keys an expiry (see
---           the token modes); a strict client that writes removes it and
---           the expiry
+--   y       "1" in a hash an earlier version's time-mode client gave an
+--           expiry; a strict client that writes removes it and the expiry
 --   m       while held, when the ownership was taken with metadata: that
 --           metadata (a short caller-chosen string), removed when it ends
 --   p       "1" while a Redlock hold is pending (qacquire.lua): the lock is
@@ -49,7 +58,8 @@
 --           empty. Without it the queue is not read, so the uncontended path
 --           costs no queue command.
 -- In strict mode neither the hash nor the counter expires. In time mode
--- both expire <idle> ms after the lease ends, or after the release.
+-- the hash expires <record> ms after its lease ends, or after the
+-- release, and the floor <idle> ms after its last token.
 --
 -- Retries. A request go-redis retries may run twice. Each level is taken
 -- and released by the one request that names its ID, so a repeat finds its
@@ -234,22 +244,42 @@ end
 -- Token modes. Every script that can issue a token (acquire, release and
 -- abandon, which hand the lock to a waiter) and every script that moves the
 -- lease (extend) takes the mode as an ARGV:
---   "0"   the strict counter: a fresh token is counter + 1, and neither the
---         hash nor the counter expires (keys that a time-mode client gave
---         an expiry are made persistent again);
---   "<n>" (n > 0) time tokens: a fresh token is max(counter + 1, the
---         server's TIME in microseconds), and the keys expire n ms after
---         the lease ends. Lost keys (expired, evicted, deleted, a restart
---         without persistence, a failover that missed writes) then do not
---         restart tokens at 1: they go on from the clock, above every
---         earlier one unless the clock is behind the last.
--- Both modes write the token to the counter, so clients of either mode may
--- share a name: every token is above the counter they read.
--- modeOf parses the ARGV: the mode (0 or the idle ms), or nil plus an
--- error reply.
+--   "0"      the strict counter: a fresh token is counter + 1, the
+--            counter is the name's own key (P:{N}:t) and neither it nor
+--            the hash expires (keys that a time-mode client of an earlier
+--            version gave an expiry, marked y, are made persistent again);
+--   "<i>/<r>" (i, r > 0) time tokens, the default: a fresh token is
+--            max(counter + 1, the server's TIME in microseconds), and the
+--            counter the client passes is the floor of the name's hash
+--            slot, P:{S}:f (S a tag of that slot), which every name of the
+--            slot shares: the highest token issued there, kept i ms after
+--            the last token written to it. The lock hash
+--            expires r ms after its lease ends, or after the release: a
+--            released name leaves its hash, a few fields, for r ms, and
+--            then nothing of its own. Lost keys (expired, evicted,
+--            deleted, a restart without persistence, a failover that
+--            missed writes) do not restart tokens: they go on from the
+--            clock, above every earlier one unless the clock is behind the
+--            last;
+--   "<i>"    as "<i>/<i>" (the form of earlier versions).
+-- Tokens of either mode are above the counter and the hash's t they read,
+-- so while a name's hash lives, clients of both modes may share it; see
+-- docs/safety.md for what mixing modes risks once it is gone.
+-- modeOf parses the ARGV: the mode (0, or the floor's idle ms) and the
+-- hash's record time in ms (0 in strict mode); or nil plus an error reply.
 local function modeOf(arg)
-  if arg == '0' or (type(arg) == 'string' and #arg <= 15 and string.find(arg, '^[1-9][0-9]*$')) then
-    return tonumber(arg)
+  if arg == '0' then
+    return 0, 0
+  end
+  if type(arg) == 'string' and #arg <= 31 then
+    local i, r = string.match(arg, '^([1-9][0-9]*)/([1-9][0-9]*)$')
+    if not i then
+      i = string.match(arg, '^([1-9][0-9]*)$')
+      r = i
+    end
+    if i and #i <= 15 and #r <= 15 then
+      return tonumber(i), tonumber(r)
+    end
   end
   return nil, redis.error_reply('ERR malformed token mode')
 end
@@ -258,18 +288,20 @@ end
 -- server's clock and the lock hash key (with level, a field name or
 -- nil, and read, the hash's HGETALL reply if a quick path read it, as
 -- lockOf), and notes ckey, the counter key (nil in a script that issues
--- no token). It returns the hash's state, nil, the mode and the time in
--- µs and ms; or nil plus an error reply.
+-- no token) and the mode's record time (h.rec). It returns the hash's
+-- state, nil, the mode and the time in µs and ms; or nil plus an error
+-- reply.
 local function begin(key, modeArg, level, ckey, read)
-  local mode, err = modeOf(modeArg)
+  local mode, rec = modeOf(modeArg)
   if not mode then
-    return nil, err
+    return nil, rec
   end
   local us, now = clock()
   local h, herr = lockOf(key, level, now, ckey, read)
   if not h then
     return nil, herr
   end
+  h.rec = rec
   return h, nil, mode, us, now
 end
 
@@ -307,7 +339,8 @@ local function freshToken(key, h, mode, us)
 end
 
 -- keep sets the keys' own expiry after a write, for mode: strict, none;
--- time tokens, mode ms after the lease ends (h.x, when held) or from now.
+-- time tokens, the hash's record time (h.rec) after the lease ends (h.x,
+-- when held) or from now. The floor got its expiry when written (take).
 local function keep(key, h, mode, now)
   if mode == 0 then
     if h.y then
@@ -320,17 +353,22 @@ local function keep(key, h, mode, now)
     end
     return
   end
-  if not h.y then
-    h.y = true
-    redis.call('HSET', key, 'y', '1')
-  end
   local lease = 0
   if h.x then
     lease = math.max(h.x - now, 0)
   end
-  redis.call('PEXPIRE', key, lease + mode)
-  if h.ckey then
-    redis.call('PEXPIRE', h.ckey, lease + mode)
+  redis.call('PEXPIRE', key, lease + h.rec)
+end
+
+-- setCounter writes token ts to h's counter key: in strict mode for good;
+-- with time tokens (the floor) to expire mode ms from now. Every caller
+-- issued ts above the counter it read in the same script, so the floor,
+-- which names share, only rises.
+local function setCounter(h, ts, mode)
+  if mode == 0 then
+    redis.call('SET', h.ckey, ts)
+  else
+    redis.call('SET', h.ckey, ts, 'PX', mode)
   end
 end
 
@@ -353,7 +391,7 @@ local function take(key, h, owner, t, level, x, mode, now, meta)
     h.compact = nil
   end
   redis.call('HSET', key, unpack(fields))
-  redis.call('SET', h.ckey, ts)
+  setCounter(h, ts, mode)
   h.exists, h.o, h.t, h.ts, h.c, h.x, h.held = true, owner, t, ts, t, x, x > now
   h.levels, h.depth = {string.sub(level, 3)}, 1
   keep(key, h, mode, now)

@@ -310,6 +310,14 @@ func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
 	return fence.Token(v)
 }
 
+// floor is the time tokens' floor of k's slot.
+func floor(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
+	t.Helper()
+	v, err := rdb.Get(t.Context(), k.Floor).Uint64()
+	require.NoError(t, err)
+	return fence.Token(v)
+}
+
 // takeAndFree acquires the free lock k for a fresh owner and releases it,
 // returning the token it got.
 func takeAndFree(t *testing.T, rdb *redis.Client, k lua.Keys, m lua.Tokens) fence.Token {
@@ -336,7 +344,8 @@ func TestTimeTokensFollowTheServerClock(t *testing.T) {
 		after := micros(t, rdb)
 		require.GreaterOrEqual(t, uint64(first), before, "the token is the server's time at the grant")
 		require.LessOrEqual(t, uint64(first), after)
-		require.Equal(t, first, counter(t, rdb, k), "the token is written back to the counter")
+		require.Equal(t, first, floor(t, rdb, k), "the token is written back to the slot's floor")
+		require.Zero(t, rdb.Exists(t.Context(), k.Counter).Val(), "and to no counter of the name's own")
 		require.Less(t, uint64(first), uint64(1)<<53)
 
 		last := first
@@ -377,75 +386,81 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 	m.SetTime(t0.Add(time.Second))
 	require.EqualValues(t, t0.Add(time.Second).UnixMicro(), takeAndFree(t, rdb, k, timeTokens), "the clock takes over again once ahead")
 
-	// The lock's hash deleted (an operator's DEL): the counter key carries
-	// the tokens on, the clock being behind.
+	// The lock's hash deleted (an operator's DEL): the floor carries the
+	// tokens on, the clock being behind.
 	require.NoError(t, rdb.Del(t.Context(), k.Lock).Err())
 	after := takeAndFree(t, rdb, k, timeTokens)
-	require.Equal(t, t0.Add(time.Second).UnixMicro()+1, int64(after), "the counter outlives a DEL of the lock")
+	require.Equal(t, t0.Add(time.Second).UnixMicro()+1, int64(after), "the floor outlives a DEL of the lock")
 
-	// Both the hash and the counter lost while the clock is behind the last
+	// The same for another name of the slot: the floor is the slot's.
+	names, _ := testenv.SameSlot("rftest", k.Name, 2)
+	other := lua.KeysFor("rftest", names[1])
+	require.Equal(t, k.Floor, other.Floor)
+	require.Equal(t, after+1, takeAndFree(t, rdb, other, timeTokens), "a name of the slot goes on from the floor")
+
+	// Both the hash and the floor lost while the clock is behind the last
 	// token: the one case time tokens go backwards (docs/safety.md).
-	require.NoError(t, rdb.Del(t.Context(), k.Lock, k.Counter).Err())
+	require.NoError(t, rdb.Del(t.Context(), k.Lock, k.Floor).Err())
 	m.SetTime(t0.Add(-time.Hour))
 	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
 }
 
-// In time mode the hash, which holds the counter, expires its idle time
-// after the lease ends (or after the release), refreshed by every write;
-// in the strict mode it never expires, and a strict client's write removes
-// the expiry a time-mode client set.
+// In time mode the hash expires its record time after the lease ends (or
+// after the release), refreshed by every write, and the slot's floor its
+// idle time after the last token; in the strict mode neither the hash nor
+// the name's counter expires, and a strict client's write removes the
+// expiry an earlier version's time-mode client set (y).
 func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		pttl := func() time.Duration {
+		pttl := func(key string) time.Duration {
 			t.Helper()
-			return rdb.PTTL(ctx, k.Lock).Val()
-		}
-		cttl := func() time.Duration {
-			t.Helper()
-			return rdb.PTTL(ctx, k.Counter).Val()
+			return rdb.PTTL(ctx, key).Val()
 		}
 		strict := takeAndFree(t, rdb, k, lua.Tokens{})
 		require.EqualValues(t, 1, strict)
-		require.Equal(t, time.Duration(-2), pttl(), "a strict lock released cleanly keeps no hash (compacted)")
-		require.Equal(t, time.Duration(-1), cttl(), "and its counter never expires")
+		require.Equal(t, time.Duration(-2), pttl(k.Lock), "a strict lock released cleanly keeps no hash (compacted)")
+		require.Equal(t, time.Duration(-1), pttl(k.Counter), "and its counter never expires")
 
-		timed := takeAndFree(t, rdb, k, timeTokens)
+		m := lua.Tokens{Time: true, Idle: time.Hour, Record: 10 * time.Minute}
+		timed := takeAndFree(t, rdb, k, m)
 		require.Greater(t, timed, strict)
-		require.Greater(t, pttl(), 59*time.Minute, "a time-mode hash carries the idle expiry")
-		require.LessOrEqual(t, pttl(), time.Hour)
-		require.Greater(t, cttl(), 59*time.Minute, "and so does its counter")
-		require.LessOrEqual(t, cttl(), time.Hour)
+		require.Greater(t, pttl(k.Lock), 9*time.Minute, "a time-mode hash carries the record expiry")
+		require.LessOrEqual(t, pttl(k.Lock), 10*time.Minute)
+		require.Greater(t, pttl(k.Floor), 59*time.Minute, "the floor the idle expiry")
+		require.LessOrEqual(t, pttl(k.Floor), time.Hour)
 
-		// Held, the hash outlives the lease by the idle time, and a
+		// Held, the hash outlives the lease by the record time, and a
 		// reentry or an extend moves it with the lease.
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: timeTokens})
+		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: m})
 		require.NoError(t, err)
-		require.Greater(t, pttl(), 60*time.Minute)
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10 * time.Minute, Level: "inner", Tokens: timeTokens})
+		require.Greater(t, pttl(k.Lock), 10*time.Minute)
+		require.LessOrEqual(t, pttl(k.Lock), 11*time.Minute)
+		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10 * time.Minute, Level: "inner", Tokens: m})
 		require.NoError(t, err)
-		require.Greater(t, pttl(), 69*time.Minute, "a reentry moves the expiry with the lease")
-		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, timeTokens)
+		require.Greater(t, pttl(k.Lock), 19*time.Minute, "a reentry moves the expiry with the lease")
+		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, m)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Greater(t, pttl(), 89*time.Minute, "an extend moves it too")
+		require.Greater(t, pttl(k.Lock), 39*time.Minute, "an extend moves it too")
 		for _, level := range []string{"inner", "outer"} {
-			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, timeTokens)
+			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, m)
 			require.NoError(t, err)
 		}
-		require.LessOrEqual(t, pttl(), time.Hour, "released, the hash expires its idle time from now")
-		next := takeAndFree(t, rdb, k, timeTokens)
+		require.LessOrEqual(t, pttl(k.Lock), 10*time.Minute, "released, the hash expires its record time from now")
+		next := takeAndFree(t, rdb, k, m)
 
 		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
-		require.Equal(t, time.Duration(-2), pttl(), "and, released, its hash is compacted")
-		require.Equal(t, time.Duration(-1), cttl(), "into a counter that never expires")
+		require.Equal(t, time.Duration(-2), pttl(k.Lock), "and, released, its hash is compacted")
+		require.Equal(t, time.Duration(-1), pttl(k.Counter), "into a counter that never expires")
 
-		// Idle past the expiry, the hash is gone; the next token still
-		// comes out above every earlier one, from the clock.
+		// Idle past the expiry, a time-mode name leaves nothing; the next
+		// token still comes out above every earlier one, from the clock.
+		k = keys(t)
 		short := lua.Tokens{Time: true, Idle: 100 * time.Millisecond}
 		last := takeAndFree(t, rdb, k, short)
 		b.Expire(150 * time.Millisecond)
-		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Counter).Val(), "an idle hash and its counter expire")
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue, k.Counter, k.Floor).Val(), "an idle hash and its floor expire")
 		require.Greater(t, takeAndFree(t, rdb, k, short), last)
 	})
 }
@@ -484,7 +499,7 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 		require.Equal(t, "l2 "+second.String(), msg)
 		require.Greater(t, second, first.Token)
 		require.GreaterOrEqual(t, uint64(second), before, "the handoff's token is the server's time")
-		require.Equal(t, second, counter(t, r.rdb, r.k))
+		require.Equal(t, second, floor(t, r.rdb, r.k))
 		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute, "the handoff refreshes the hash's expiry")
 
 		// o2 gives up before claiming: the undo hands the lock on to o3.
@@ -496,7 +511,7 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 		third := r.state().Token
 		require.Equal(t, "l3 "+third.String(), msg)
 		require.Greater(t, third, second)
-		require.Equal(t, third, counter(t, r.rdb, r.k))
+		require.Equal(t, third, floor(t, r.rdb, r.k))
 		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute)
 		require.Equal(t, lua.Acquired{OK: true, Token: third, Depth: 1}, r.acquire("o3", "l3", w3), "the claim keeps the handed token")
 	})
@@ -513,15 +528,20 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 			require.ErrorIs(t, err, lua.ErrOverflow)
 			require.Equal(t, map[string]string{"t": "9007199254740991"}, rdb.HGetAll(ctx, k.Lock).Val())
 		}
-		// The counter key at the bound, the hash gone (an operator's DEL):
-		// refused the same, nothing written.
-		k = keys(t)
-		require.NoError(t, rdb.Set(ctx, k.Counter, "9007199254740991", 0).Err())
+		// The counter key (strict) or the floor (time) at the bound, the
+		// hash gone (an operator's DEL): refused the same, nothing written.
 		for _, m := range []lua.Tokens{{}, timeTokens} {
+			k = keys(t)
+			key := k.Counter
+			if m.Time {
+				key = k.Floor
+			}
+			require.NoError(t, rdb.Set(ctx, key, "9007199254740991", 0).Err())
 			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
 			require.ErrorIs(t, err, lua.ErrOverflow)
 			require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue).Val())
-			require.Equal(t, "9007199254740991", rdb.Get(ctx, k.Counter).Val())
+			require.Equal(t, "9007199254740991", rdb.Get(ctx, key).Val())
+			require.NoError(t, rdb.Del(ctx, key).Err())
 		}
 		// A clock in 2260 needs miniredis: a real server's clock cannot be
 		// set from a test.

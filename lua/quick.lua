@@ -1,9 +1,10 @@
 -- quick: the quick paths, which every script that uses them has after
 -- lib.lua's and queue.lua's helpers (they call both).
 --
--- Most calls meet a lock in one state: free and compacted (or never
--- used) for an acquire, held at depth 1 by the caller for its release, in
--- strict mode with nobody queued; under contention, held by another owner
+-- Most calls meet a lock in one state: free (never used, compacted in
+-- strict mode, or a time-mode record of the last ownership) for an
+-- acquire, held at depth 1 by the caller for its release, with nobody
+-- queued; under contention, held by another owner
 -- for a waiting acquire, and a release with someone queued. For those,
 -- the general path's parsing (every field into a table, the token mode,
 -- the e:/f/w records) costs more than the commands themselves, so
@@ -27,18 +28,36 @@ local function quickNow()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- quickRead reads the lock hash for a quick path: its HGETALL reply in
--- strict mode (modeArg "0"); nil in any other mode, or on an error reply
--- (a wrong type), which the general path then answers.
+-- quickRead reads the lock hash for a quick path: its HGETALL reply, the
+-- token mode and its record time (modeOf); nil for a malformed mode or an
+-- error reply (a wrong type), which the general path then answers.
 local function quickRead(lock, modeArg)
-  if modeArg ~= '0' then
+  local mode, rec = modeOf(modeArg)
+  if not mode then
     return nil
   end
   local r = redis.pcall('HGETALL', lock)
   if r.err then
     return nil
   end
-  return r
+  return r, mode, rec
+end
+
+-- quickKeep is keep and setCounter for a quick path that wrote the hash
+-- (with a lease ending lease ms from now) and, when ts, issued token ts:
+-- with time tokens the hash expires rec ms after the lease and the floor
+-- mode ms from now; in strict mode the counter is set for good.
+local function quickKeep(lock, ckey, ts, mode, rec, lease)
+  if mode == 0 then
+    if ts then
+      redis.call('SET', ckey, ts)
+    end
+    return
+  end
+  redis.call('PEXPIRE', lock, lease + rec)
+  if ts then
+    redis.call('SET', ckey, ts, 'PX', mode)
+  end
 end
 
 -- quickScan reads r, a lock hash's HGETALL reply, when the hash holds no
@@ -103,37 +122,50 @@ local function quickQueue(lock, queue, r, owner, member, queueMs)
   return {0, tonumber(x) - now, 0}
 end
 
--- quickTake is acquire.lua in strict mode when the lock hash is absent:
--- it takes the lock as take would (counter + 1, b continued from a
--- compacted record or started) and returns acquire's reply; nil, having
--- written nothing, in any other case. A caller that would wait (member,
--- its queue member: Lock always passes one) leaves the queue as in
--- acquire.lua when no record says the hash was compacted and an earlier
--- attempt of the call may have queued it (again = "1").
+-- quickTake is acquire.lua when the lock hash is absent, or (a record
+-- of a released ownership) holds nothing but o, t and b: it takes the
+-- lock as take would (the token above the counter and the record's t,
+-- and with time tokens at least the server's clock; b continued from the
+-- record, a compacted one, or started) and returns acquire's reply; nil,
+-- having written nothing, in any other case. A caller that would wait
+-- (member, its queue member: Lock always passes one) leaves the queue as
+-- in acquire.lua when no hash or record exists and an earlier attempt of
+-- the call may have queued it (again = "1").
 local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta, again)
   if member ~= '' and not parseWaiter(member) then
     return nil
   end
-  local r = quickRead(lock, modeArg)
+  local r, mode, rec = quickRead(lock, modeArg)
   if not r then
     return nil
-  elseif #r > 0 then
+  end
+  local last, b = 0, nil
+  if #r > 0 then
     if member ~= '' then
       local queued = quickQueue(lock, queue, r, owner, member, queueMs)
       if queued then
         return queued
       end
     end
-    return nil, r
+    if #r ~= 6 then
+      return nil, r
+    end
+    local ok, o, t, x, rb, m, q, levels = quickScan(r)
+    if not (ok and o and t and rb) or x or m or q or levels > 0 or rb == '0' or tonumber(rb) > tonumber(t) then
+      return nil, r
+    end
+    last = tonumber(t)
   end
   local v = redis.pcall('GET', ckey)
-  local c, b
+  local c
   if v == false then
     c = 0
   elseif type(v) ~= 'string' then
     return nil
   elseif canonical(v) then
     c = tonumber(v)
+  elseif #r > 0 then
+    return nil
   else
     local ts, bs = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) .')
     if not ts or tonumber(bs) > tonumber(ts) then
@@ -142,39 +174,52 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     c, b = tonumber(ts), bs
   end
   local lease = tonumber(ttl)
-  if c + 1 >= 9007199254740992 or not lease then
+  local us, now = clock()
+  local tok = math.max(c, last) + 1
+  if mode > 0 then
+    tok = math.max(tok, us)
+  end
+  if tok >= 9007199254740992 or not lease then
     return nil
   end
-  if member ~= '' and not b and again == '1' then
+  if member ~= '' and #r == 0 and not b and again == '1' then
     local left = redis.pcall('ZREM', queue, member)
     if type(left) ~= 'number' then
       return nil
     end
   end
-  local t = dec(c + 1)
-  local x = dec(quickNow() + lease)
-  if meta == '' then
-    redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t)
-  else
-    redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t, 'm', meta)
+  local t = dec(tok)
+  local x = dec(now + lease)
+  local fields = {'o', owner, 't', t, 'x', x, 'l:' .. id, '1'}
+  if #r == 0 then
+    fields[9], fields[10] = 'b', b or t
   end
-  redis.call('SET', ckey, t)
-  return {1, c + 1, 1}
+  if meta ~= '' then
+    fields[#fields + 1], fields[#fields + 2] = 'm', meta
+  end
+  redis.call('HSET', lock, unpack(fields))
+  quickKeep(lock, ckey, t, mode, rec, lease)
+  return {1, tok, 1}
 end
 
--- quickHandOn is release.lua for the last level of a live strict
--- ownership, token t at level, whose hash (r as HGETALL read it) holds
--- nothing else but the flag q and maybe metadata m, when a waiter is
--- queued and the counter is plain: it hands the lock to the oldest waiter
--- as passOn would (the next token, depth 1 at the waiter's level, a lease
--- of its claim time from now, one message on its channel) and returns 0.
--- It writes the counter with SET … GET, which reads it too: one command
--- fewer than passOn's GET and SET. nil plus r in any other case (an empty
--- queue, a malformed head, a counter that is a record or foreign, a token
--- at 2^53), with the head and the counter put back as they were, which
--- the general path then reads again.
-local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
-  if t + 1 >= 9007199254740992 then
+-- quickHandOn is release.lua for the last level of a live ownership,
+-- token t at level, whose hash (r as HGETALL read it) holds nothing else
+-- but the flag q and maybe metadata m, when a waiter is queued and the
+-- counter is plain: it hands the lock to the oldest waiter as passOn
+-- would (the next token, depth 1 at the waiter's level, a lease of its
+-- claim time from now, one message on its channel) and returns 0. In
+-- strict mode it writes the counter with SET … GET, which reads it too:
+-- one command fewer than passOn's GET and SET. nil plus r in any other
+-- case (an empty queue, a malformed head, a counter that is a record or
+-- foreign, a token at 2^53), with the head and the counter put back as
+-- they were, which the general path then reads again. now and us are the
+-- server's time in ms and µs.
+local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec)
+  local tok = t + 1
+  if mode > 0 then
+    tok = math.max(tok, us)
+  end
+  if tok >= 9007199254740992 then
     return nil, r
   end
   local head = redis.pcall('ZPOPMIN', queue)
@@ -182,25 +227,34 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
     return nil, r
   end
   local id, claim, owner, channel, meta = parseWaiter(head[1])
-  local tok, old = t + 1, nil
+  local first, old = tok, nil
   if id then
-    old = redis.pcall('SET', ckey, dec(tok), 'GET')
+    -- Strict: SET … GET reads and writes in one command. Time tokens:
+    -- GET first, so that a value put back keeps its own expiry.
+    if mode == 0 then
+      old = redis.pcall('SET', ckey, dec(tok), 'GET')
+    else
+      old = redis.pcall('GET', ckey)
+    end
     local c = type(old) == 'string' and canonical(old) and tonumber(old)
     if c and c >= tok then
-      -- A counter raised by hand: the token goes above it, as passOn's.
+      -- A counter raised by hand, or a floor another name raised: the
+      -- token goes above it, as passOn's.
       tok = c + 1
     elseif not c and old ~= false then
       id = nil
     end
   end
   if not id or tok >= 9007199254740992 then
-    if type(old) == 'string' then
+    if mode == 0 and type(old) == 'string' then
       redis.call('SET', ckey, old)
     end
     redis.call('ZADD', queue, head[2], head[1])
     return nil, r
   end
-  if tok > t + 1 then
+  if mode > 0 then
+    redis.call('SET', ckey, dec(tok), 'PX', mode)
+  elseif tok > first then
     redis.call('SET', ckey, dec(tok))
   end
   if m and meta == '' then
@@ -214,17 +268,20 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now)
   else
     redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + tonumber(claim)), 'l:' .. id, '1', 'm', meta)
   end
+  quickKeep(lock, ckey, nil, mode, rec, tonumber(claim))
   notify(channel, id .. ' ' .. ts)
   return 0
 end
 
--- quickRelease is release.lua for the last level of a live strict
--- ownership whose hash holds nothing else (o, t, x, b, the level, maybe m
--- and q): with nobody queued it compacts the lock as compact would, with
--- q set quickHandOn hands it on, and it returns 0; nil in any other case
--- (see above for the writes it may then have undone).
+-- quickRelease is release.lua for the last level of a live ownership
+-- whose hash holds nothing else (o, t, x, b, the level, maybe m and q):
+-- with nobody queued it frees the lock (strict: compacts it as compact
+-- would; time tokens: leaves the record o, t, b to expire after the
+-- record time, as free and keep would), with q set quickHandOn hands it
+-- on, and it returns 0; nil in any other case (see above for the writes
+-- it may then have undone).
 local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
-  local r = quickRead(lock, modeArg)
+  local r, mode, rec = quickRead(lock, modeArg)
   if not r then
     return nil
   elseif #r < 10 or #r > 14 then
@@ -236,12 +293,21 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
       or b == '0' or tonumber(t) >= 9007199254740992 or tonumber(b) > tonumber(t) then
     return nil, r
   end
-  local now = quickNow()
+  local us, now = clock()
   if tonumber(x) <= now then
     return nil, r
   end
   if q then
-    return quickHandOn(lock, queue, ckey, r, tonumber(t), level, m, now)
+    return quickHandOn(lock, queue, ckey, r, tonumber(t), level, m, now, us, mode, rec)
+  end
+  if mode > 0 then
+    if m then
+      redis.call('HDEL', lock, 'x', level, 'm')
+    else
+      redis.call('HDEL', lock, 'x', level)
+    end
+    redis.call('PEXPIRE', lock, rec)
+    return 0
   end
   local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
   if old ~= t and old ~= false then
@@ -261,14 +327,15 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
   return 0
 end
 
--- quickExtend is extend.lua in strict mode when the hash holds an
--- ownership and nothing else (o, t, x, b, its levels, maybe m and q): the
--- lease is raised to end ttl ms from now, never shortened, and 1 returned
--- when the caller's ownership (owner and token) holds the lock; 0, with
--- nothing written, when it does not (expired, another owner or token).
--- nil plus the HGETALL reply r, having written nothing, in any other case.
+-- quickExtend is extend.lua when the hash holds an ownership and nothing
+-- else (o, t, x, b, its levels, maybe m and q): the lease is raised to
+-- end ttl ms from now, never shortened (with time tokens the hash then
+-- expires the record time after it), and 1 returned when the caller's
+-- ownership (owner and token) holds the lock; 0, with nothing written,
+-- when it does not (expired, another owner or token). nil plus the
+-- HGETALL reply r, having written nothing, in any other case.
 local function quickExtend(lock, owner, token, ttl, modeArg)
-  local r = quickRead(lock, modeArg)
+  local r, mode, rec = quickRead(lock, modeArg)
   if not r then
     return nil
   end
@@ -283,6 +350,7 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
   end
   if now + lease > tonumber(x) then
     redis.call('HSET', lock, 'x', dec(now + lease))
+    quickKeep(lock, nil, nil, mode, rec, lease)
   end
   return 1
 end

@@ -34,13 +34,27 @@ const (
 	// DefaultHandoffTimeout: see WithHandoffTimeout.
 	DefaultHandoffTimeout = time.Second
 
-	// DefaultCounterIdleExpiry is how long, with WithTimeTokens, a name's
-	// counter outlives its last token.
+	// DefaultCounterIdleExpiry is how long, with time tokens (the
+	// default), the floor of a name's hash slot outlives the lease of the
+	// last token issued in the slot: a server clock stepped back by less
+	// than this after the floor is gone still issues no repeated token.
+	// The floor is one key per slot, whatever the number of names, so a
+	// long idle time costs no memory per name (docs/safety.md).
 	DefaultCounterIdleExpiry = 7 * 24 * time.Hour
 	// MinCounterIdleExpiry rides out NTP steps and a failover's skew.
 	MinCounterIdleExpiry = time.Hour
 	// MaxCounterIdleExpiry is ten years.
 	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
+
+	// DefaultRecordExpiry is how long, with time tokens (the default), a
+	// name's lock hash outlives its lease or its release: a retried
+	// release is answered as the first and Inspect names the last owner
+	// while it lives; then the name leaves no key of its own. At 1,000
+	// new names a second it is about 60,000 records (docs/safety.md).
+	DefaultRecordExpiry = time.Minute
+	// MinRecordExpiry outlasts go-redis's default retries of a release
+	// (3 retries, each bounded by a 3 s read timeout).
+	MinRecordExpiry = 15 * time.Second
 
 	// DefaultMaxDepth is the deepest an ownership may reenter unless
 	// WithMaxDepth says otherwise. Past it a reentry fails with
@@ -61,9 +75,11 @@ type config struct {
 	ackTimeout    time.Duration
 	allowEviction bool
 	handoff       time.Duration
-	timeTokens    bool          // WithTimeTokens
+	tokens        tokenMode     // WithTimeTokens, WithStrictTokens, or neither
 	counterIdle   time.Duration // WithCounterIdleExpiry, or its default
 	idleSet       bool
+	record        time.Duration // WithRecordExpiry, or its default
+	recordSet     bool
 	log           *slog.Logger
 	observe       func(Event)
 	identity      string
@@ -88,6 +104,18 @@ type leaseConfig struct {
 	maxDepth  int64
 }
 
+// tokenMode is how a client issues fresh tokens.
+type tokenMode uint8
+
+const (
+	tokensDefault tokenMode = iota // time tokens, no option given
+	tokensTime                     // WithTimeTokens
+	tokensStrict                   // WithStrictTokens
+)
+
+// timeTokens reports whether c issues time tokens (the default).
+func (c *config) timeTokens() bool { return c.tokens != tokensStrict }
+
 // defaults is a client's configuration before its options.
 func defaults() config {
 	return config{
@@ -96,6 +124,7 @@ func defaults() config {
 		maxRetryDelay: DefaultMaxRetryDelay,
 		handoff:       DefaultHandoffTimeout,
 		counterIdle:   DefaultCounterIdleExpiry,
+		record:        DefaultRecordExpiry,
 		log:           slog.New(slog.DiscardHandler),
 		identity:      defaultIdentity(),
 		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
@@ -147,12 +176,20 @@ func (c *config) apply(opts []ClientOption) error {
 // finish checks the options together and derives the defaults that
 // depend on the TTL, for a client or for one call.
 func (c *config) finish() error {
-	if c.idleSet && !c.timeTokens {
-		return invalid("WithCounterIdleExpiry needs WithTimeTokens: the strict counter never expires")
+	if c.tokens == tokensStrict {
+		switch {
+		case c.idleSet:
+			return invalid("WithCounterIdleExpiry does not apply to WithStrictTokens: the strict counter never expires")
+		case c.recordSet:
+			return invalid("WithRecordExpiry does not apply to WithStrictTokens: its keys never expire")
+		}
 	}
 	l := &c.lease
-	if c.timeTokens && c.counterIdle <= l.ttl {
+	if c.timeTokens() && c.counterIdle <= l.ttl {
 		return invalid("counter idle expiry %v is not longer than the TTL %v", c.counterIdle, l.ttl)
+	}
+	if c.timeTokens() && c.record > c.counterIdle {
+		return invalid("record expiry %v is longer than the counter idle expiry %v", c.record, c.counterIdle)
 	}
 	if !l.marginSet {
 		l.margin = l.ttl / 10

@@ -34,8 +34,13 @@ type State struct {
 	// or none was given.
 	Meta string
 	// LastToken is the last token issued for the name; fence.None if none
-	// was, or if its counter expired idle (see [WithTimeTokens]).
+	// was, or if its record expired (see [WithRecordExpiry]).
 	LastToken fence.Token
+	// Floor is, with time tokens (the default), the floor of the name's
+	// hash slot: the highest token issued for any name of the slot in the
+	// counter idle time, which every fresh token for the name passes;
+	// fence.None if there is none (strict tokens, or none was issued).
+	Floor fence.Token
 	// LastOwner is the owner of the last ownership, the holder's when the
 	// lock is held; empty if none is recorded.
 	LastOwner string

@@ -103,7 +103,8 @@ func WithSafetyMargin(d time.Duration) CallOption {
 // WithEvictionAllowed lets the client lock on a server whose
 // maxmemory-policy may evict the fencing counter (client only). An evicted
 // counter restarts tokens at 1, and fenced stores then refuse new holders
-// until the counter climbs past what they saw; prefer WithTimeTokens.
+// until the counter climbs past what they saw. It matters only with
+// WithStrictTokens: time tokens (the default) survive a lost key.
 func WithEvictionAllowed() ClientOption {
 	return clientOption(func(c *config) error {
 		c.allowEviction = true
@@ -171,24 +172,56 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 	})
 }
 
-// WithTimeTokens makes every fresh token max(counter + 1, the server's
-// time in microseconds) instead of counter + 1, and lets the counter expire
-// after an idle time (client only; default off, the strict counter). While
-// the counter lives, tokens increase exactly as without it; once the counter
-// is lost, tokens go on from the server's clock instead of restarting at 1.
-// With it, ErrEvictionPolicy is never returned. docs/safety.md states what
-// the clock must do for tokens to stay increasing.
+// WithTimeTokens asks for time tokens, the default (client
+// only): every fresh token is max(counter + 1, the server's time in
+// microseconds), where the counter is a floor shared by the names of one
+// hash slot, and every key the lock writes expires. While the floor
+// lives, tokens increase exactly as a counter's; once Redis loses it (a
+// FLUSHALL, a restart without persistence, a failover to a replica that
+// missed writes, an eviction, a DEL, the idle expiry), tokens go on from
+// the server's clock instead of restarting at 1. With it,
+// ErrEvictionPolicy is never returned. docs/safety.md states what the
+// clock must do for tokens to stay increasing. It fails with ErrInvalid
+// beside WithStrictTokens.
 func WithTimeTokens() ClientOption {
 	return clientOption(func(c *config) error {
-		c.timeTokens = true
+		if c.tokens == tokensStrict {
+			return invalid("WithTimeTokens and WithStrictTokens exclude each other")
+		}
+		c.tokens = tokensTime
 		return nil
 	})
 }
 
-// WithCounterIdleExpiry sets how long, with WithTimeTokens, a name's
-// counter outlives the last token issued (client only; default 7 days). It
-// must be whole milliseconds from MinCounterIdleExpiry to
-// MaxCounterIdleExpiry, longer than the TTL, and needs WithTimeTokens.
+// WithStrictTokens makes every fresh token the name's own counter + 1, a
+// small integer, instead of a time token (client only; default off). The
+// counter is a key per name that never expires, and a released name keeps
+// one key (about 130-140 B) forever. A lost counter restarts at 1 and
+// hands out tokens a living holder may still have: a FLUSHALL, a restart
+// without persistence, a failover to a replica that missed writes, an
+// eviction, or a DEL of the counter key. Use it only on one primary with
+// appendfsync always, no failover and no eviction; docs/safety.md
+// measures what each of those events does to it. It fails with ErrInvalid
+// beside WithTimeTokens, WithCounterIdleExpiry or WithRecordExpiry, and
+// with NewRedlock.
+func WithStrictTokens() ClientOption {
+	return clientOption(func(c *config) error {
+		if c.tokens == tokensTime {
+			return invalid("WithTimeTokens and WithStrictTokens exclude each other")
+		}
+		c.tokens = tokensStrict
+		return nil
+	})
+}
+
+// WithCounterIdleExpiry sets how long, with time tokens (the default), the
+// floor of a hash slot outlives the lease of the last token issued in it
+// (client only; default DefaultCounterIdleExpiry, 7 days): the largest
+// backward step of the server's clock that still repeats no token once
+// the floor is gone. It must be whole milliseconds from
+// MinCounterIdleExpiry to MaxCounterIdleExpiry, longer than the TTL and
+// not shorter than the record expiry; ErrInvalid otherwise, and beside
+// WithStrictTokens.
 func WithCounterIdleExpiry(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < MinCounterIdleExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
@@ -286,6 +319,24 @@ func WithRetry(s RetryStrategy) CallOption {
 			return err
 		}
 		l.retry = s
+		return nil
+	})
+}
+
+// WithRecordExpiry sets how long, with time tokens (the default), a
+// name's lock hash outlives its lease or its release (client only; default
+// DefaultRecordExpiry, 1 minute). While it lives, a retried release is
+// answered as the first, Inspect names the last owner, and a lease lost
+// to a forced unlock or an expiry says so; afterwards the name leaves no
+// key of its own, and a release or Inspect finds nothing. It must be whole
+// milliseconds from MinRecordExpiry to the counter idle expiry; ErrInvalid
+// otherwise, and beside WithStrictTokens.
+func WithRecordExpiry(d time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
+		if d < MinRecordExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
+			return invalid("record expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinRecordExpiry, MaxCounterIdleExpiry)
+		}
+		c.record, c.recordSet = d, true
 		return nil
 	})
 }

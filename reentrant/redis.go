@@ -42,7 +42,7 @@ func keysOf(ref lockRef, prefix string) scripts.Keys {
 
 // tokensOf is how the scripts issue a fresh token for a client of cfg.
 func tokensOf(cfg config) scripts.Tokens {
-	return scripts.Tokens{Time: cfg.timeTokens, Idle: cfg.counterIdle}
+	return scripts.NewTokens(cfg.timeTokens(), cfg.counterIdle, cfg.record)
 }
 
 // requestOf is r's acquisition as the scripts see it, without a queue.
@@ -90,7 +90,7 @@ func forceResultOf(r scripts.ForceResult) forceResult {
 // place the scripts' state becomes a State.
 func stateOf(s scripts.State) State {
 	st := State{Name: s.Name, Held: s.Held, Owner: s.Owner, Depth: s.Depth, Token: s.Token,
-		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.LastToken, LastOwner: s.LastOwner,
+		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.LastToken, Floor: s.Floor, LastOwner: s.LastOwner,
 		Levels: s.Levels, Waiters: s.Waiters}
 	for _, e := range s.Ended {
 		st.Ended = append(st.Ended, Ended(e))
@@ -116,12 +116,12 @@ func isReply(err error) bool {
 var evicting = map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true}
 
 // noEvictionCheck reports a client of cfg whose servers' eviction policy
-// need not be checked: WithEvictionAllowed accepts the risk, and with
-// WithTimeTokens an evicted counter is a lost counter, after which the
-// next token comes from the server's clock, above every earlier one unless
-// that clock stepped back (the counter carries a TTL then anyway, so
-// volatile-* policies may evict it too).
-func noEvictionCheck(cfg config) bool { return cfg.allowEviction || cfg.timeTokens }
+// need not be checked: WithEvictionAllowed accepts the risk, and with time
+// tokens (the default) an evicted floor or record is a lost one, after
+// which the next token comes from the server's clock, above every earlier
+// one unless that clock stepped back (they carry a TTL anyway, so
+// volatile-* policies may evict them too). Only WithStrictTokens checks.
+func noEvictionCheck(cfg config) bool { return cfg.allowEviction || cfg.timeTokens() }
 
 // policyOf reads one server's policy with CONFIG GET, or from INFO where
 // CONFIG is renamed or forbidden. A server that reports no policy through

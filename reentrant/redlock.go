@@ -27,8 +27,9 @@ import (
 // fair: there is no queue.
 //
 // NewRedlock fails with ErrInvalid for fewer than 3 nodes, an even number,
-// a nil node or a bad option, and for WithReplicaAck, WithTimeTokens,
-// WithCounterIdleExpiry and WithHandoffTimeout, which do not apply.
+// a nil node or a bad option, and for WithReplicaAck, WithStrictTokens,
+// WithCounterIdleExpiry, WithRecordExpiry and WithHandoffTimeout, which do
+// not apply (WithTimeTokens describes what Redlock does already).
 // docs/deployments.md ("Redlock") has the algorithm and its argument.
 func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
 	defer func() { err = pkgErr("new redlock", err) }()
@@ -52,8 +53,12 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 	switch {
 	case cfg.ackReplicas > 0:
 		return nil, invalid("WithReplicaAck does not apply to Redlock: its nodes are independent masters")
-	case cfg.timeTokens:
-		return nil, invalid("WithTimeTokens does not apply to Redlock: its tokens follow the nodes' clocks already, and its counters never expire")
+	case cfg.tokens == tokensStrict:
+		return nil, invalid("WithStrictTokens does not apply to Redlock: its tokens follow the nodes' clocks, so that a node that restarts empty repeats none")
+	case cfg.idleSet:
+		return nil, invalid("WithCounterIdleExpiry does not apply to Redlock: its counters never expire")
+	case cfg.recordSet:
+		return nil, invalid("WithRecordExpiry does not apply to Redlock: its hashes never expire")
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}

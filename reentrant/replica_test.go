@@ -176,7 +176,7 @@ func TestClusterReplicaAck(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the waiter never got the lock")
 		}
-		require.Equal(t, l.Token()+1, w.Token())
+		require.Greater(t, w.Token(), l.Token())
 		require.GreaterOrEqual(t, onReplica(m, name), w.Token())
 		require.NoError(t, w.Unlock(ctx))
 	}

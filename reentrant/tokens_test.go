@@ -42,13 +42,14 @@ func firstAfter(t *testing.T, c *reentrant.Client, name string) fence.Token {
 	return l.Token()
 }
 
-// The events that lose the counter. In time mode the first token after each
-// is above every token before it; the strict counter starts again at 1.
-func TestTimeTokensSurviveALostCounter(t *testing.T) {
+// The events that lose what Redis knew of a name: with the default options
+// (time tokens) the first token after each is above every token before it;
+// the strict counter starts again at 1. Each runs on private servers.
+func TestDefaultTokensSurviveLostData(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		opts []reentrant.ClientOption
-	}{{"counter", nil}, {"time", []reentrant.ClientOption{reentrant.WithTimeTokens()}}} {
+	}{{"default", nil}, {"strict", []reentrant.ClientOption{reentrant.WithStrictTokens()}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Run("flushall", func(t *testing.T) {
 				srv := redisproc.Start(t)
@@ -62,6 +63,16 @@ func TestTimeTokensSurviveALostCounter(t *testing.T) {
 				c, name := newClient(t, srv.Client(), mode.opts...), testenv.Unique(t)
 				before := issue(t, c, name, 5)
 				srv.Crash(0)
+				checkAfterLoss(t, mode.name, before, firstAfter(t, c, name))
+			})
+			t.Run("del-every-key", func(t *testing.T) {
+				// An operator deletes every key of the name, and, reading
+				// docs/design.md, its slot's floor too.
+				srv := redisproc.Start(t)
+				c, name := newClient(t, srv.Client(), mode.opts...), testenv.Unique(t)
+				before := issue(t, c, name, 5)
+				k := lua.KeysFor(prefix, name)
+				require.NoError(t, srv.Client().Del(t.Context(), k.Lock, k.Queue, k.Counter, k.Floor).Err())
 				checkAfterLoss(t, mode.name, before, firstAfter(t, c, name))
 			})
 			t.Run("failover", func(t *testing.T) {
@@ -87,49 +98,77 @@ func TestTimeTokensSurviveALostCounter(t *testing.T) {
 
 func checkAfterLoss(t *testing.T, mode string, before, after fence.Token) {
 	t.Helper()
-	if mode == "time" {
-		require.Greater(t, after, before, "the first time token after the counter was lost must be above every earlier one")
+	if mode == "default" {
+		require.Greater(t, after, before, "the first token after the data was lost must be above every earlier one")
 		return
 	}
 	require.LessOrEqual(t, after, before, "the strict counter, lost, repeats tokens (the contrast)")
 }
 
-// In time mode the counter expires the idle time after the release; in the
-// strict mode it never expires.
-func TestCounterIdleExpiry(t *testing.T) {
+// With the default options every key a name writes expires: the hash its
+// record time after the release, the slot's floor its idle time after the
+// last token; with WithStrictTokens the name's counter never expires.
+func TestEveryKeyExpires(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, c := range []struct {
-			opts   []reentrant.ClientOption
-			lo, hi time.Duration
-			desc   string
+			opts       []reentrant.ClientOption
+			rec, floor time.Duration // 0: no such key; -1: never expires
+			desc       string
 		}{
-			{nil, -1, -1, "never"},
-			{[]reentrant.ClientOption{reentrant.WithTimeTokens()}, reentrant.DefaultCounterIdleExpiry - time.Minute, reentrant.DefaultCounterIdleExpiry, "7 days"},
-			{[]reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour)}, 2*time.Hour - time.Minute, 2 * time.Hour, "2 h"},
+			{[]reentrant.ClientOption{reentrant.WithStrictTokens()}, 0, 0, "strict"},
+			{nil, reentrant.DefaultRecordExpiry, reentrant.DefaultCounterIdleExpiry, "default"},
+			{[]reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour),
+				reentrant.WithRecordExpiry(20 * time.Second)}, 20 * time.Second, 2 * time.Hour, "2 h, 20 s"},
 		} {
 			lc, name := newClient(t, b.Client, c.opts...), testenv.Unique(t)
 			l, err := lc.Lock(t.Context(), name)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(t.Context()))
-			ttl := b.Client.PTTL(t.Context(), lua.KeysFor(prefix, name).Counter).Val()
-			require.GreaterOrEqual(t, ttl, c.lo, c.desc)
-			require.LessOrEqual(t, ttl, c.hi, c.desc)
+			k := lua.KeysFor(prefix, name)
+			within := func(key string, want time.Duration) {
+				t.Helper()
+				ttl := b.Client.PTTL(t.Context(), key).Val()
+				switch want {
+				case 0:
+					require.Equal(t, time.Duration(-2), ttl, "%s: %s must not exist", c.desc, key)
+				default:
+					require.Greater(t, ttl, want-time.Minute/2, "%s: %s", c.desc, key)
+					require.LessOrEqual(t, ttl, want, "%s: %s", c.desc, key)
+				}
+			}
+			if c.rec == 0 {
+				require.Equal(t, time.Duration(-1), b.Client.PTTL(t.Context(), k.Counter).Val(), "the strict counter never expires")
+				within(k.Lock, 0)
+			} else {
+				within(k.Lock, c.rec)
+				within(k.Floor, c.floor)
+				within(k.Counter, 0)
+			}
+			within(k.Queue, 0)
 			st, err := lc.Inspect(t.Context(), name)
 			require.NoError(t, err)
 			require.Equal(t, l.Token(), st.LastToken)
+			require.Equal(t, string(l.Owner()), st.LastOwner, "the record names the last owner")
 		}
 		// The idle expiry is at least an hour (MinCounterIdleExpiry): only
 		// miniredis's clock can pass it in a test.
 		if b.Mini == nil {
 			return
 		}
-		// Idle past the expiry: the counter is gone, and the name costs no
-		// key at all; the next token is still above the last.
-		lc, name := newClient(t, b.Client, reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(time.Hour)), testenv.Unique(t)
-		last := issue(t, lc, name, 1)
-		testenv.Advance(b.Mini, time.Hour+time.Millisecond)
+		// Past the record time the name has no key of its own; past the
+		// idle time, nothing at all. The next token is still above the
+		// last.
+		lc, name := newClient(t, b.Client, reentrant.WithCounterIdleExpiry(time.Hour)), testenv.Unique(t)
+		last := issue(t, lc, name, 3)
 		k := lua.KeysFor(prefix, name)
+		testenv.Advance(b.Mini, reentrant.DefaultRecordExpiry+time.Millisecond)
 		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter).Val())
+		require.EqualValues(t, 1, b.Client.Exists(t.Context(), k.Floor).Val())
+		st, err := lc.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.Equal(t, reentrant.State{Name: name, Floor: last}, st, "only the slot's floor is left")
+		testenv.Advance(b.Mini, time.Hour)
+		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter, k.Floor).Val())
 		require.Greater(t, issue(t, lc, name, 1), last)
 	})
 }
@@ -137,19 +176,28 @@ func TestCounterIdleExpiry(t *testing.T) {
 func TestTimeTokenOptionsBadInput(t *testing.T) {
 	_, rdb := testenv.Mini(t)
 	for _, opts := range [][]reentrant.ClientOption{
-		{reentrant.WithCounterIdleExpiry(24 * time.Hour)}, // the strict counter never expires
-		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry - time.Millisecond)},
-		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry + time.Millisecond)},
-		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(time.Hour + time.Microsecond)},
-		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour), reentrant.WithTTL(3 * time.Hour)},
+		{reentrant.WithStrictTokens(), reentrant.WithCounterIdleExpiry(24 * time.Hour)}, // the strict counter never expires
+		{reentrant.WithStrictTokens(), reentrant.WithRecordExpiry(time.Minute)},
+		{reentrant.WithStrictTokens(), reentrant.WithTimeTokens()},
+		{reentrant.WithTimeTokens(), reentrant.WithStrictTokens()},
+		{reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry - time.Millisecond)},
+		{reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry + time.Millisecond)},
+		{reentrant.WithCounterIdleExpiry(time.Hour + time.Microsecond)},
+		{reentrant.WithCounterIdleExpiry(2 * time.Hour), reentrant.WithTTL(3 * time.Hour)},
+		{reentrant.WithRecordExpiry(reentrant.MinRecordExpiry - time.Millisecond)},
+		{reentrant.WithRecordExpiry(time.Minute + time.Microsecond)},
+		{reentrant.WithCounterIdleExpiry(time.Hour), reentrant.WithRecordExpiry(2 * time.Hour)},
 	} {
 		_, err := reentrant.New(rdb, opts...)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 	}
 	for _, opts := range [][]reentrant.ClientOption{
 		{reentrant.WithTimeTokens()},
-		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry)},
-		{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry)},
+		{reentrant.WithStrictTokens()},
+		{reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry)},
+		{reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry)},
+		{reentrant.WithRecordExpiry(reentrant.MinRecordExpiry)},
+		{reentrant.WithCounterIdleExpiry(time.Hour), reentrant.WithRecordExpiry(time.Hour)},
 	} {
 		c, err := reentrant.New(rdb, opts...)
 		require.NoError(t, err)
@@ -161,7 +209,7 @@ func TestTimeTokenOptionsBadInput(t *testing.T) {
 // counter, so tokens keep increasing whichever client takes the lock.
 func TestTokenModesShareAName(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		strict, timed := newClient(t, b.Client), newClient(t, b.Client, reentrant.WithTimeTokens())
+		strict, timed := newClient(t, b.Client, reentrant.WithStrictTokens()), newClient(t, b.Client)
 		name := testenv.Unique(t)
 		var last fence.Token
 		for _, c := range []*reentrant.Client{strict, timed, strict, timed, strict} {

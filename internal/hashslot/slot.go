@@ -52,6 +52,15 @@ var slotTags = sync.OnceValue(func() *[Slots]uint32 {
 	return &tags
 })
 
+// AppendTag appends Tag(slot) to dst and returns the extended buffer, for
+// callers that build a key without an allocation of the tag's own. It
+// panics for a slot outside [0, Slots).
+func AppendTag(dst []byte, slot int) []byte {
+	dst = append(dst, '{')
+	dst = strconv.AppendUint(dst, uint64(slotTags()[slot]), 36)
+	return append(dst, '}')
+}
+
 // Tag returns a hash tag, braces included, that puts every key holding
 // it after a brace-free prefix in slot. It panics for a slot outside
 // [0, Slots).

@@ -143,8 +143,8 @@ func acquireArgs(k Keys, r *Request) []any {
 	if r.MaxDepth > 0 {
 		depth = a.num(7, r.MaxDepth)
 	}
-	a.args = [15]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
-		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.num(5, r.Tokens.arg()), a.str(6, r.Meta), depth, again}
+	a.args = [15]any{nil, nil, 3, k.arg(0), k.arg(1), k.counter(r.Tokens), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
+		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.str(5, r.Tokens.arg()), a.str(6, r.Meta), depth, again}
 	if !r.Again {
 		// A first attempt sends no ARGV[9]: the common path's command is
 		// as long as before the flag existed.
@@ -227,8 +227,8 @@ func parseAcquire(v any) (Acquired, error) {
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
 	a := new(argv)
-	a.args = [len(a.args)]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, r.Owner), a.str(1, r.Level),
-		a.str(2, r.member()), a.num(3, r.Tokens.arg())}
+	a.args = [len(a.args)]any{nil, nil, 3, k.arg(0), k.arg(1), k.counter(r.Tokens), a.str(0, r.Owner), a.str(1, r.Level),
+		a.str(2, r.member()), a.str(3, r.Tokens.arg())}
 	v, err := run(ctx, rdb, abandonScript, a.args[:10])
 	if err != nil {
 		return false, scriptErr(err)

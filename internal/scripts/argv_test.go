@@ -23,8 +23,8 @@ func TestArgvHoldsTheValues(t *testing.T) {
 		MaxDepth: math.MaxInt64, Waiter: &Waiter{Channel: "ch", Claim: time.Second, Queue: math.MaxInt64},
 		Tokens: Tokens{Time: true, Idle: math.MaxInt64}, Again: true}
 	ms := fmt.Sprint(int64(math.MaxInt64) / int64(time.Millisecond))
-	want := []string{"3", k.Lock, k.Queue, k.Counter, "owner-1", ms, "level-1",
-		"level-1\n1000\nowner-1\nmeta\npch", ms, ms, "meta", fmt.Sprint(int64(math.MaxInt64)), "1"}
+	want := []string{"3", k.Lock, k.Queue, k.Floor, "owner-1", ms, "level-1",
+		"level-1\n1000\nowner-1\nmeta\npch", ms, ms + "/" + ms, "meta", fmt.Sprint(int64(math.MaxInt64)), "1"}
 	args := acquireArgs(k, r)
 	require.Len(t, args, 15)
 	for i, a := range args[2:] {
@@ -41,6 +41,10 @@ func TestArgvHoldsTheValues(t *testing.T) {
 
 	r.Again = false
 	require.Len(t, acquireArgs(k, r), 14, "a call's first attempt sends no ARGV[9]")
-	r.Waiter, r.MaxDepth, r.Tokens = nil, 0, Tokens{}
+	r.Waiter, r.MaxDepth, r.Tokens = nil, 0, NewTokens(true, time.Hour, time.Minute)
 	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { acquireArgs(k, r) }), 1.0)
+	require.Equal(t, "3600000/60000", fmt.Sprint(acquireArgs(k, r)[11]), "the time mode's ARGV")
+	r.Tokens = Tokens{}
+	require.Equal(t, k.Counter, fmt.Sprint(acquireArgs(k, r)[5]), "strict tokens pass the name's counter")
+	require.Equal(t, "0", fmt.Sprint(acquireArgs(k, r)[11]), "the strict mode's ARGV")
 }

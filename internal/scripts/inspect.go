@@ -23,7 +23,8 @@ type State struct {
 	Pending   bool          // held on a Redlock node by a hold not yet given its token (qacquire.lua)
 	TTL       time.Duration // what is left of the lease; 0 when free (a held lock always has a lease)
 	Meta      string        // the holder's metadata (see reentrant.WithMetadata); empty when free or none
-	LastToken fence.Token   // the last token issued; None if never, or if a time-mode hash expired idle
+	LastToken fence.Token   // the last token issued for the name; None if never, or if a time-mode record expired
+	Floor     fence.Token   // the floor of the name's slot (time tokens): every fresh token is above it; None if none
 	LastOwner string        // the owner of the last ownership, the holder's when held; empty if none
 	Levels    []string      // the level IDs of the hold, in no order; nil when free
 	Waiters   int64         // Lock calls in the queue
@@ -51,7 +52,7 @@ type Ended struct {
 
 // Inspect runs inspect.lua.
 func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2)})
+	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 4, k.arg(0), k.arg(1), k.arg(2), k.arg(floorKey)})
 	if err != nil {
 		return State{}, scriptErr(err)
 	}
@@ -63,7 +64,7 @@ func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
 // parseInspect decodes an inspect reply.
 func parseInspect(v any) (State, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 10 {
+	if !ok || len(a) != 11 {
 		return State{}, fmt.Errorf("%w: inspect returned %#v", ErrReply, v)
 	}
 	bad := func(what string, err error) (State, error) {
@@ -98,6 +99,11 @@ func parseInspect(v any) (State, error) {
 		return bad("counter", nil)
 	}
 	s.LastToken = fence.Token(c)
+	f, ok := a[10].(int64)
+	if !ok || f < 0 {
+		return bad("floor", nil)
+	}
+	s.Floor = fence.Token(f)
 	levels, ok := a[4].([]any)
 	if !ok {
 		return bad("levels", nil)

@@ -1,26 +1,54 @@
 package scripts
 
-import "strings"
+import (
+	"strings"
 
-// Keys are the Redis keys and channel of one lock. All keys share the hash
-// tag {name}, so every script touches a single Cluster slot.
+	"github.com/redfence/redfence/internal/hashslot"
+)
+
+// Keys are the Redis keys of one lock. All are in the slot of the hash tag
+// {name}, so every script touches a single Cluster slot.
 type Keys struct {
 	Name    string // N, the lock's name
 	Lock    string // P:{N}, the lock hash: the holder, its lease, the last ownership
 	Queue   string // P:{N}:q, the Lock calls waiting, oldest first
-	Counter string // P:{N}:t, the fencing counter: the highest token issued
+	Counter string // P:{N}:t, the strict counter: the highest token issued
+	// Floor is P:{S}:f, the time tokens' floor: the highest token issued
+	// for any name of N's slot, where {S} is a hash tag of that slot
+	// (hashslot.Tag), so that it shares the slot of N's keys. No lock
+	// name makes it: lock keys end in "}", ":q" or ":t".
+	Floor string
 
-	// boxed holds Lock, Queue and Counter as command arguments, made once
-	// by KeysFor: a lock's acquire and release then box none of them.
-	boxed [3]any
+	// boxed holds Lock, Queue, Counter and Floor as command arguments,
+	// made once by KeysFor: a lock's acquire and release then box none of
+	// them.
+	boxed [4]any
 }
 
-// arg returns key i (Lock, Queue, Counter) as a command argument.
+// Key indices for arg.
+const (
+	lockKey = iota
+	queueKey
+	counterKey
+	floorKey
+)
+
+// arg returns key i (Lock, Queue, Counter, Floor) as a command argument.
 func (k *Keys) arg(i int) any {
 	if k.boxed[0] != nil {
 		return k.boxed[i]
 	}
-	return [3]string{k.Lock, k.Queue, k.Counter}[i]
+	return [4]string{k.Lock, k.Queue, k.Counter, k.Floor}[i]
+}
+
+// counter returns, as a command argument, the key that holds the counter
+// for tokens issued in mode m: the floor with time tokens, the name's own
+// counter in strict mode.
+func (k *Keys) counter(m Tokens) any {
+	if m.Time {
+		return k.arg(floorKey)
+	}
+	return k.arg(counterKey)
 }
 
 // escaper makes a string safe inside a hash tag. Redis takes the tag from
@@ -51,12 +79,16 @@ func escape(s string) string {
 // free of braces. reentrant checks every name and prefix it is given
 // ([github.com/redfence/redfence/reentrant.CheckName] and CheckPrefix).
 func KeysFor(prefix, name string) Keys {
-	// One string holds the three keys, "P:{N}:qP:{N}:t", one allocation
-	// instead of three on the path of every call.
+	// One string holds the four keys, "P:{N}:qP:{N}:tP:{S}:f", one
+	// allocation instead of four on the path of every call.
 	tag := escape(name)
-	all := prefix + ":{" + tag + "}:q" + prefix + ":{" + tag + "}:t"
+	// The slot of the escaped name, which holds no brace, is its CRC; the
+	// tag's text is built on the stack, and the concatenation copies it.
+	var buf [8]byte
+	slot := hashslot.AppendTag(buf[:0], hashslot.Of(tag))
+	all := prefix + ":{" + tag + "}:q" + prefix + ":{" + tag + "}:t" + prefix + ":" + string(slot) + ":f"
 	base := len(prefix) + len(":{}") + len(tag)
-	k := Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2:]}
-	k.boxed = [3]any{k.Lock, k.Queue, k.Counter}
+	k := Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2 : 2*base+4], Floor: all[2*base+4:]}
+	k.boxed = [4]any{k.Lock, k.Queue, k.Counter, k.Floor}
 	return k
 }

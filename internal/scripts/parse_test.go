@@ -104,7 +104,7 @@ func TestParseRejectsMalformed(t *testing.T) {
 		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
 	valid := func(edit func([]any)) []any {
-		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired", "3", "o", "forced"}, "job 7", []any{"3", int64(1700000000000), "ops"}}
+		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired", "3", "o", "forced"}, "job 7", []any{"3", int64(1700000000000), "ops"}, int64(0)}
 		edit(v)
 		return v
 	}
@@ -121,7 +121,8 @@ func TestParseRejectsMalformed(t *testing.T) {
 		valid(func(v []any) { v[8] = int64(1) }), valid(func(v []any) { v[9] = "3" }),
 		valid(func(v []any) { v[9] = []any{"3", int64(1)} }), valid(func(v []any) { v[9] = []any{"0", int64(1), "ops"} }),
 		valid(func(v []any) { v[9] = []any{"3", "1", "ops"} }), valid(func(v []any) { v[9] = []any{"3", int64(1), int64(2)} }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
-		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}, nil}} {
+		valid(func(v []any) { v[10] = int64(-1) }), valid(func(v []any) { v[10] = "1" }),
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil}} {
 		_, err := scripts.ParseInspect(v)
 		require.True(t, errors.Is(err, scripts.ErrReply), "%#v: %v", v, err)
 	}
@@ -138,7 +139,7 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err = scripts.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := scripts.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil})
+	s, err := scripts.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil, int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

@@ -15,8 +15,8 @@ import (
 // issued as m says.
 func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (int64, error) {
 	a := new(argv)
-	a.args = [len(a.args)]any{nil, nil, 3, k.arg(0), k.arg(1), k.arg(2), a.str(0, owner), a.num(1, int64(token)),
-		a.str(2, level), a.num(3, m.arg())}
+	a.args = [len(a.args)]any{nil, nil, 3, k.arg(0), k.arg(1), k.counter(m), a.str(0, owner), a.num(1, int64(token)),
+		a.str(2, level), a.str(3, m.arg())}
 	v, err := run(ctx, rdb, releaseScript, a.args[:10])
 	if err != nil {
 		return 0, scriptErr(err)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -140,24 +141,54 @@ var (
 
 // Tokens says how the scripts issue a fresh token: at a free-to-held
 // acquisition, and when a release or an undo hands the lock to a waiter.
-// The zero value is the strict counter.
+// The zero value is the strict counter; NewTokens makes the mode a client
+// uses, its ARGV made once.
 type Tokens struct {
 	// Time makes a fresh token max(counter + 1, the server's TIME in
 	// microseconds) instead of counter + 1, so that a lost counter does not
-	// restart tokens at 1. Without it the counter never expires.
+	// restart tokens at 1; the counter is then the slot's floor
+	// (Keys.Floor), and every key expires. Without it the counter is the
+	// name's own and neither it nor the hash expires.
 	Time bool
-	// Idle is, with Time, how long the counter outlives the last token
-	// issued; rounded down to milliseconds, at least 1 ms.
+	// Idle is, with Time, how long the floor outlives the lease of the
+	// last token issued in its slot; rounded down to milliseconds, at
+	// least 1 ms.
 	Idle time.Duration
+	// Record is, with Time, how long the lock hash outlives its lease or
+	// its release: what a retried release, Inspect and a lost lease's
+	// cause read. Rounded down to milliseconds; 0 means Idle.
+	Record time.Duration
+
+	text string // the ARGV, when made by NewTokens
 }
 
-// arg is the scripts' token-mode ARGV (lib.lua): 0 for the counter, the
-// counter's idle expiry in ms for time tokens.
-func (m Tokens) arg() int64 {
-	if !m.Time {
-		return 0
+// NewTokens returns the time-token mode with idle and record (see Tokens),
+// or the strict counter when !time.
+func NewTokens(time bool, idle, record time.Duration) Tokens {
+	m := Tokens{Time: time, Idle: idle, Record: record}
+	m.text = m.format()
+	return m
+}
+
+// arg is the scripts' token-mode ARGV (lib.lua): "0" for the strict
+// counter, "<idle ms>/<record ms>" for time tokens.
+func (m Tokens) arg() string {
+	if m.text != "" {
+		return m.text
 	}
-	return max(m.Idle.Milliseconds(), 1)
+	return m.format()
+}
+
+func (m Tokens) format() string {
+	if !m.Time {
+		return "0"
+	}
+	idle := max(m.Idle.Milliseconds(), 1)
+	rec := idle
+	if m.Record > 0 {
+		rec = max(m.Record.Milliseconds(), 1)
+	}
+	return strconv.FormatInt(idle, 10) + "/" + strconv.FormatInt(rec, 10)
 }
 
 // millis converts a PTTL reply to a Duration. A key given an expiry
