@@ -41,6 +41,6 @@ func Example() {
 	defer lease.Unlock(ctx)
 	// Pass the token with every write; the store refuses an older token.
 	err = store.Put(lease.Context(), "invoice-42", []byte("paid"), lease.Token())
-	fmt.Println("token", lease.Token(), "write:", err)
-	// Output: token 1 write: <nil>
+	fmt.Println("write with the lease's token:", err)
+	// Output: write with the lease's token: <nil>
 }

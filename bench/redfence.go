@@ -15,11 +15,24 @@ type redfenceLocker struct{ c *reentrant.Client }
 
 var _ locker = (*redfenceLocker)(nil)
 
-func redfenceSystem() system {
+func redfenceSystem() system { return redfenceVariant("redfence", nil) }
+
+// redfenceStrictSystem is redfence with WithStrictTokens: the opt-in
+// counter per name, for the script time and memory it saves or costs
+// against the default in the same run.
+func redfenceStrictSystem() system {
+	s := redfenceVariant("redfence-strict", []reentrant.ClientOption{reentrant.WithStrictTokens()})
+	s.openN = nil // Redlock has no strict mode
+	s.linger, s.kept = 0, "one key: the name's counter, as the record of its last ownership (forever)"
+	return s
+}
+
+// redfenceVariant is redfence with opts besides the TTL.
+func redfenceVariant(name string, opts []reentrant.ClientOption) system {
 	return system{
-		name: "redfence",
+		name: name,
 		open: func(rdb *redis.Client, ttl time.Duration) (locker, error) {
-			c, err := reentrant.New(rdb, reentrant.WithTTL(ttl))
+			c, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithTTL(ttl)}, opts...)...)
 			if err != nil {
 				return nil, err
 			}
@@ -36,14 +49,15 @@ func redfenceSystem() system {
 			}
 			return &redfenceLocker{c}, nil
 		},
-		// With its default strict counter, reentrant keeps each name's
-		// hash (the fencing counter and the last owner) forever. With
-		// WithTimeTokens it expires after WithCounterIdleExpiry (at least
-		// an hour, 7 days by default), too long for the memory workload to
-		// wait, so idleExpiry stays 0 and the row says "never expires" of
-		// the default. Nothing else lingers after a release.
+		// With its default time tokens, a release leaves the name's lock
+		// hash (last token, owner, first token of its incarnation) for
+		// DefaultRecordExpiry, and one floor per hash slot for
+		// DefaultCounterIdleExpiry (7 days), too long for the memory
+		// workload to wait: the row after the record expiry shows what the
+		// floors cost per name.
+		linger:     reentrant.DefaultRecordExpiry,
 		idleExpiry: 0,
-		kept:       "one hash: fencing counter and last owner (forever)",
+		kept:       "the name's record (1 min), one floor per hash slot (7 days)",
 	}
 }
 

@@ -25,7 +25,15 @@ var notCounted = map[string]bool{
 type serverSnap struct {
 	calls map[string]int64 // INFO commandstats: calls per command, script-internal ones included
 	cpu   float64          // INFO cpu: used_cpu_sys + used_cpu_user, in seconds
+	// script is the time Redis spent in script calls (EVAL, EVALSHA,
+	// FCALL, FCALL_RO: their commandstats usec, which includes the
+	// commands a script runs), in seconds: what a lock's Lua costs the
+	// server, a figure that travels between machines (docs/benchmarks.md).
+	script float64
 }
+
+// scriptCommands are the commands whose commandstats time is a script's.
+var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
 
 // resetStats zeroes commandstats (CONFIG RESETSTAT) and returns a snapshot
 // taken right after, for the CPU baseline.
@@ -53,9 +61,13 @@ func readStats(ctx context.Context, admins ...*redis.Client) (serverSnap, error)
 			if !ok {
 				continue
 			}
-			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			calls, rest, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
 			n, _ := strconv.ParseInt(calls, 10, 64)
 			s.calls[cmd] += n
+			if scriptCommands[cmd] {
+				usec, _, _ := strings.Cut(strings.TrimPrefix(rest, "usec="), ",")
+				s.script += parseFloat(usec) / 1e6
+			}
 		}
 	}
 	return s, nil
@@ -63,13 +75,14 @@ func readStats(ctx context.Context, admins ...*redis.Client) (serverSnap, error)
 
 // serverDelta is what the server did between two snapshots.
 type serverDelta struct {
-	calls map[string]int64
-	total int64   // sum of calls, without notCounted
-	cpu   float64 // seconds
+	calls  map[string]int64
+	total  int64   // sum of calls, without notCounted
+	cpu    float64 // seconds
+	script float64 // seconds in script calls
 }
 
 func delta(before, after serverSnap) serverDelta {
-	d := serverDelta{calls: map[string]int64{}, cpu: after.cpu - before.cpu}
+	d := serverDelta{calls: map[string]int64{}, cpu: after.cpu - before.cpu, script: after.script - before.script}
 	for cmd, n := range after.calls {
 		if n -= before.calls[cmd]; n > 0 && !notCounted[cmd] {
 			d.calls[cmd] = n

@@ -36,8 +36,8 @@ type system struct {
 	// baseline.
 	openN func(rdbs []*redis.Client, ttl time.Duration) (locker, error)
 	// linger is how long per-name state left by a release stays before
-	// Redis expires it (none of the systems has such state now);
-	// 0 when a release leaves nothing that expires later.
+	// Redis expires it (redfence's record); 0 when a release leaves
+	// nothing that expires later.
 	linger time.Duration
 	// idleExpiry is how long per-name state that outlives every release
 	// (redfence's fencing counter) stays once the name is idle; 0 when it
@@ -51,7 +51,7 @@ type system struct {
 // systems lists every implementation in report order; floor comes first
 // because every ratio is to it.
 func systems() []system {
-	return []system{floorSystem(), fencedSystem(false), fencedSystem(true), redislockSystem(), redsyncSystem(), redfenceSystem()}
+	return []system{floorSystem(), fencedSystem(false), fencedSystem(true), redislockSystem(), redsyncSystem(), redfenceSystem(), redfenceStrictSystem()}
 }
 
 // pick returns the systems named in csv, in report order; floor is always

@@ -111,6 +111,7 @@ func (we windowEnd) costs(group, per string, ops int) []metric {
 	return []metric{
 		num(group, "server commands per "+per, unitCount, float64(we.server.total)/n),
 		num(group, "server CPU per "+per, unitDur, we.server.cpu*1e9/n),
+		num(group, "script time per "+per, unitDur, we.server.script*1e9/n),
 		num(group, "client requests per "+per, unitCount, float64(we.reqs)/n),
 		num(group, "client CPU per "+per, unitDur, float64(we.cpu)/n),
 		{group: group, name: "per " + per, text: we.server.breakdown(ops), detail: true},

@@ -33,7 +33,7 @@ import (
 // every write older than that; the repeated holders are fenced out until
 // the counter passes it again.
 //
-// failover/memory/time runs it with time tokens (reentrant.WithTimeTokens):
+// failover/memory/time runs it with time tokens (the default):
 // the promoted replica's counter is behind, but its clock is not, so the
 // next token is above every earlier one and nothing repeats.
 //

@@ -20,7 +20,7 @@ import (
 //   - kill-restart-aof-always: SIGKILL, restart with the AOF; every
 //     acknowledged INCR of the fencing counter survives, so no token repeats;
 //   - kill-restart-no-aof: SIGKILL, restart empty, once with the strict
-//     counter and once with time tokens (reentrant.WithTimeTokens). The
+//     counter (WithStrictTokens) and once with time tokens (the default). The
 //     counter starts again at 1: with the strict counter tokens repeat, and
 //     the store, which remembers a higher token, refuses the new holders'
 //     writes. That is the liveness cost DESIGN.md warns about, not a safety

@@ -39,8 +39,8 @@ type faultTokenMode struct {
 }
 
 var faultTokenModes = []faultTokenMode{
-	{name: "counter"},
-	{name: "time", suffix: "/time", opts: []reentrant.ClientOption{reentrant.WithTimeTokens()}},
+	{name: "counter", opts: []reentrant.ClientOption{reentrant.WithStrictTokens()}},
+	{name: "time", suffix: "/time"}, // the default
 }
 
 func (m faultTokenMode) time() bool { return m.suffix != "" }

@@ -378,10 +378,20 @@ func testClusterThousandNames(t *testing.T, p scriptPath) {
 
 	var counts []string
 	for i, m := range c.Masters() {
-		n, err := m.Client().DBSize(ctx).Result()
+		keys, err := m.Client().Keys(ctx, "*").Result()
 		require.NoError(t, err)
+		var records, floors int
+		for _, k := range keys {
+			if strings.HasSuffix(k, ":f") {
+				floors++
+			} else {
+				records++
+			}
+		}
 		assert.Positive(t, perMaster[m], "primary %d got no name", i)
-		assert.EqualValues(t, perMaster[m], n, "primary %d keeps one key per released name (the compacted counter), no queue", i)
+		assert.EqualValues(t, perMaster[m], records, "primary %d keeps one key per released name (its record), no queue", i)
+		assert.Positive(t, floors, "primary %d keeps the floors of its names' slots", i)
+		assert.LessOrEqual(t, floors, perMaster[m], "primary %d: at most one floor per name's slot", i)
 		counts = append(counts, fmt.Sprint(perMaster[m]))
 		if p.functions {
 			assert.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "primary %d has the library", i)
@@ -502,7 +512,7 @@ func testClusterSlowMoveUncontended(t *testing.T, p scriptPath) {
 
 	require.Empty(t, errs, "no caller may see the move")
 	for i := 1; i < len(tokens); i++ {
-		require.Equal(t, tokens[i-1]+1, tokens[i], "tokens go on by one")
+		require.Greater(t, tokens[i], tokens[i-1], "tokens increase")
 	}
 	assert.NoError(t, held.Err(), "the lock held across the move stays held")
 	assert.NoError(t, held.Extend(ctx, time.Second))
@@ -673,7 +683,7 @@ func TestBusyClusterRepliesAreRetried(t *testing.T) {
 			h.n.Store(3)
 			l, err := c.Lock(ctx, name)
 			require.NoError(t, err, "Lock")
-			require.EqualValues(t, 1, l.Token())
+			require.Positive(t, l.Token())
 			h.n.Store(3)
 			inner, err := c.TryLock(l.Context(), name)
 			require.NoError(t, err, "TryLock (reentry)")
@@ -696,7 +706,7 @@ func TestBusyClusterRepliesAreRetried(t *testing.T) {
 			st, err = c.Inspect(ctx, name)
 			require.NoError(t, err)
 			require.False(t, st.Held, "released once per level, not more, not less")
-			require.EqualValues(t, 1, st.LastToken)
+			require.Equal(t, l.Token(), st.LastToken)
 		})
 	}
 }
@@ -827,8 +837,8 @@ func testClusterMoveUnderConcurrentCalls(t *testing.T, p scriptPath) {
 	for _, name := range names {
 		toks := out.tokens[name]
 		require.NotEmpty(t, toks, name)
-		for i, tok := range toks {
-			require.EqualValues(t, i+1, tok, "%s: tokens go on by one", name)
+		for i := 1; i < len(toks); i++ {
+			require.Greater(t, toks[i], toks[i-1], "%s: tokens increase", name)
 		}
 	}
 	require.Zero(t, pipelined.Load(), "acquire or release calls sent in a pipeline")

@@ -60,14 +60,14 @@ func Example() {
 	// Pass the token with every write; work under lease.Context(), which is
 	// cancelled if the lease is lost.
 	err = store.Put(lease.Context(), "invoice-42", []byte("paid"), lease.Token())
-	fmt.Println("write with token", lease.Token(), "->", err)
+	fmt.Println("write ->", err)
 
 	// The same context reenters: same token, one level deeper.
 	inner, err := locks.Lock(lease.Context(), "invoice-42")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("reentered: token", inner.Token(), "depth", inner.Depth())
+	fmt.Println("reentered: same token:", inner.Token() == lease.Token(), "depth", inner.Depth())
 	_ = inner.Unlock(ctx)
 	_ = lease.Unlock(ctx)
 
@@ -78,12 +78,12 @@ func Example() {
 	}
 	_ = store.Put(next.Context(), "invoice-42", []byte("refunded"), next.Token())
 	err = store.Put(ctx, "invoice-42", []byte("late"), lease.Token())
-	fmt.Println("late write with token", lease.Token(), "stale:", errors.Is(err, fence.ErrStale))
+	fmt.Println("later token is higher:", next.Token() > lease.Token(), "late write stale:", errors.Is(err, fence.ErrStale))
 	_ = next.Unlock(ctx)
 	// Output:
-	// write with token 1 -> <nil>
-	// reentered: token 1 depth 2
-	// late write with token 1 stale: true
+	// write -> <nil>
+	// reentered: same token: true depth 2
+	// later token is higher: true late write stale: true
 }
 
 func ExampleClient_Lock() {
@@ -97,7 +97,7 @@ func ExampleClient_Lock() {
 		log.Fatal(err)
 	}
 	err = store.Put(lease.Context(), "invoice-42", []byte("paid"), lease.Token())
-	fmt.Println("put with token", lease.Token(), "->", err)
+	fmt.Println("put ->", err)
 
 	// A plain context is another owner, which waits as long as its context
 	// allows. That context bounds the wait only, never the lease.
@@ -114,11 +114,11 @@ func ExampleClient_Lock() {
 		log.Fatal(err)
 	}
 	defer next.Unlock(ctx)
-	fmt.Println("next owner's token:", next.Token())
+	fmt.Println("next owner's token is higher:", next.Token() > lease.Token())
 	// Output:
-	// put with token 1 -> <nil>
+	// put -> <nil>
 	// gave up: true true
-	// next owner's token: 2
+	// next owner's token is higher: true
 }
 
 func ExampleClient_TryLock() {
@@ -142,10 +142,10 @@ func ExampleClient_TryLock() {
 		log.Fatal(err)
 	}
 	defer lease.Unlock(ctx)
-	fmt.Println("acquired with token", lease.Token())
+	fmt.Println("acquired, token above the last holder's:", lease.Token() > held.Token())
 	// Output:
 	// busy, skipping this run
-	// acquired with token 2
+	// acquired, token above the last holder's: true
 }
 
 func ExampleClient_Do() {
@@ -156,7 +156,9 @@ func ExampleClient_Do() {
 
 	// Do locks, runs the function and always unlocks. The function gets the
 	// lease's context and the token to pass to every fenced write.
+	var used fence.Token
 	err := locks.Do(ctx, "nightly-report", func(ctx context.Context, token fence.Token) error {
+		used = token
 		return store.Put(ctx, "report/latest", []byte("42 invoices"), token)
 	})
 	if err != nil {
@@ -166,9 +168,9 @@ func ExampleClient_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%s, written with token %d\n", rec.Value, rec.Token)
+	fmt.Printf("%s, written with Do's token: %v\n", rec.Value, rec.Token == used)
 	// Output:
-	// 42 invoices, written with token 1
+	// 42 invoices, written with Do's token: true
 }
 
 // A lock call made with a lease's context reenters the lock: the same owner,
@@ -179,25 +181,28 @@ func ExampleClient_Lock_reentry() {
 	defer stop()
 	ctx := context.Background()
 
-	// charge takes the account's lock, whoever calls it.
-	charge := func(ctx context.Context, cents int) error {
+	// charge takes the account's lock, whoever calls it, and returns the
+	// token it wrote under.
+	charge := func(ctx context.Context, cents int) (fence.Token, error) {
 		lease, err := locks.Lock(ctx, "account-7")
 		if err != nil {
-			return err
+			return fence.None, err
 		}
 		defer lease.Unlock(ctx)
-		fmt.Println("charge", cents, "under token", lease.Token(), "at depth", lease.Depth())
-		return nil
+		fmt.Println("charge", cents, "at depth", lease.Depth())
+		return lease.Token(), nil
 	}
 
 	lease, err := locks.Lock(ctx, "account-7")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("checkout under token", lease.Token(), "at depth", lease.Depth())
-	if err := charge(lease.Context(), 1250); err != nil { // reenters
+	fmt.Println("checkout at depth", lease.Depth())
+	tok, err := charge(lease.Context(), 1250) // reenters
+	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println("same token:", tok == lease.Token())
 
 	// A plain context is another owner: it cannot get in.
 	_, err = locks.TryLock(ctx, "account-7")
@@ -210,8 +215,9 @@ func ExampleClient_Lock_reentry() {
 	}
 	fmt.Println("held:", st.Held)
 	// Output:
-	// checkout under token 1 at depth 1
-	// charge 1250 under token 1 at depth 2
+	// checkout at depth 1
+	// charge 1250 at depth 2
+	// same token: true
 	// another owner refused: true
 	// held: false
 }
@@ -333,16 +339,16 @@ func ExampleClient_Inspect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("held: %v, token %d, depth %d, by %q, ours: %v\n",
-		st.Held, st.Token, st.Depth, st.Meta, st.Owner == string(lease.Owner()))
+	fmt.Printf("held: %v, depth %d, by %q, ours: %v, our token: %v\n",
+		st.Held, st.Depth, st.Meta, st.Owner == string(lease.Owner()), st.Token == lease.Token())
 
 	_ = lease.Unlock(ctx)
 	st, err = locks.Inspect(ctx, "invoice-42")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("held: %v, last token %d\n", st.Held, st.LastToken)
+	fmt.Printf("held: %v, last token ours: %v\n", st.Held, st.LastToken == lease.Token())
 	// Output:
-	// held: true, token 1, depth 1, by "worker-3 job 1842", ours: true
-	// held: false, last token 1
+	// held: true, depth 1, by "worker-3 job 1842", ours: true, our token: true
+	// held: false, last token ours: true
 }

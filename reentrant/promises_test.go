@@ -344,7 +344,7 @@ func TestEvictionPolicyChecked(t *testing.T) {
 		t.Run(c.policy+strings.Join(c.args, ""), func(t *testing.T) {
 			srv := redisproc.Start(t, redisproc.WithArgs(append([]string{"--maxmemory-policy", c.policy}, c.args...)...))
 			rdb := srv.Client()
-			lc := newClient(t, rdb)
+			lc := newClient(t, rdb, reentrant.WithStrictTokens())
 			_, err := lc.TryLock(t.Context(), "n")
 			if !c.refuse {
 				require.NoError(t, err)
@@ -353,11 +353,11 @@ func TestEvictionPolicyChecked(t *testing.T) {
 			require.ErrorIs(t, err, reentrant.ErrEvictionPolicy)
 			require.ErrorContains(t, err, c.policy)
 			require.Zero(t, rdb.Exists(t.Context(), lua.KeysFor(prefix, "n").Lock).Val(), "nothing may be written")
-			// With time tokens an evicted counter is a lost counter, which
-			// the clock covers: no check.
-			_, err = newClient(t, rdb, reentrant.WithTimeTokens()).TryLock(t.Context(), "t")
+			// With time tokens (the default) an evicted key is a lost one,
+			// which the clock covers: no check.
+			_, err = newClient(t, rdb).TryLock(t.Context(), "t")
 			require.NoError(t, err)
-			ok := newClient(t, rdb, reentrant.WithEvictionAllowed())
+			ok := newClient(t, rdb, reentrant.WithStrictTokens(), reentrant.WithEvictionAllowed())
 			_, err = ok.TryLock(t.Context(), "n")
 			require.NoError(t, err)
 		})

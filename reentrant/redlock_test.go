@@ -85,8 +85,9 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 	}
 	_, err := reentrant.NewRedlock([]redis.UniversalClient{nodes[0], nil, nodes[1]})
 	require.ErrorIs(t, err, reentrant.ErrInvalid)
-	for _, o := range []reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithHandoffTimeout(time.Second),
-		reentrant.WithReplicaAck(1, 10*time.Millisecond)} {
+	for _, o := range []reentrant.ClientOption{reentrant.WithStrictTokens(), reentrant.WithHandoffTimeout(time.Second),
+		reentrant.WithReplicaAck(1, 10*time.Millisecond), reentrant.WithCounterIdleExpiry(2 * time.Hour),
+		reentrant.WithRecordExpiry(time.Minute)} {
 		_, err := reentrant.NewRedlock(nodes[:3], o)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 	}

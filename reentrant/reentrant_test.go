@@ -56,16 +56,20 @@ func waitRenewed(t *testing.T, l *reentrant.Lease, by time.Duration) {
 }
 
 // assertShape checks the invariant after every acquire, reentry and extend
-// in the strict mode: the lease runs, and neither the lock hash nor the
-// counter expires.
+// with the default options: the lease runs, the lock hash expires the
+// record time after it, and the slot's floor lives (the name has no
+// counter of its own).
 func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
 	k := lua.KeysFor(prefix, name)
 	st, err := lua.Inspect(t.Context(), rdb, k)
 	require.NoError(t, err)
 	require.Greater(t, st.TTL, time.Duration(0), "the lease of %s must run", k.Lock)
-	require.Equal(t, time.Duration(-1), rdb.PTTL(t.Context(), k.Lock).Val(), "lock hash %s must never expire", k.Lock)
-	require.Equal(t, time.Duration(-1), rdb.PTTL(t.Context(), k.Counter).Val(), "counter %s must never expire", k.Counter)
+	ttl := rdb.PTTL(t.Context(), k.Lock).Val()
+	require.Greater(t, ttl, st.TTL, "lock hash %s must outlive its lease", k.Lock)
+	require.LessOrEqual(t, ttl, st.TTL+reentrant.DefaultRecordExpiry+time.Second, "lock hash %s must expire the record time after its lease", k.Lock)
+	require.Greater(t, rdb.PTTL(t.Context(), k.Floor).Val(), time.Duration(0), "floor %s must live, and expire", k.Floor)
+	require.Equal(t, time.Duration(-2), rdb.PTTL(t.Context(), k.Counter).Val(), "no counter %s", k.Counter)
 }
 
 func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
@@ -112,6 +116,8 @@ func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
 		require.NoError(t, next.Unlock(t.Context()))
 		st, err = c.Inspect(t.Context(), name)
 		require.NoError(t, err)
+		require.GreaterOrEqual(t, st.Floor, next.Token(), "the slot's floor is at least the last token")
+		st.Floor = 0 // the slot's: other tests' names of the slot may have raised it
 		require.Equal(t, reentrant.State{Name: name, LastToken: next.Token(), LastOwner: string(next.Owner()),
 			Ended: []reentrant.Ended{{Owner: string(next.Owner()), Token: next.Token()}}}, st)
 	})
@@ -351,7 +357,7 @@ func TestConcurrentOwnersMutualExclusion(t *testing.T) {
 		}
 		wg.Wait()
 		require.Equal(t, workers*rounds, entries)
-		require.EqualValues(t, workers*rounds, last, "one token per ownership, none skipped")
+		require.Positive(t, last, "every ownership had a token above the one before")
 	})
 }
 
@@ -434,7 +440,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)
 		require.False(t, st.Held, "the lock must be released when fn panics")
-		require.EqualValues(t, 1, st.LastToken)
+		require.Positive(t, st.LastToken, "the record names the ownership")
 	})
 }
 
@@ -861,10 +867,14 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 				for g := range 16 {
 					wg.Go(func() {
 						name := fmt.Sprintf("%s-%d", base, g)
-						for i := 1; i <= 25; i++ {
+						var last fence.Token
+						for range 25 {
 							l, err := lc.Lock(t.Context(), name)
-							if err == nil && l.Token() != fence.Token(i) {
-								err = fmt.Errorf("%s: token %d, want %d", name, l.Token(), i)
+							if err == nil && l.Token() <= last {
+								err = fmt.Errorf("%s: token %d after %d", name, l.Token(), last)
+							}
+							if err == nil {
+								last = l.Token()
 							}
 							if err == nil {
 								err = l.Unlock(t.Context())

@@ -81,21 +81,22 @@ func TestReplicaAckBadInput(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
-// The same failover without WithReplicaAck: a token handed out by the old
-// primary is issued again by the promoted replica. This is what the option
-// prevents, and why stores must compare tokens with >= rather than trust
-// them to be unique.
+// The same failover without WithReplicaAck, with WithStrictTokens: a token
+// handed out by the old primary is issued again by the promoted replica.
+// This is what the option prevents (and time tokens, the default: see
+// TestDefaultTokensSurviveLostData), and why stores must compare tokens
+// with >= rather than trust them to be unique.
 func TestWithoutReplicaAckFailoverRepeatsTokens(t *testing.T) {
 	primary, replica := primaryWithReplica(t)
 	ctx := t.Context()
-	c := newClient(t, primary.Client())
+	c := newClient(t, primary.Client(), reentrant.WithStrictTokens())
 	name := testenv.Unique(t)
 
 	replica.Isolate()
 	l, err := c.Lock(ctx, name)
 	require.NoError(t, err)
 	handed := l.Token()
-	after := failOver(t, primary, replica)
+	after := failOver(t, primary, replica, reentrant.WithStrictTokens())
 	again, err := after.Lock(ctx, name)
 	require.NoError(t, err)
 	require.LessOrEqual(t, again.Token(), handed, "expected the unreplicated token to be issued again")
@@ -210,11 +211,11 @@ func TestClusterReplicaAck(t *testing.T) {
 
 // failOver kills primary, promotes its paused or isolated replica, and
 // returns a lock client on the new primary.
-func failOver(t *testing.T, primary, replica *redisproc.Server) *reentrant.Client {
+func failOver(t *testing.T, primary, replica *redisproc.Server, opts ...reentrant.ClientOption) *reentrant.Client {
 	primary.Kill()
 	replica.Resume()
 	replica.Promote()
-	return newClient(t, replica.Client())
+	return newClient(t, replica.Client(), opts...)
 }
 
 // A waiter's polls under WithReplicaAck run on a connection of their own,

@@ -163,18 +163,20 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 }
 
 // retries reports whether rdb may re-send a command on its own: go-redis
-// does unless MaxRetries is negative, and a ClusterClient also while
-// MaxRedirects is above 0 (its default, 3): it re-sends after a timeout as
-// after a redirect. A client type it cannot inspect is assumed to.
+// does while its normalized MaxRetries is above 0 (an Options value of -1
+// becomes 0, no retry; 0 becomes the default, 3), and a ClusterClient also
+// while MaxRedirects is above 0 (its default, 3): it re-sends after a
+// timeout as after a redirect. A client type it cannot inspect is assumed
+// to.
 func retries(rdb redis.UniversalClient) bool {
 	switch rdb := rdb.(type) {
 	case *redis.Client:
-		return rdb.Options().MaxRetries >= 0
+		return rdb.Options().MaxRetries > 0
 	case *redis.ClusterClient:
 		o := rdb.Options()
-		return o.MaxRetries >= 0 || o.MaxRedirects > 0
+		return o.MaxRetries > 0 || o.MaxRedirects > 0
 	case *redis.Ring:
-		return rdb.Options().MaxRetries >= 0
+		return rdb.Options().MaxRetries > 0
 	}
 	return true
 }

@@ -47,20 +47,20 @@ func Example() {
 		log.Fatal(err)
 	}
 	err = store.Put(b.Context(), "invoice-42", []byte("refunded"), b.Token())
-	fmt.Println("B writes with token", b.Token(), "->", err)
+	fmt.Println("B writes with a higher token:", b.Token() > a.Token(), "->", err)
 	_ = b.Unlock(ctx)
 
 	// A wakes up, still believing it holds the lock, and writes.
 	err = store.Put(ctx, "invoice-42", []byte("paid"), a.Token())
-	fmt.Println("A writes with token", a.Token(), "-> stale:", errors.Is(err, fence.ErrStale))
+	fmt.Println("A writes with its old token -> stale:", errors.Is(err, fence.ErrStale))
 
 	rec, err := store.Get(ctx, "invoice-42")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("invoice-42: %s (token %d)\n", rec.Value, rec.Token)
+	fmt.Printf("invoice-42: %s (B's token: %v)\n", rec.Value, rec.Token == b.Token())
 	// Output:
-	// B writes with token 2 -> <nil>
-	// A writes with token 1 -> stale: true
-	// invoice-42: refunded (token 2)
+	// B writes with a higher token: true -> <nil>
+	// A writes with its old token -> stale: true
+	// invoice-42: refunded (B's token: true)
 }

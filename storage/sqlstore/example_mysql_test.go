@@ -76,7 +76,7 @@ func ExampleStore_Guard_mysql() {
 	fmt.Println("B:", err)
 
 	err = deposit(a.Context(), a.Token(), 1000) // A wakes up: refused
-	fmt.Println("A:", errors.Is(err, fence.ErrStale), err)
+	fmt.Println("A: stale:", errors.Is(err, fence.ErrStale))
 
 	var balance int
 	check(db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 1`).Scan(&balance))
@@ -111,7 +111,7 @@ func TestExampleStoreGuardMySQL(t *testing.T) {
 
 	got := stdoutOf(t, ExampleStore_Guard_mysql)
 	want := `B: <nil>
-A: true sqlstore: guard "accounts/1": fence: stale token 1 (highest accepted 2)
+A: stale: true
 balance: 150
 `
 	if got != want {

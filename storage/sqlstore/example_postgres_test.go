@@ -40,7 +40,7 @@ func TestExampleStoreGuardPostgres(t *testing.T) {
 
 	got := stdoutOf(t, ExampleStore_Guard)
 	want := `B: <nil>
-A: true sqlstore: guard "accounts/1": fence: stale token 1 (highest accepted 2)
+A: stale: true
 balance: 150
 `
 	if got != want {

@@ -112,7 +112,7 @@ func ExampleStore_Guard() {
 
 	// A wakes up and deposits with its old token: refused, nothing written.
 	err = deposit(a.Context(), a.Token(), 1000)
-	fmt.Println("A:", errors.Is(err, fence.ErrStale), err)
+	fmt.Println("A: stale:", errors.Is(err, fence.ErrStale))
 
 	var balance int
 	check(db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 1`).Scan(&balance))
