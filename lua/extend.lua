@@ -12,7 +12,10 @@
 -- unchanged: extending never shortens, so one level or the renewal cannot
 -- cut the lease another level relies on. Returns 0 when the ownership does
 -- not hold the lock (free, expired, another owner, or a later ownership by
--- the same owner). Repeating the call is harmless.
+-- the same owner), or {0, by, ms} when a forced unlock (force.lua) ended
+-- that very ownership and its record is still there: who forced it
+-- (WithIdentity's name) and when (server time in ms). Repeating the call
+-- is harmless.
 -- Error "FOREIGN <key>" when the lock key holds a value this library did
 -- not write; "ERR malformed token mode" for a bad ARGV[4].
 local quick, read = quickExtend(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
@@ -24,6 +27,9 @@ if not h then
   return err
 end
 if not (h.held and h.o == ARGV[1] and h.ts == ARGV[2]) then
+  if h.f and h.f.token == ARGV[2] and h.expired[ARGV[2]] == ARGV[1] then
+    return {0, h.f.by, h.f.at}
+  end
   return 0
 end
 local x = now + tonumber(ARGV[3])

@@ -1,6 +1,7 @@
 package reentrant
 
 import (
+	"fmt"
 	"context"
 	"time"
 
@@ -100,9 +101,20 @@ type extendReq struct {
 // still holds the lock and now has ttl left, from no earlier than sent;
 // false, without err, when it is gone.
 type extendResult struct {
-	held bool
-	sent time.Time // when the attempt that ran left, before the server could start the TTL
-	err  error
+	held   bool
+	forced *Forced   // when not held because a forced unlock ended the ownership, and Redis said so
+	sent   time.Time // when the attempt that ran left, before the server could start the TTL
+	err    error
+}
+
+// goneReason says why Redis no longer holds an ownership, as a lost lease's
+// cause puts it: who forced it and when, if Redis still has that record,
+// else what (a renewal, Redis) found.
+func (r extendResult) goneReason(what string) string {
+	if f := r.forced; f != nil {
+		return fmt.Sprintf("forced by %q at %s", f.By, f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	}
+	return what + " found it expired, taken, forced or deleted"
 }
 
 // forceResult is a backend's answer to a forced unlock.

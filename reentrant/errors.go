@@ -39,7 +39,9 @@ var (
 	// ErrGone is the cause of a lease lost because Redis says its ownership
 	// no longer holds the lock: its lease ran out there, another ownership
 	// took it, an operator forced it ([Client.ForceUnlock]) or deleted the
-	// lock's keys. errors.Is(ErrGone, ErrLost) holds.
+	// lock's keys. When a forced unlock ended it and Redis still has that
+	// record (the record expiry, 1 minute by default), the error says who
+	// forced it and when. errors.Is(ErrGone, ErrLost) holds.
 	ErrGone error = &subError{"lease lost: ownership gone from Redis", []error{ErrLost}}
 
 	// ErrUnconfirmed is the cause of a lease lost because no renewal was

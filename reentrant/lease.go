@@ -166,7 +166,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return out.err
 	}
 	if !out.v.held {
-		return l.goneFromRedis()
+		return l.goneFromRedis(out.v)
 	}
 	l.own.confirm(out.v.sent, ttl)
 	return nil
@@ -199,7 +199,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	if st.Owner != string(l.owner) || st.Token != l.token {
-		return 0, l.goneFromRedis()
+		return 0, l.goneFromRedis(extendResult{})
 	}
 	return st.TTL, nil
 }
@@ -227,8 +227,11 @@ func (l *Lease) live() error {
 
 // goneFromRedis ends the lease's ownership, which Redis says it no longer holds, and
 // returns the ErrNotHeld that Unlock, Extend and TTL report then.
-func (l *Lease) goneFromRedis() error {
-	l.own.lose(l.own.lostErr(ErrGone, "Redis says it expired, was taken, forced or deleted", nil))
+func (l *Lease) goneFromRedis(r extendResult) error {
+	l.own.lose(l.own.lostErr(ErrGone, r.goneReason("Redis"), nil))
+	if f := r.forced; f != nil {
+		return fmt.Errorf("%w: token %d: forced unlock by %q", ErrNotHeld, l.token, f.By)
+	}
 	return fmt.Errorf("%w: token %d expired or another ownership took the lock", ErrNotHeld, l.token)
 }
 

@@ -76,7 +76,7 @@ func prepared(reqs []*extendReq, prefix string) []scripts.ExtendReq {
 func extendResults(res []scripts.ExtendResult) []extendResult {
 	out := make([]extendResult, len(res))
 	for i, r := range res {
-		out[i] = extendResult{held: r.Held, sent: r.Sent, err: r.Err}
+		out[i] = extendResult{held: r.Held, forced: forcedOf(r.Forced), sent: r.Sent, err: r.Err}
 	}
 	return out
 }
@@ -95,11 +95,17 @@ func stateOf(s scripts.State) State {
 	for _, e := range s.Ended {
 		st.Ended = append(st.Ended, Ended(e))
 	}
-	if s.Forced != nil {
-		f := Forced(*s.Forced)
-		st.Forced = &f
-	}
+	st.Forced = forcedOf(s.Forced)
 	return st
+}
+
+// forcedOf is a forced unlock's record as the Client's own; nil for nil.
+func forcedOf(f *scripts.Forced) *Forced {
+	if f == nil {
+		return nil
+	}
+	out := Forced(*f)
+	return &out
 }
 
 // isReply reports whether err is an error reply from the server.

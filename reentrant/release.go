@@ -60,7 +60,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	l.unlocked = true
 	defer l.c.dropRef(l.own)
 	if n < 0 {
-		return l.goneFromRedis() // the lease ends with its ownership's cause
+		return l.goneFromRedis(extendResult{}) // the lease ends with its ownership's cause
 	}
 	l.end(ErrReleased)
 	if n == 0 {

@@ -93,8 +93,8 @@ func (s *single) extend(ctx context.Context, req *extendReq) extendResult {
 	k := keysOf(req.ref, s.prefix)
 	r, err := retryBusy(s, ctx, func(ctx context.Context) (extendResult, error) {
 		sent := time.Now()
-		held, err := scripts.Extend(ctx, s.rdb, k, string(req.owner), req.token, req.ttl, s.tokens)
-		return extendResult{held: held, sent: sent}, err
+		r, err := scripts.ExtendWhy(ctx, s.rdb, k, string(req.owner), req.token, req.ttl, s.tokens)
+		return extendResult{held: r.Held, forced: forcedOf(r.Forced), sent: sent}, err
 	})
 	r.err = err
 	return r

@@ -340,6 +340,9 @@ func TestForceUnlockHandsToTheWaiter(t *testing.T) {
 
 		err = awaitLoss(t, first)
 		require.ErrorIs(t, err, reentrant.ErrGone)
+		require.ErrorContains(t, err, `forced by "ops@bastion" at `, "the loss says who forced it")
+		err = first.Extend(ctx, time.Minute)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
 
 		st, err := ops.Inspect(ctx, name)
 		require.NoError(t, err)
@@ -389,5 +392,31 @@ func TestLossSaysWhy(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrClosed)
 		require.False(t, errors.Is(err, reentrant.ErrGone) || errors.Is(err, reentrant.ErrUnconfirmed))
 		require.NoError(t, l.Unlock(ctx), "Unlock still works after Close")
+	})
+}
+
+// A lease ended by ForceUnlock says so: its Extend, and the cause its
+// context ends with, name who forced it (the record force.lua leaves).
+func TestForcedLeaseSaysWhoForcedIt(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c := newClient(t, b.Client, reentrant.WithoutRenewal())
+		ops := newClient(t, b.Client, reentrant.WithIdentity("ops@bastion"))
+		l, err := c.Lock(ctx, name)
+		require.NoError(t, err)
+		_, err = ops.ForceUnlock(ctx, name)
+		require.NoError(t, err)
+		err = l.Extend(ctx, time.Minute)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		require.ErrorContains(t, err, `forced unlock by "ops@bastion"`)
+		require.ErrorIs(t, l.Err(), reentrant.ErrGone)
+		require.ErrorContains(t, l.Err(), `forced by "ops@bastion" at `)
+
+		// Deleted by hand, not forced: the cause says what it cannot tell.
+		l, err = c.Lock(ctx, name)
+		require.NoError(t, err)
+		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, name).Lock).Err())
+		require.ErrorIs(t, l.Extend(ctx, time.Minute), reentrant.ErrNotHeld)
+		require.ErrorContains(t, l.Err(), "expired, taken, forced or deleted")
 	})
 }

@@ -13,11 +13,26 @@ import (
 // Extend runs extend.lua and reports whether the ownership still held the
 // lock and now has ttl left. m sets the hash's own expiry (time tokens).
 func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (bool, error) {
+	r, err := ExtendWhy(ctx, rdb, k, owner, token, ttl, m)
+	return r.Held, err
+}
+
+// ExtendReply is extend.lua's answer: whether the ownership held the lock,
+// and, when it did not because a forced unlock ended it, that unlock's
+// record (who, when; Token is the ownership's).
+type ExtendReply struct {
+	Held   bool
+	Forced *Forced
+}
+
+// ExtendWhy is Extend, and says who ended the ownership when a forced
+// unlock did.
+func ExtendWhy(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (ExtendReply, error) {
 	v, err := run(ctx, rdb, extendScript, []any{nil, nil, 1, k.Lock, owner, token.String(), ttl.Milliseconds(), m.arg()})
 	if err != nil {
-		return false, scriptErr(err)
+		return ExtendReply{}, scriptErr(err)
 	}
-	return parseExtend(v)
+	return parseExtend(v, token)
 }
 
 // ExtendReq names one ownership for [ExtendBatch]. One made by
@@ -51,9 +66,10 @@ func (r *ExtendReq) build() []any {
 // the instant before the pipeline that carried its last attempt was sent.
 // Redis started the new TTL no earlier than Sent.
 type ExtendResult struct {
-	Held bool
-	Err  error
-	Sent time.Time
+	Held   bool
+	Forced *Forced // as ExtendReply's
+	Err    error
+	Sent   time.Time
 }
 
 // ExtendBatch runs extend.lua for every request in pipelines on rdb: one
@@ -79,14 +95,30 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tok
 		}
 		out[i] = ExtendResult{Err: scriptErr(err), Sent: b.sent[i]}
 		if err == nil {
-			out[i].Held, out[i].Err = parseExtend(v)
+			var r ExtendReply
+			r, out[i].Err = parseExtend(v, reqs[i].Token)
+			out[i].Held, out[i].Forced = r.Held, r.Forced
 		}
 	}
 	return out
 }
 
-// parseExtend decodes an extend reply.
-func parseExtend(v any) (bool, error) { return parseFlag("extend", v) }
+// parseExtend decodes an extend reply for the ownership with token tok.
+func parseExtend(v any, tok fence.Token) (ExtendReply, error) {
+	if a, ok := v.([]any); ok {
+		if len(a) != 3 || a[0] != int64(0) {
+			return ExtendReply{}, fmt.Errorf("%w: extend returned %#v", ErrReply, v)
+		}
+		by, ok1 := a[1].(string)
+		at, ok2 := a[2].(int64)
+		if !ok1 || !ok2 {
+			return ExtendReply{}, fmt.Errorf("%w: extend returned %#v", ErrReply, v)
+		}
+		return ExtendReply{Forced: &Forced{Token: tok, At: time.UnixMilli(at), By: by}}, nil
+	}
+	held, err := parseFlag("extend", v)
+	return ExtendReply{Held: held}, err
+}
 
 // parseFlag decodes the 0-or-1 reply of script (extend, abandon, qraise):
 // anything else is ErrReply, naming the script.

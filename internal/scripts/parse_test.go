@@ -74,10 +74,14 @@ func FuzzParseReplies(f *testing.F) {
 		if n, err := scripts.ParseRelease(v); err == nil && n < -1 {
 			t.Fatalf("release %#v parsed to %d", v, n)
 		}
-		if held, err := scripts.ParseExtend(v); err == nil {
+		if r, err := scripts.ParseExtend(v, 7); err == nil {
 			n, isInt := v.(int64)
-			if !isInt || (n != 0 && n != 1) || held != (n == 1) {
-				t.Fatalf("extend %#v parsed to %v", v, held)
+			a, isList := v.([]any)
+			switch {
+			case isInt && (n == 0 || n == 1) && r.Held == (n == 1) && r.Forced == nil:
+			case isList && len(a) == 3 && !r.Held && r.Forced != nil && r.Forced.Token == 7 && r.Forced.By == a[1]:
+			default:
+				t.Fatalf("extend %#v parsed to %+v", v, r)
 			}
 		}
 		if s, err := scripts.ParseInspect(v); err == nil {
@@ -99,16 +103,20 @@ func TestParseRejectsMalformed(t *testing.T) {
 		_, err := scripts.ParseRelease(v)
 		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
-	for _, v := range []any{nil, int64(2), int64(-1)} {
-		_, err := scripts.ParseExtend(v)
+	for _, v := range []any{nil, int64(2), int64(-1), []any{int64(0), "ops"}, []any{int64(1), "ops", int64(5)},
+		[]any{int64(0), int64(3), int64(5)}, []any{int64(0), "ops", "5"}} {
+		_, err := scripts.ParseExtend(v, 7)
 		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
+	r, err := scripts.ParseExtend([]any{int64(0), "ops@bastion", int64(1700000000000)}, 7)
+	require.NoError(t, err)
+	require.Equal(t, scripts.ExtendReply{Forced: &scripts.Forced{Token: 7, At: time.UnixMilli(1700000000000), By: "ops@bastion"}}, r)
 	valid := func(edit func([]any)) []any {
 		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired", "3", "o", "forced"}, "job 7", []any{"3", int64(1700000000000), "ops"}, int64(0)}
 		edit(v)
 		return v
 	}
-	_, err := scripts.ParseInspect(valid(func([]any) {}))
+	_, err = scripts.ParseInspect(valid(func([]any) {}))
 	require.NoError(t, err, "the base of the malformed replies below must parse")
 	for _, v := range []any{nil, []any{}, valid(func(v []any) { v[1] = nil }),
 		valid(func(v []any) { v[0], v[1], v[2] = nil, nil, int64(-9) }), valid(func(v []any) { v[4] = []any{} }),
