@@ -1,8 +1,8 @@
 package reentrant
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redfence/redfence/fence"
