@@ -114,7 +114,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "r"}); return err },
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 				"qacquire": func() error {
-					_, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
 				"qraise": func() error { _, err := scripts.QRaise(ctx, rdb, k, "o", "r", 1, false); return err },
@@ -206,7 +206,7 @@ func TestForeignCounterRefused(t *testing.T) {
 				},
 				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
 				"qacquire": func() error {
-					_, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
 				"qraise": func() error { _, err := scripts.QBump(ctx, rdb, k, 5); return err },

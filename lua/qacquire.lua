@@ -5,11 +5,17 @@
 --
 -- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
 -- KEYS[2]  counter     P:{N}:t (lib.lua)
+-- KEYS[3]  the node's join record P:j: when (server time in ms) the node
+--          was first found without one, that is, empty: new, restarted
+--          without its data, or flushed
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease TTL in milliseconds (positive integer)
 -- ARGV[3]  level ID: the request ID of this call (as acquire.lua)
 -- ARGV[4]  metadata for a fresh ownership ("" for none)
 -- ARGV[5]  the deepest hold a reentry may make (a positive integer)
+-- ARGV[6]  the rejoin delay in ms: how long after it was found empty the
+--          node takes part in no majority (the longest lease any client
+--          may hold, and the clocks' drift)
 --
 -- Returns {1, token, depth} when the caller's ownership holds the lock here
 -- with its token raised (qraise.lua): a reentry (one more level) or a
@@ -22,7 +28,29 @@
 -- picks the token from a majority's counters and clocks, and raises it.
 -- Returns {2, token, depth} when a new level would pass ARGV[5]; nothing is
 -- written. Returns {0, pttl, 0} when another owner holds it.
+-- Returns {4, wait, 0} when the node is joining: it had no join record
+-- (one is written now) or got it less than ARGV[6] ago, so it may have
+-- forgotten leases it granted and votes for nobody until they have
+-- expired; wait is what is left of the delay in ms. Nothing else is read
+-- or written then.
 -- Error "FOREIGN <key>" as the other scripts; nothing is written then.
+local delay = tonumber(ARGV[6])
+if not canonical(ARGV[6]) then
+  return redis.error_reply('ERR malformed rejoin delay')
+end
+local _, jnow = clock()
+local joined, jerr = callOn('GET', KEYS[3])
+if joined == nil then
+  return jerr
+elseif joined == false then
+  redis.call('SET', KEYS[3], dec(jnow))
+  return {4, delay, 0}
+elseif not canonical(joined) then
+  local _, ferr = foreign(KEYS[3])
+  return ferr
+elseif tonumber(joined) + delay > jnow then
+  return {4, tonumber(joined) + delay - jnow, 0}
+end
 local level = 'l:' .. ARGV[3]
 local h, err, _, us, now = begin(KEYS[1], '0', level, KEYS[2])
 if not h then

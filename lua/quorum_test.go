@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -17,7 +18,7 @@ func TestQuorumPhases(t *testing.T) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		q := func(owner, level string) scripts.QAcquired {
 			before := micros(t, rdb)
-			a, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
+			a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			if a.Pending {
 				// The node's clock, for the client's token rule.
@@ -85,7 +86,7 @@ func TestQuorumPendingUndone(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		r := &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}
-		_, err := scripts.QAcquire(ctx, rdb, k, r)
+		_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
 		undone, err := lua.Abandon(ctx, rdb, k, r)
 		require.NoError(t, err)
@@ -95,7 +96,7 @@ func TestQuorumPendingUndone(t *testing.T) {
 		// An expired pending hold is not recorded as an ownership. (The
 		// ownership before it has a long lease: released, not expired, even
 		// on a slow machine.)
-		_, err = scripts.QAcquire(ctx, rdb, k, r)
+		_, err = scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
 		ok, err := scripts.QRaise(ctx, rdb, k, "o1", "r1", 3, false)
 		require.NoError(t, err)
@@ -103,10 +104,10 @@ func TestQuorumPendingUndone(t *testing.T) {
 		_, err = lua.Release(ctx, rdb, k, "o1", 3, "r1", lua.Tokens{})
 		require.NoError(t, err)
 		r.Level, r.TTL = "r2", 20*time.Millisecond
-		_, err = scripts.QAcquire(ctx, rdb, k, r)
+		_, err = scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond) // TIME is the real clock on miniredis too
-		a, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
+		a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
 		require.NoError(t, err)
 		require.True(t, a.OK && a.Pending)
 		require.EqualValues(t, 3, a.Token)
@@ -127,7 +128,7 @@ func TestQuorumRaiseHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		take := func(level string) {
-			a, err := scripts.QAcquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
+			a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			require.True(t, a.OK && a.Pending)
 		}
@@ -151,5 +152,55 @@ func TestQuorumRaiseHeld(t *testing.T) {
 		c, err := rdb.Get(ctx, k.Counter).Int()
 		require.NoError(t, err)
 		require.Equal(t, 7, c, "the counter is unchanged")
+	})
+}
+
+// joined gives rdb, a Redlock node, a join record from long ago: it votes
+// at once.
+func joined(t *testing.T, rdb *redis.Client) scripts.Node {
+	t.Helper()
+	n := scripts.Node{Joined: scripts.JoinedKey("rftest"), Rejoin: time.Minute}
+	require.NoError(t, rdb.Set(t.Context(), n.Joined, "1", 0).Err())
+	return n
+}
+
+// A node found without a join record (new, restarted empty, flushed)
+// votes for nobody until the rejoin delay has passed since: it may have
+// forgotten leases it granted. It writes only the record meanwhile.
+func TestJoiningNodeVotesForNobody(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		node := scripts.Node{Joined: scripts.JoinedKey(testenv.Unique(t)), Rejoin: 300 * time.Millisecond}
+		req := &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"}
+		start := time.Now()
+		a, err := scripts.QAcquire(ctx, rdb, k, node, req)
+		require.NoError(t, err)
+		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{HolderTTL: 300 * time.Millisecond}, Joining: true}, a, "found empty: joining")
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Counter).Val(), "nothing but the record is written")
+		since, err := rdb.Get(ctx, node.Joined).Int64()
+		require.NoError(t, err)
+		require.InDelta(t, micros(t, rdb)/1000, since, 1000, "the record is the node's clock in ms")
+
+		a, err = scripts.QAcquire(ctx, rdb, k, node, req)
+		require.NoError(t, err)
+		if b.Mini != nil || time.Since(start) < node.Rejoin { // a loaded machine may take longer
+			require.True(t, a.Joining, "still joining")
+			require.Positive(t, a.HolderTTL)
+			require.LessOrEqual(t, a.HolderTTL, 300*time.Millisecond)
+			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
+		}
+
+		b.Expire(310 * time.Millisecond) // real time on a real server, the clock on miniredis
+		a, err = scripts.QAcquire(ctx, rdb, k, node, req)
+		require.NoError(t, err)
+		require.False(t, a.Joining, "joined once the delay has passed")
+		require.True(t, a.OK && a.Pending)
+
+		// A record the library did not write is refused; nothing written.
+		other := scripts.Node{Joined: scripts.JoinedKey(testenv.Unique(t) + "x"), Rejoin: time.Second}
+		require.NoError(t, rdb.Set(ctx, other.Joined, "soon", 0).Err())
+		_, err = scripts.QAcquire(ctx, rdb, keys(t), other, req)
+		require.ErrorIs(t, err, lua.ErrForeign)
+		require.Equal(t, "soon", rdb.Get(ctx, other.Joined).Val())
 	})
 }

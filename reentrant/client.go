@@ -85,6 +85,9 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) (_ *Client, err error)
 	if err := checkAckClient(rdb, cfg); err != nil {
 		return nil, err
 	}
+	if cfg.rejoinSet {
+		return nil, invalid("WithRejoinDelay applies to NewRedlock only")
+	}
 	c, id := build(cfg)
 	c.deadlines = honoursDeadlines(rdb)
 	c.be = newSingle(c, rdb, id)

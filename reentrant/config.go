@@ -80,6 +80,8 @@ type config struct {
 	idleSet       bool
 	record        time.Duration // WithRecordExpiry, or its default
 	recordSet     bool
+	rejoin        time.Duration // WithRejoinDelay (Redlock)
+	rejoinSet     bool
 	log           *slog.Logger
 	observe       func(Event)
 	identity      string

@@ -340,3 +340,24 @@ func WithRecordExpiry(d time.Duration) ClientOption {
 		return nil
 	})
 }
+
+// WithRejoinDelay sets how long a Redlock node found empty (new, restarted
+// without its data, or flushed) takes part in no majority (NewRedlock
+// only; default the TTL plus its drift allowance, TTL/100 + 2 ms). An
+// empty node has forgotten the leases it granted, and a majority that
+// counts it could grant a lock another client still holds; once every
+// lease it may have granted has run out, it votes again. The delay must
+// cover the longest TTL any client of the deployment uses: set it on every
+// client to that TTL plus its drift allowance when clients use different
+// TTLs. A call whose TTL the delay does not cover fails with ErrInvalid.
+// It must be whole milliseconds from the TTL plus its drift allowance to
+// MaxTTL plus its allowance; ErrInvalid otherwise, and with New.
+func WithRejoinDelay(d time.Duration) ClientOption {
+	return clientOption(func(c *config) error {
+		if d < MinTTL || d > MaxTTL+drift(MaxTTL) || d%time.Millisecond != 0 {
+			return invalid("rejoin delay %v is not a whole number of milliseconds in [%v, %v]", d, MinTTL, MaxTTL+drift(MaxTTL))
+		}
+		c.rejoin, c.rejoinSet = d, true
+		return nil
+	})
+}

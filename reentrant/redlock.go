@@ -62,8 +62,21 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}
+	for i, rdb := range nodes {
+		if _, ok := rdb.(*redis.ClusterClient); ok {
+			return nil, invalid("node %d is a Redis Cluster: Redlock's nodes are independent masters, each one server (a *redis.Client)", i)
+		}
+	}
+	rejoin := cfg.lease.ttl + drift(cfg.lease.ttl)
+	if cfg.rejoinSet {
+		if cfg.rejoin < rejoin {
+			return nil, invalid("rejoin delay %v is shorter than the TTL %v and its drift allowance %v", cfg.rejoin, cfg.lease.ttl, drift(cfg.lease.ttl))
+		}
+		rejoin = cfg.rejoin
+	}
 	c, _ := build(cfg)
-	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), prefix: cfg.prefix}
+	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), prefix: cfg.prefix,
+		node: scripts.Node{Joined: scripts.JoinedKey(cfg.prefix), Rejoin: rejoin}}
 	for _, rdb := range q.nodes {
 		q.wakes = append(q.wakes, newWakes(c, rdb))
 	}
@@ -80,6 +93,10 @@ type quorum struct {
 	nodes  []redis.UniversalClient
 	wakes  []*wakes // one per node, where its waiters hear of releases
 	prefix string   // of the keys
+	// node is the join record's key and the rejoin delay: a node found
+	// empty votes for nobody until every lease it may have granted has
+	// run out (qacquire.lua).
+	node scripts.Node
 }
 
 // quorumCall is a lock call on a Redlock: the call and its lock's keys.

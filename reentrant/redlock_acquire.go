@@ -24,6 +24,9 @@ import (
 func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error) {
 	c := q.c
 	maj, n := q.majority(), len(q.nodes)
+	if longest := q.node.Rejoin - drift(r.cfg.ttl); r.cfg.ttl > longest {
+		return acquired{}, invalid("TTL %v is longer than this Redlock's rejoin delay allows (%v; see WithRejoinDelay)", r.cfg.ttl, longest)
+	}
 	sent := time.Now()
 	window := r.cfg.window()
 	ctx, cancel := context.WithDeadline(ctx, sent.Add(window))
@@ -49,7 +52,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		}
 	}()
 	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.QAcquired, error) {
-		return scripts.QAcquire(ctx, rdb, qc.keys, &req)
+		return scripts.QAcquire(ctx, rdb, qc.keys, q.node, &req)
 	})
 	granted := func(x nodeReply[scripts.QAcquired]) bool { return x.err == nil && x.v.OK }
 	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.QAcquired]) bool {

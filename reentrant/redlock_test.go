@@ -69,8 +69,17 @@ func eachRedlock(t *testing.T, n int, f func(t *testing.T, s redlockSet)) {
 	})
 }
 
+// newRedlock returns a Redlock client on nodes, each given a join record
+// from long ago first (the nodes the tests start are new, and a new node
+// otherwise votes for nobody for a TTL: TestRedlockFreshNodeWaitsOnce). A
+// node that does not answer is left as it is.
 func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {
 	t.Helper()
+	for _, rdb := range nodes {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_ = rdb.SetNX(ctx, scripts.JoinedKey(prefix), "1", 0).Err()
+		cancel()
+	}
 	c, err := reentrant.NewRedlock(nodes, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -672,7 +681,8 @@ func TestRedlockRestartWithoutAOF(t *testing.T) {
 // as p says: a restarted node has lost the library, or the scripts.
 func testRedlockRestartWithoutAOF(t *testing.T, p scriptPath) {
 	srvs, nodes := redlockProcsTimeout(t, 3, 200*time.Millisecond, redisproc.WithArgs(p.args...))
-	a, b := newRedlock(t, nodes), newRedlock(t, nodes)
+	// A restarted node votes again a TTL (and its drift allowance) later.
+	a, b := newRedlock(t, nodes, reentrant.WithTTL(2*time.Second)), newRedlock(t, nodes, reentrant.WithTTL(2*time.Second))
 	name := testenv.Unique(t)
 	var last fence.Token
 	for i := range 12 {
@@ -709,15 +719,17 @@ func unreachable(t *testing.T) redis.UniversalClient {
 // The scenario of Kleppmann's critique, on real processes: a client that
 // cannot reach C takes and releases the lock on {A, B}; B is SIGKILLed and
 // restarted empty; a client that cannot reach A then takes the lock on
-// {B, C}, which never saw the token. It must get a higher token, at once and
-// seconds later.
+// {B, C}, which never saw the token. It must get a higher token, once B has
+// rejoined (a TTL after its restart, so that the lease it forgot has run
+// out), whether it asks at once or seconds later.
 func TestRedlockRestartEmptyBehindAPartition(t *testing.T) {
 	t.Parallel() // see TestMain
 	for _, wait := range []time.Duration{0, 2 * time.Second} {
 		srvs, nodes := redlockProcs(t, 3)
 		name := testenv.Unique(t)
-		noC := newRedlock(t, []redis.UniversalClient{nodes[0], nodes[1], unreachable(t)})
-		noA := newRedlock(t, []redis.UniversalClient{unreachable(t), nodes[1], nodes[2]})
+		ttl := reentrant.WithTTL(2 * time.Second)
+		noC := newRedlock(t, []redis.UniversalClient{nodes[0], nodes[1], unreachable(t)}, ttl)
+		noA := newRedlock(t, []redis.UniversalClient{unreachable(t), nodes[1], nodes[2]}, ttl)
 		var first fence.Token
 		for range 4 {
 			l, err := noC.Lock(t.Context(), name)
@@ -831,4 +843,49 @@ func TestRedlockLossBoundWhileAMajorityIsStopped(t *testing.T) {
 	require.False(t, at.Before(dl), "the lease ended before its deadline %v", dl)
 	require.Less(t, dl.Sub(last), ttl,
 		"the lease must end before any node could expire the ownership (last confirmed send %v before the pause)", paused.Sub(last))
+}
+
+// A node without a join record (new, or restarted without its data) votes
+// for nobody for the rejoin delay: a new Redlock's first acquisition waits
+// that long, once; later ones do not. A TTL longer than the delay covers is
+// refused, as is WithRejoinDelay on New or below the TTL.
+func TestRedlockFreshNodeWaitsOnce(t *testing.T) {
+	t.Parallel() // see TestMain
+	_, nodes := redlockProcs(t, 3)
+	const ttl = 2 * time.Second
+	c, err := reentrant.NewRedlock(nodes, reentrant.WithPrefix(prefix), reentrant.WithTTL(ttl))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	name := testenv.Unique(t)
+	_, err = c.TryLock(t.Context(), name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired, "new nodes are joining")
+	start := time.Now()
+	l, err := c.Lock(t.Context(), name)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), ttl/2, "the first acquisition waits for the nodes to join")
+	require.NoError(t, l.Unlock(t.Context()))
+	l, err = c.TryLock(t.Context(), name)
+	require.NoError(t, err, "joined: no wait any more")
+	require.NoError(t, l.Unlock(t.Context()))
+
+	_, err = c.TryLock(t.Context(), name, reentrant.WithTTL(ttl+time.Second))
+	require.ErrorIs(t, err, reentrant.ErrInvalid, "a lease the rejoin delay does not cover")
+	long, err := reentrant.NewRedlock(nodes, reentrant.WithPrefix(prefix), reentrant.WithTTL(ttl), reentrant.WithRejoinDelay(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = long.Close() })
+	_, err = long.TryLock(t.Context(), name)
+	require.ErrorIs(t, err, reentrant.ErrNotAcquired, "the nodes joined 2 s ago: a minute's delay has not passed")
+	for _, rdb := range nodes { // as an operator may for a node known to have granted nothing
+		require.NoError(t, rdb.Set(t.Context(), scripts.JoinedKey(prefix), "1", 0).Err())
+	}
+	l, err = long.TryLock(t.Context(), name, reentrant.WithTTL(30*time.Second))
+	require.NoError(t, err, "WithRejoinDelay covers longer leases")
+	require.NoError(t, l.Unlock(t.Context()))
+
+	_, err = reentrant.NewRedlock(nodes, reentrant.WithTTL(ttl), reentrant.WithRejoinDelay(ttl))
+	require.ErrorIs(t, err, reentrant.ErrInvalid, "no room for the drift allowance")
+	_, err = reentrant.New(nodes[0], reentrant.WithRejoinDelay(time.Minute))
+	require.ErrorIs(t, err, reentrant.ErrInvalid, "New has no rejoin")
+	_, err = reentrant.NewRedlock([]redis.UniversalClient{nodes[0], nodes[1], redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})})
+	require.ErrorIs(t, err, reentrant.ErrInvalid, "a Cluster is not one node")
 }

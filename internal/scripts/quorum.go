@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,19 +21,44 @@ type QAcquired struct {
 	// Micros is, when Pending, the node's clock (TIME) in microseconds when
 	// it granted the hold.
 	Micros uint64
+	// Joining is set when the node refused because it is joining: it was
+	// found empty less than the rejoin delay ago (see [Node]); HolderTTL
+	// is then what is left of the delay.
+	Joining bool
 }
+
+// Node is what qacquire.lua needs of a Redlock node besides a lock's keys:
+// the key of its join record and the rejoin delay.
+type Node struct {
+	Joined string        // P:j, see JoinedKey
+	Rejoin time.Duration // whole milliseconds, at least 1 ms
+}
+
+// JoinedKey is the key of a Redlock node's join record under prefix: when
+// (server time in ms) the node was first found without one. An operator
+// who knows a new node has granted nothing may set it to 1 to spare its
+// first use the rejoin delay.
+func JoinedKey(prefix string) string { return prefix + ":j" }
 
 // QAcquire runs qacquire.lua, phase 1 of a Redlock acquisition on one node:
 // r's Waiter and Tokens are ignored (Redlock neither queues nor issues time
 // tokens). See the script's header.
-func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (QAcquired, error) {
+func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, node Node, r *Request) (QAcquired, error) {
 	depth := r.MaxDepth
 	if depth <= 0 {
 		depth = math.MaxInt32
 	}
-	v, err := run(ctx, rdb, qacquireScript, []any{nil, nil, 2, k.Lock, k.Counter, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth})
+	v, err := run(ctx, rdb, qacquireScript, []any{nil, nil, 3, k.Lock, k.Counter, node.Joined, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth,
+		max(node.Rejoin.Milliseconds(), 1)})
 	if err != nil {
 		return QAcquired{}, scriptErr(err)
+	}
+	if a, ok := v.([]any); ok && len(a) == 3 && a[0] == int64(4) {
+		wait, ok := a[1].(int64)
+		if !ok || wait <= 0 || a[2] != int64(0) {
+			return QAcquired{}, fmt.Errorf("%w: qacquire returned %#v", ErrReply, v)
+		}
+		return QAcquired{Acquired: Acquired{HolderTTL: millis(wait)}, Joining: true}, nil
 	}
 	if a, ok := v.([]any); ok && len(a) == 4 {
 		n, ok1 := a[0].(int64)
