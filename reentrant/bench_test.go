@@ -29,10 +29,10 @@ func BenchmarkBaselineSetNX(b *testing.B) {
 // script calls (docs/design.md lists the commands each runs).
 func BenchmarkLockUnlock(b *testing.B) { benchLockUnlock(b) }
 
-// BenchmarkLockUnlockTimeTokens is BenchmarkLockUnlock with
-// WithTimeTokens: the acquire script also reads TIME and sets the
-// counter's expiry.
-func BenchmarkLockUnlockTimeTokens(b *testing.B) { benchLockUnlock(b, reentrant.WithTimeTokens()) }
+// BenchmarkLockUnlockStrictTokens is BenchmarkLockUnlock with
+// WithStrictTokens: a counter per name instead of the slot's floor, and
+// no expiry.
+func BenchmarkLockUnlockStrictTokens(b *testing.B) { benchLockUnlock(b, reentrant.WithStrictTokens()) }
 
 func benchLockUnlock(b *testing.B, opts ...reentrant.ClientOption) {
 	c, name, ctx := benchClient(b, opts...)

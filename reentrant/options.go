@@ -172,8 +172,8 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 	})
 }
 
-// WithTimeTokens asks for time tokens, the default (client
-// only): every fresh token is max(counter + 1, the server's time in
+// WithTimeTokens asks for time tokens, the default (client only): every
+// fresh token is max(counter + 1, the server's time in
 // microseconds), where the counter is a floor shared by the names of one
 // hash slot, and every key the lock writes expires. While the floor
 // lives, tokens increase exactly as a counter's; once Redis loses it (a
@@ -183,15 +183,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 // ErrEvictionPolicy is never returned. docs/safety.md states what the
 // clock must do for tokens to stay increasing. It fails with ErrInvalid
 // beside WithStrictTokens.
-func WithTimeTokens() ClientOption {
-	return clientOption(func(c *config) error {
-		if c.tokens == tokensStrict {
-			return invalid("WithTimeTokens and WithStrictTokens exclude each other")
-		}
-		c.tokens = tokensTime
-		return nil
-	})
-}
+func WithTimeTokens() ClientOption { return tokenOption(tokensTime) }
 
 // WithStrictTokens makes every fresh token the name's own counter + 1, a
 // small integer, instead of a time token (client only; default off). The
@@ -204,12 +196,16 @@ func WithTimeTokens() ClientOption {
 // measures what each of those events does to it. It fails with ErrInvalid
 // beside WithTimeTokens, WithCounterIdleExpiry or WithRecordExpiry, and
 // with NewRedlock.
-func WithStrictTokens() ClientOption {
+func WithStrictTokens() ClientOption { return tokenOption(tokensStrict) }
+
+// tokenOption sets the token mode m, which an earlier option may not have
+// set to the other mode.
+func tokenOption(m tokenMode) ClientOption {
 	return clientOption(func(c *config) error {
-		if c.tokens == tokensTime {
+		if c.tokens != tokensDefault && c.tokens != m {
 			return invalid("WithTimeTokens and WithStrictTokens exclude each other")
 		}
-		c.tokens = tokensStrict
+		c.tokens = m
 		return nil
 	})
 }
