@@ -183,10 +183,8 @@ func run(ctx context.Context, cfg config, addrs []string, all []system, wls []wo
 		envs = append(envs, &env{cfg: cfg, sys: s, lk: lk, rdb: rdbs[0], rdbs: rdbs, reqs: reqs, admin: admin, admins: admins})
 	}
 	for _, e := range envs {
-		for _, a := range admins {
-			if err := a.FlushAll(ctx).Err(); err != nil {
-				return err
-			}
+		if err := flushAll(ctx, admins); err != nil {
+			return err
 		}
 		if err := checkExclusion(ctx, e.lk, "exclusion", cfg.check); err != nil {
 			return fmt.Errorf("%s: %w", e.sys.name, err)

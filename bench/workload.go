@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/reentrant"
 )
 
 // config holds the settings every workload reads; the flags fill it.
@@ -74,10 +76,8 @@ type window struct {
 // that an earlier run's garbage is not charged to this one, and starts the
 // clocks.
 func begin(ctx context.Context, e *env) (*window, error) {
-	for _, a := range e.admins {
-		if err := a.FlushAll(ctx).Err(); err != nil {
-			return nil, err
-		}
+	if err := flushAll(ctx, e.admins); err != nil {
+		return nil, err
 	}
 	runtime.GC()
 	snap, err := resetStats(ctx, e.admins...)
@@ -85,6 +85,25 @@ func begin(ctx context.Context, e *env) (*window, error) {
 		return nil, err
 	}
 	return &window{e: e, snap: snap, cpu: processCPU(), reqs: e.reqs.Load(), t: time.Now()}, nil
+}
+
+// flushAll empties the servers of admins. With several (a Redlock), each
+// is then given a join record from long ago: a flushed node is, to
+// redfence's Redlock, one that lost its data, which votes for nobody for a
+// TTL; these have granted nothing a later run needs, which an operator may
+// tell it so (reentrant.JoinKey). Other systems never read the key.
+func flushAll(ctx context.Context, admins []*redis.Client) error {
+	for _, a := range admins {
+		if err := a.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+		if len(admins) > 1 {
+			if err := a.Set(ctx, reentrant.JoinKey(reentrant.DefaultPrefix), "1", 0).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // windowEnd is what happened during a window.
