@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -62,10 +64,15 @@ func memory(ctx context.Context, e *env) ([]metric, error) {
 	}
 	// Nothing is left by floor after a release: ratios to its zero would be
 	// noise.
+	left, err := keyTTLs(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	ms := []metric{
 		num(mem, "per held lock", unitBytes, perItem(m0, m1, n)),
 		noRatio(num(mem, "per name after release", unitBytes, perItem(m0, m2, n))),
 		text(mem, "keys per name after release", fmt.Sprintf("%.2f", float64(m2.keys-m0.keys)/float64(n))),
+		text(mem, "TTL of what a release leaves", left),
 	}
 	switch {
 	case e.sys.linger == 0:
@@ -139,6 +146,51 @@ func settledMem(ctx context.Context, e *env, wait time.Duration) (memSnap, error
 	}
 	time.Sleep(settle)
 	return readMem(ctx, e.admin)
+}
+
+// keyTTLs describes the expiry of every key on the server: "nothing" when
+// there is none, else the shortest and longest PTTL, "never" for a key
+// without one.
+func keyTTLs(ctx context.Context, e *env) (string, error) {
+	var keys []string
+	iter := e.admin.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return "", err
+	}
+	if len(keys) == 0 {
+		return "nothing", nil
+	}
+	cmds := make([]*redis.DurationCmd, len(keys))
+	if _, err := e.admin.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.PTTL(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	short, long, never := time.Duration(-1), time.Duration(0), 0
+	for _, c := range cmds {
+		switch d := c.Val(); {
+		case d < 0:
+			never++
+		default:
+			if short < 0 || d < short {
+				short = d
+			}
+			long = max(long, d)
+		}
+	}
+	switch {
+	case never == len(keys):
+		return fmt.Sprintf("never (%d keys)", never), nil
+	case never > 0:
+		return fmt.Sprintf("%d keys never; the others %v to %v", never, short.Round(time.Second), long.Round(time.Second)), nil
+	}
+	return fmt.Sprintf("%v to %v (%d keys)", short.Round(time.Second), long.Round(time.Second), len(keys)), nil
 }
 
 // forEach runs f(0) … f(n-1) on a few goroutines and returns the first
