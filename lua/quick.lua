@@ -190,14 +190,18 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   end
   local t = dec(tok)
   local x = dec(now + lease)
-  local fields = {'o', owner, 't', t, 'x', x, 'l:' .. id, '1'}
-  if #r == 0 then
-    fields[9], fields[10] = 'b', b or t
+  -- One HSET of fixed arity per case: no table to build and unpack.
+  if #r > 0 then
+    if meta == '' then
+      redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1')
+    else
+      redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'm', meta)
+    end
+  elseif meta == '' then
+    redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t)
+  else
+    redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t, 'm', meta)
   end
-  if meta ~= '' then
-    fields[#fields + 1], fields[#fields + 2] = 'm', meta
-  end
-  redis.call('HSET', lock, unpack(fields))
   quickKeep(lock, ckey, t, mode, rec, lease)
   return {1, tok, 1}
 end
