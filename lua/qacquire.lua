@@ -34,27 +34,28 @@
 -- expired; wait is what is left of the delay in ms. Nothing else is read
 -- or written then.
 -- Error "FOREIGN <key>" as the other scripts; nothing is written then.
-local delay = tonumber(ARGV[6])
 if not canonical(ARGV[6]) then
   return redis.error_reply('ERR malformed rejoin delay')
 end
-local _, jnow = clock()
-local joined, jerr = callOn('GET', KEYS[3])
-if joined == nil then
-  return jerr
-elseif joined == false then
-  redis.call('SET', KEYS[3], dec(jnow))
-  return {4, delay, 0}
-elseif not canonical(joined) then
-  local _, ferr = foreign(KEYS[3])
-  return ferr
-elseif tonumber(joined) + delay > jnow then
-  return {4, tonumber(joined) + delay - jnow, 0}
-end
+local delay = tonumber(ARGV[6])
 local level = 'l:' .. ARGV[3]
 local h, err, _, us, now = begin(KEYS[1], '0', level, KEYS[2])
 if not h then
   return err
+end
+-- The join record, with begin's clock (one TIME per call); nothing is
+-- written before it is checked.
+local joined, jerr = callOn('GET', KEYS[3])
+if joined == nil then
+  return jerr
+elseif joined == false then
+  redis.call('SET', KEYS[3], dec(now))
+  return {4, delay, 0}
+elseif not canonical(joined) then
+  local _, ferr = foreign(KEYS[3])
+  return ferr
+elseif tonumber(joined) + delay > now then
+  return {4, tonumber(joined) + delay - now, 0}
 end
 local kind = 1
 if h.p then

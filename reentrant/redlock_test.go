@@ -76,6 +76,10 @@ func eachRedlock(t *testing.T, n int, f func(t *testing.T, s redlockSet)) {
 func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {
 	t.Helper()
 	for _, rdb := range nodes {
+		if c, ok := rdb.(*redis.Client); ok && c.Options().Addr == unreachableAddr {
+			continue // nobody listens there
+
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		_ = rdb.SetNX(ctx, scripts.JoinedKey(prefix), "1", 0).Err()
 		cancel()
@@ -708,10 +712,13 @@ func testRedlockRestartWithoutAOF(t *testing.T, p scriptPath) {
 	}
 }
 
+// unreachableAddr is where nobody listens.
+const unreachableAddr = "127.0.0.1:1"
+
 // unreachable is a Redlock node nobody listens at: every call to it fails
 // at once, as to a node behind a partition.
 func unreachable(t *testing.T) redis.UniversalClient {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: unreachableAddr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
@@ -886,6 +893,8 @@ func TestRedlockFreshNodeWaitsOnce(t *testing.T) {
 	require.ErrorIs(t, err, reentrant.ErrInvalid, "no room for the drift allowance")
 	_, err = reentrant.New(nodes[0], reentrant.WithRejoinDelay(time.Minute))
 	require.ErrorIs(t, err, reentrant.ErrInvalid, "New has no rejoin")
-	_, err = reentrant.NewRedlock([]redis.UniversalClient{nodes[0], nodes[1], redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{unreachableAddr}})
+	defer cluster.Close()
+	_, err = reentrant.NewRedlock([]redis.UniversalClient{nodes[0], nodes[1], cluster})
 	require.ErrorIs(t, err, reentrant.ErrInvalid, "a Cluster is not one node")
 }

@@ -1,15 +1,18 @@
 package testenv
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // skips counts this test binary's skips for want of a variable.
@@ -139,8 +142,25 @@ func Run(m interface{ Run() int }) int {
 
 // Wrap returns m with a Run that reports as [Run] does, for a TestMain that
 // hands m to another runner: goleak.VerifyTestMain(testenv.Wrap(m)).
+//
+// Before it returns, Run waits (at most 3 s) for go-redis's redialers to
+// end: a pool whose dials failed as many times as it has connections
+// starts one, which polls once a second and returns at the first poll
+// after the pool's Close, later than goleak looks.
 func Wrap(m interface{ Run() int }) interface{ Run() int } {
-	return runFunc(func() int { return Run(m) })
+	return runFunc(func() int {
+		code := Run(m)
+		for deadline := time.Now().Add(3 * time.Second); redialing() && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return code
+	})
+}
+
+// redialing reports whether a go-redis pool's redialer (tryDial) runs.
+func redialing() bool {
+	buf := make([]byte, 1<<20)
+	return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("internal/pool.(*ConnPool).tryDial"))
 }
 
 type runFunc func() int
