@@ -81,12 +81,28 @@ func (c *Client) acquire(ctx context.Context, name string, lock func(context.Con
 // Unlock calls lease.Unlock(ctx) and records a [Release] of the lease's
 // ownership, with depth [AnyDepth] because Unlock does not report it.
 // ErrNotHeld is a definite refusal (never Unlock a lease twice: the
-// second refusal is the lease's memory, not the server's); every other
-// error is an unknown outcome. It returns Unlock's error.
+// second refusal is the lease's memory, not the server's), but for the
+// one joined with the lease's loss (ErrLost): the lease was lost before
+// Unlock while Redis still held the lock, and Unlock released it there, a
+// release done. Every other error is an unknown outcome. It returns
+// Unlock's error.
 func (c *Client) Unlock(ctx context.Context, lease *reentrant.Lease) error {
 	in := Release{Name: lease.Name(), Owner: string(lease.Owner()), Token: lease.Token()}
-	return c.decided(in, func() error { return lease.Unlock(ctx) },
-		ReleaseResult{Released: true, Depth: AnyDepth}, ReleaseResult{}, reentrant.ErrNotHeld)
+	var uerr error
+	err := c.Do(in, func() (any, error) {
+		uerr = lease.Unlock(ctx)
+		switch {
+		case uerr == nil, errors.Is(uerr, reentrant.ErrNotHeld) && errors.Is(uerr, reentrant.ErrLost):
+			return ReleaseResult{Released: true, Depth: AnyDepth}, nil
+		case errors.Is(uerr, reentrant.ErrNotHeld):
+			return ReleaseResult{}, nil
+		}
+		return nil, uerr
+	})
+	if err != nil {
+		return err
+	}
+	return uerr
 }
 
 // Put calls s.Put and records a [Put]. An error wrapping fence.ErrStale is
