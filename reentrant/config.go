@@ -35,8 +35,8 @@ const (
 	DefaultHandoffTimeout = time.Second
 
 	// DefaultCounterIdleExpiry is how long, with time tokens (the
-	// default), the floor of a name's hash slot outlives the lease of the
-	// last token issued in the slot: a server clock stepped back by less
+	// default), the floor of a name's hash slot outlives the last token
+	// issued in the slot: a server clock stepped back by less
 	// than this after the floor is gone still issues no repeated token.
 	// The floor is one key per slot, whatever the number of names, so a
 	// long idle time costs no memory per name (docs/safety.md).

@@ -211,7 +211,7 @@ func tokenOption(m tokenMode) ClientOption {
 }
 
 // WithCounterIdleExpiry sets how long, with time tokens (the default), the
-// floor of a hash slot outlives the lease of the last token issued in it
+// floor of a hash slot outlives the last token issued in it
 // (client only; default DefaultCounterIdleExpiry, 7 days): the largest
 // backward step of the server's clock that still repeats no token once
 // the floor is gone. It must be whole milliseconds from
@@ -219,12 +219,8 @@ func tokenOption(m tokenMode) ClientOption {
 // not shorter than the record expiry; ErrInvalid otherwise, and beside
 // WithStrictTokens.
 func WithCounterIdleExpiry(d time.Duration) ClientOption {
-	return clientOption(func(c *config) error {
-		if d < MinCounterIdleExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
-			return invalid("counter idle expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinCounterIdleExpiry, MaxCounterIdleExpiry)
-		}
+	return millisOption("counter idle expiry", d, MinCounterIdleExpiry, MaxCounterIdleExpiry, func(c *config) {
 		c.counterIdle, c.idleSet = d, true
-		return nil
 	})
 }
 
@@ -328,12 +324,8 @@ func WithRetry(s RetryStrategy) CallOption {
 // milliseconds from MinRecordExpiry to the counter idle expiry; ErrInvalid
 // otherwise, and beside WithStrictTokens.
 func WithRecordExpiry(d time.Duration) ClientOption {
-	return clientOption(func(c *config) error {
-		if d < MinRecordExpiry || d > MaxCounterIdleExpiry || d%time.Millisecond != 0 {
-			return invalid("record expiry %v is not a whole number of milliseconds in [%v, %v]", d, MinRecordExpiry, MaxCounterIdleExpiry)
-		}
+	return millisOption("record expiry", d, MinRecordExpiry, MaxCounterIdleExpiry, func(c *config) {
 		c.record, c.recordSet = d, true
-		return nil
 	})
 }
 
@@ -349,11 +341,20 @@ func WithRecordExpiry(d time.Duration) ClientOption {
 // It must be whole milliseconds from the TTL plus its drift allowance to
 // MaxTTL plus its allowance; ErrInvalid otherwise, and with New.
 func WithRejoinDelay(d time.Duration) ClientOption {
-	return clientOption(func(c *config) error {
-		if d < MinTTL || d > MaxTTL+drift(MaxTTL) || d%time.Millisecond != 0 {
-			return invalid("rejoin delay %v is not a whole number of milliseconds in [%v, %v]", d, MinTTL, MaxTTL+drift(MaxTTL))
-		}
+	return millisOption("rejoin delay", d, MinTTL, MaxTTL+drift(MaxTTL), func(c *config) {
 		c.rejoin, c.rejoinSet = d, true
+	})
+}
+
+// millisOption is a client option that checks that d, the setting named
+// what, is whole milliseconds from lo to hi (ErrInvalid otherwise), and
+// then applies set.
+func millisOption(what string, d, lo, hi time.Duration, set func(*config)) ClientOption {
+	return clientOption(func(c *config) error {
+		if d < lo || d > hi || d%time.Millisecond != 0 {
+			return invalid("%s %v is not a whole number of milliseconds in [%v, %v]", what, d, lo, hi)
+		}
+		set(c)
 		return nil
 	})
 }
