@@ -267,9 +267,17 @@ end
 -- docs/safety.md for what mixing modes risks once it is gone.
 -- modeOf parses the ARGV: the mode (0, or the floor's idle ms) and the
 -- hash's record time in ms (0 in strict mode); or nil plus an error reply.
+local modes, nModes = {}, 0
 local function modeOf(arg)
   if arg == '0' then
     return 0, 0
+  end
+  -- A client sends one mode string on every call: in a Functions library,
+  -- whose upvalues outlive a call, it is parsed once (a few dozen at most
+  -- are kept); a script sent with EVALSHA parses it each time.
+  local known = modes[arg]
+  if known then
+    return known[1], known[2]
   end
   if type(arg) == 'string' and #arg <= 31 then
     -- A plain find and two anchored checks: cheaper than a pattern with
@@ -280,7 +288,11 @@ local function modeOf(arg)
       i, r = string.sub(arg, 1, slash - 1), string.sub(arg, slash + 1)
     end
     if #i <= 15 and #r <= 15 and canonical(i) and canonical(r) then
-      return tonumber(i), tonumber(r)
+      local mode, rec = tonumber(i), tonumber(r)
+      if nModes < 32 then
+        modes[arg], nModes = {mode, rec}, nModes + 1
+      end
+      return mode, rec
     end
   end
   return nil, redis.error_reply('ERR malformed token mode')

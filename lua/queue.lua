@@ -107,10 +107,15 @@ local function passOn(lock, queue, h, mode, us, now, expired)
   if not w and not expired and compact(lock, h, mode) then
     return true
   end
+  -- A release with time tokens leaves the record with the expiry the
+  -- lease gave it (the record time after the lease's end) unless that is
+  -- more than twice the record time away: a PEXPIRE saved on the common
+  -- path, for a record that lives at most one record time longer.
+  local early = not expired and mode > 0 and h.x and h.x - now <= h.rec
   free(lock, h, expired)
   if w then
     handTo(lock, queue, h, w, mode, now)
-  else
+  elseif not early then
     keep(lock, h, mode, now)
   end
   return true

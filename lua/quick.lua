@@ -43,23 +43,6 @@ local function quickRead(lock, modeArg)
   return r, mode, rec
 end
 
--- quickKeep is keep and setCounter for a quick path that wrote the hash
--- (with a lease ending lease ms from now) and, when ts, issued token ts:
--- with time tokens the hash expires rec ms after the lease and the floor
--- mode ms from now; in strict mode the counter is set for good.
-local function quickKeep(lock, ckey, ts, mode, rec, lease)
-  if mode == 0 then
-    if ts then
-      redis.call('SET', ckey, ts)
-    end
-    return
-  end
-  redis.call('PEXPIRE', lock, lease + rec)
-  if ts then
-    redis.call('SET', ckey, ts, 'PX', mode)
-  end
-end
-
 -- quickScan reads r, a lock hash's HGETALL reply, when the hash holds no
 -- field but o, t and x (canonical), b (canonical or 0), m, q (= 1) and
 -- levels (l:<ID> with a canonical depth): true, then o, t, x, b and m as
@@ -95,20 +78,19 @@ local function quickScan(r, level)
   return true, o, t, x, b, m, q, n, l
 end
 
--- quickQueue is acquire.lua in strict mode (quickTake checked it) for a
--- waiting caller (member, already checked) when another owner's live
--- ownership holds the lock and its hash, r as
--- HGETALL read it, has nothing else (o, t, x, b, its levels, maybe m and
--- q): the caller joins the queue, or stays in it and renews it (a poll),
+-- quickQueue is acquire.lua for a waiting caller (member, already
+-- checked) when another owner's live ownership holds the lock and its
+-- hash has nothing else (o, t, x, b, its levels, maybe m and q: ok and
+-- the rest as quickScan read them): the caller joins the queue, or stays in it and renews it (a poll),
 -- and gets what is left of the holder's lease. nil, having written
 -- nothing, in any other case (the caller's own hold included).
-local function quickQueue(lock, queue, r, owner, member, queueMs)
-  local ok, o, t, x, _, _, q, levels = quickScan(r)
+local function quickQueue(lock, queue, owner, member, queueMs, ok, o, t, x, q, levels)
   if not (ok and o and t and x) or o == owner or levels == 0 then
     return nil
   end
   local us, now = clock()
-  if tonumber(x) <= now then
+  local xn = tonumber(x)
+  if xn <= now then
     return nil
   end
   local added = redis.pcall('ZADD', queue, 'NX', us, member)
@@ -119,7 +101,7 @@ local function quickQueue(lock, queue, r, owner, member, queueMs)
   if not q then
     redis.call('HSET', lock, 'q', '1')
   end
-  return {0, tonumber(x) - now, 0}
+  return {0, xn - now, 0}
 end
 
 -- quickTake is acquire.lua when the lock hash is absent, or (a record
@@ -127,12 +109,18 @@ end
 -- lock as take would (the token above the counter and the record's t,
 -- and with time tokens at least the server's clock; b continued from the
 -- record, a compacted one, or started) and returns acquire's reply; nil,
--- having written nothing, in any other case. A caller that would wait
--- (member, its queue member: Lock always passes one) leaves the queue as
--- in acquire.lua when no hash or record exists and an earlier attempt of
--- the call may have queued it (again = "1").
+-- having written nothing, in any other case (with time tokens, the floor
+-- it read and wrote in one command is then put back). A caller that would
+-- wait (member, its queue member: Lock always passes one) leaves the queue
+-- as in acquire.lua when no hash or record exists and an earlier attempt
+-- of the call may have queued it (again = "1"); with time tokens the
+-- general path does that.
+-- The commands, with time tokens on a free name or a record: HGETALL,
+-- TIME, SET … PX … GET (the floor), HSET, PEXPIRE; strict: HGETALL, GET,
+-- TIME, HSET, SET.
 local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta, again)
-  if member ~= '' and not parseWaiter(member) then
+  -- parseWaiter's pattern without its captures: a check, no strings made.
+  if member ~= '' and not string.find(member, '^[^\n]+\n[1-9][0-9]*\n[^\n]+\n[^\n]*\n[ps].') then
     return nil
   end
   local r, mode, rec = quickRead(lock, modeArg)
@@ -141,54 +129,96 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   end
   local last, b = 0, nil
   if #r > 0 then
-    if member ~= '' then
-      local queued = quickQueue(lock, queue, r, owner, member, queueMs)
-      if queued then
-        return queued
+    local ok, o, t, x, rb, m, q, levels = quickScan(r)
+    if x then
+      if member ~= '' then
+        return quickQueue(lock, queue, owner, member, queueMs, ok, o, t, x, q, levels), r
       end
-    end
-    if #r ~= 6 then
       return nil, r
     end
-    local ok, o, t, x, rb, m, q, levels = quickScan(r)
-    if not (ok and o and t and rb) or x or m or q or levels > 0 or rb == '0' or tonumber(rb) > tonumber(t) then
+    if #r ~= 6 or not (ok and o and t and rb) or m or q or levels > 0 or rb == '0' then
       return nil, r
     end
     last = tonumber(t)
-  end
-  local v = redis.pcall('GET', ckey)
-  local c
-  if v == false then
-    c = 0
-  elseif type(v) ~= 'string' then
-    return nil
-  elseif canonical(v) then
-    c = tonumber(v)
-  elseif #r > 0 then
-    return nil
-  else
-    local ts, bs = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) .')
-    if not ts or tonumber(bs) > tonumber(ts) then
-      return nil
+    if tonumber(rb) > last then
+      return nil, r
     end
-    c, b = tonumber(ts), bs
   end
   local lease = tonumber(ttl)
-  local us, now = clock()
-  local tok = math.max(c, last) + 1
-  if mode > 0 then
-    tok = math.max(tok, us)
-  end
-  if tok >= 9007199254740992 or not lease then
+  if not lease then
     return nil
   end
-  if member ~= '' and #r == 0 and not b and again == '1' then
-    local left = redis.pcall('ZREM', queue, member)
-    if type(left) ~= 'number' then
+  local us, now, tok, t
+  if mode > 0 then
+    -- Time tokens: the floor is read and raised in one command, SET …
+    -- GET, with the token the clock and the record give; a floor found at
+    -- or above it (another name's token of the same µs, or a clock
+    -- stepped back) raises the token above the floor and is written
+    -- again. A poll that may have queued itself, on a name with no hash,
+    -- is left to the general path (its ZREM), as is a server before 6.2
+    -- (no SET … GET: an error, nothing written).
+    if member ~= '' and #r == 0 and again == '1' then
+      return nil, r
+    end
+    us, now = clock()
+    tok = math.max(last + 1, us)
+    if tok >= 9007199254740992 then
+      return nil, r
+    end
+    t = dec(tok)
+    local v = redis.pcall('SET', ckey, t, 'PX', mode, 'GET')
+    if v ~= false then
+      if not canonical(v) then
+        -- Foreign (or an error reply: nothing was written): put back as
+        -- it was, but for an expiry it had, for the general path to
+        -- refuse.
+        if type(v) == 'string' then
+          redis.call('SET', ckey, v)
+        end
+        return nil, r
+      end
+      local c = tonumber(v)
+      if c >= tok then
+        tok = c + 1
+        if tok >= 9007199254740992 then
+          redis.call('SET', ckey, v, 'PX', mode)
+          return nil, r
+        end
+        t = dec(tok)
+        redis.call('SET', ckey, t, 'PX', mode)
+      end
+    end
+  else
+    local v = redis.pcall('GET', ckey)
+    local c
+    if v == false then
+      c = 0
+    elseif type(v) ~= 'string' then
+      return nil
+    elseif canonical(v) then
+      c = tonumber(v)
+    elseif #r > 0 then
+      return nil
+    else
+      local ts, bs = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) .')
+      if not ts or tonumber(bs) > tonumber(ts) then
+        return nil
+      end
+      c, b = tonumber(ts), bs
+    end
+    us, now = clock()
+    tok = math.max(c, last) + 1
+    if tok >= 9007199254740992 then
       return nil
     end
+    if member ~= '' and #r == 0 and not b and again == '1' then
+      local left = redis.pcall('ZREM', queue, member)
+      if type(left) ~= 'number' then
+        return nil
+      end
+    end
+    t = dec(tok)
   end
-  local t = dec(tok)
   local x = dec(now + lease)
   -- One HSET of fixed arity per case: no table to build and unpack.
   if #r > 0 then
@@ -202,7 +232,11 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   else
     redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t, 'm', meta)
   end
-  quickKeep(lock, ckey, t, mode, rec, lease)
+  if mode > 0 then
+    redis.call('PEXPIRE', lock, lease + rec)
+  else
+    redis.call('SET', ckey, t)
+  end
   return {1, tok, 1}
 end
 
@@ -267,12 +301,15 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     redis.call('HDEL', lock, level)
   end
   local ts = dec(tok)
+  local claimMs = tonumber(claim)
   if meta == '' then
-    redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + tonumber(claim)), 'l:' .. id, '1')
+    redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + claimMs), 'l:' .. id, '1')
   else
-    redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + tonumber(claim)), 'l:' .. id, '1', 'm', meta)
+    redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + claimMs), 'l:' .. id, '1', 'm', meta)
   end
-  quickKeep(lock, ckey, nil, mode, rec, tonumber(claim))
+  if mode > 0 then
+    redis.call('PEXPIRE', lock, claimMs + rec)
+  end
   notify(channel, id .. ' ' .. ts)
   return 0
 end
@@ -280,8 +317,8 @@ end
 -- quickRelease is release.lua for the last level of a live ownership
 -- whose hash holds nothing else (o, t, x, b, the level, maybe m and q):
 -- with nobody queued it frees the lock (strict: compacts it as compact
--- would; time tokens: leaves the record o, t, b to expire after the
--- record time, as free and keep would), with q set quickHandOn hands it
+-- would; time tokens: leaves the record o, t, b to expire as passOn
+-- would), with q set quickHandOn hands it
 -- on, and it returns 0; nil in any other case (see above for the writes
 -- it may then have undone).
 local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
@@ -293,16 +330,20 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
   end
   local level = 'l:' .. id
   local ok, o, t, x, b, m, q, levels, l = quickScan(r, level)
-  if not (ok and t and x and b) or levels ~= 1 or not l or o ~= owner or t ~= token
-      or b == '0' or tonumber(t) >= 9007199254740992 or tonumber(b) > tonumber(t) then
+  if not (ok and t and x and b) or levels ~= 1 or not l or o ~= owner or t ~= token or b == '0' then
+    return nil, r
+  end
+  local tn = tonumber(t)
+  if tn >= 9007199254740992 or tonumber(b) > tn then
     return nil, r
   end
   local us, now = clock()
-  if tonumber(x) <= now then
+  local left = tonumber(x) - now
+  if left <= 0 then
     return nil, r
   end
   if q then
-    return quickHandOn(lock, queue, ckey, r, tonumber(t), level, m, now, us, mode, rec)
+    return quickHandOn(lock, queue, ckey, r, tn, level, m, now, us, mode, rec)
   end
   if mode > 0 then
     if m then
@@ -310,7 +351,9 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
     else
       redis.call('HDEL', lock, 'x', level)
     end
-    redis.call('PEXPIRE', lock, rec)
+    if left > rec then
+      redis.call('PEXPIRE', lock, rec)
+    end
     return 0
   end
   local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
@@ -353,8 +396,12 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
     return 0
   end
   if now + lease > tonumber(x) then
+    -- As extend.lua with keep: with time tokens the hash expires the
+    -- record time after the new lease.
     redis.call('HSET', lock, 'x', dec(now + lease))
-    quickKeep(lock, nil, nil, mode, rec, lease)
+    if mode > 0 then
+      redis.call('PEXPIRE', lock, lease + rec)
+    end
   end
   return 1
 end
