@@ -58,8 +58,9 @@
 --           empty. Without it the queue is not read, so the uncontended path
 --           costs no queue command.
 -- In strict mode neither the hash nor the counter expires. In time mode
--- the hash expires <record> ms after its lease ends, or after the
--- release, and the floor <idle> ms after its last token.
+-- the hash expires <record> ms after its lease ends, or after the release
+-- when more of the lease than that was left (passOn), and the floor
+-- <idle> ms after its last token.
 --
 -- Retries. A request go-redis retries may run twice. Each level is taken
 -- and released by the one request that names its ID, so a repeat finds its
@@ -254,9 +255,10 @@ end
 --            slot, P:{S}:f (S a tag of that slot), which every name of the
 --            slot shares: the highest token issued there, kept i ms after
 --            the last token written to it. The lock hash
---            expires r ms after its lease ends, or after the release: a
---            released name leaves its hash, a few fields, for r ms, and
---            then nothing of its own. Lost keys (expired, evicted,
+--            expires r ms after its lease ends (a release leaves that
+--            expiry, unless more than r ms of the lease were left: then r
+--            ms from the release): a released name leaves its hash, a few
+--            fields, for r to 2r ms, and then nothing of its own. Lost keys (expired, evicted,
 --            deleted, a restart without persistence, a failover that
 --            missed writes) do not restart tokens: they go on from the
 --            clock, above every earlier one unless the clock is behind the

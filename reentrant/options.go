@@ -316,8 +316,10 @@ func WithRetry(s RetryStrategy) CallOption {
 }
 
 // WithRecordExpiry sets how long, with time tokens (the default), a
-// name's lock hash outlives its lease or its release (client only; default
-// DefaultRecordExpiry, 1 minute). While it lives, a retried release is
+// name's lock hash outlives its lease (client only; default
+// DefaultRecordExpiry, 1 minute): the end of its lease, or the release when
+// more than the record expiry was left of the lease, so a released name's
+// hash lives from one to two record expiries after the release. While it lives, a retried release is
 // answered as the first, Inspect names the last owner, and a lease lost
 // to a forced unlock or an expiry says so; afterwards the name leaves no
 // key of its own, and a release or Inspect finds nothing. It must be whole
