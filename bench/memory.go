@@ -80,7 +80,9 @@ func memory(ctx context.Context, e *env) ([]metric, error) {
 	case !e.cfg.linger:
 		ms = append(ms, text(mem, "per name after released state expired", "not measured (-linger=false)"))
 	default:
-		m3, err := settledMem(ctx, e, e.sys.linger)
+		// The lingering state expires linger after the lease's end, at
+		// most a TTL after the release.
+		m3, err := settledMem(ctx, e, e.cfg.ttl+e.sys.linger)
 		if err != nil {
 			return nil, err
 		}

@@ -50,14 +50,14 @@ func redfenceVariant(name string, opts []reentrant.ClientOption) system {
 			return &redfenceLocker{c}, nil
 		},
 		// With its default time tokens, a release leaves the name's lock
-		// hash (last token, owner, first token of its incarnation) for
-		// DefaultRecordExpiry, and one floor per hash slot for
+		// hash (last token, owner, first token of its incarnation) until
+		// DefaultRecordExpiry after its lease's end, and one floor per hash slot for
 		// DefaultCounterIdleExpiry (7 days), too long for the memory
 		// workload to wait: the row after the record expiry shows what the
 		// floors cost per name.
 		linger:     reentrant.DefaultRecordExpiry,
 		idleExpiry: 0,
-		kept:       "the name's record (1 min), one floor per hash slot (7 days)",
+		kept:       "the name's record (1 min after its lease), one floor per hash slot (7 days)",
 	}
 }
 
