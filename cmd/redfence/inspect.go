@@ -39,6 +39,10 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
   last_token  int       the last token issued for the name; 0 if none
   last_owner  string    the owner of the last ownership (the holder's when
                         held); "" if none
+  floor       int       with time tokens (the default), the floor of the
+                        name's hash slot: the highest token issued for any
+                        name of the slot, which the name's next token passes;
+                        0 if none (strict tokens, or expired)
   waiters     int       Lock calls queued for the name
   ended       [object]  ownerships known to have ended, lowest token first, each
                         {"token": int, "owner": string, "how": "released",
@@ -110,6 +114,7 @@ type lockView struct {
 	Levels    []string    `json:"levels" text:"none"`
 	LastToken uint64      `json:"last_token" text:"none"`
 	LastOwner string      `json:"last_owner" text:"none"`
+	Floor     uint64      `json:"floor" text:"none"`
 	Waiters   int64       `json:"waiters"`
 	Ended     []endedView `json:"ended" text:"none"`
 	Forced    *forcedView `json:"forced" text:"none"`
@@ -149,6 +154,7 @@ func newLockView(prefix string, st reentrant.State) lockView {
 		Levels:    append([]string{}, st.Levels...),
 		LastToken: uint64(st.LastToken),
 		LastOwner: string(st.LastOwner),
+		Floor:     uint64(st.Floor),
 		Meta:      st.Meta,
 		Waiters:   st.Waiters,
 		Ended:     []endedView{},

@@ -98,6 +98,7 @@ func TestInspect(t *testing.T) {
 		require.ElementsMatch(t, []string{outer.ID(), inner.ID()}, v.Levels)
 		require.Equal(t, uint64(outer.Token()), v.LastToken)
 		require.Equal(t, string(outer.Owner()), v.LastOwner)
+		require.GreaterOrEqual(t, v.Floor, uint64(outer.Token()), "the slot's floor is at or above the name's last token")
 		require.Equal(t, int64(1), v.Waiters)
 		require.Equal(t, leaseActive, v.Lease)
 		require.Positive(t, v.TTLMillis)
