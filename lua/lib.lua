@@ -5,9 +5,9 @@
 --            highest token issued for any name of the slot (canonical
 --            decimal), where {S} is a hash tag of N's slot; every name of
 --            the slot shares it, so it costs nothing per name. It expires
---            <idle> ms after the last token written to it, less up to
---            <idle>/64 (floorRefresh): a clock stepped back by less than
---            that since then repeats no token once the floor is gone. Deleting a lock (DEL P:{N}) does not reset it,
+--            <idle> ms after the last token written to it: a clock stepped
+--            back by less than that since then repeats no token once the
+--            floor is gone. Deleting a lock (DEL P:{N}) does not reset it,
 --            and a lost floor restarts at the clock, not at 1.
 --   P:{N}:t  in strict mode, the counter: a string, the highest token
 --            ever issued for the name (canonical decimal). It is a key of
@@ -60,7 +60,7 @@
 -- In strict mode neither the hash nor the counter expires. In time mode
 -- the hash expires <record> ms after its lease ends, or after the release
 -- when more of the lease than that was left (passOn), and the floor
--- <idle> ms after its last token (less up to <idle>/64).
+-- <idle> ms after its last token.
 --
 -- Retries. A request go-redis retries may run twice. Each level is taken
 -- and released by the one request that names its ID, so a repeat finds its
@@ -152,7 +152,7 @@ local function readCounter(h, absent)
   if not c then
     return foreign(h.ckey)
   end
-  h.c, h.cAbsent = c, v == false
+  h.c = c
   if b and absent then
     h.exists, h.compact, h.t, h.ts, h.b, h.o = true, true, c, dec(c), b, o
   end
@@ -254,8 +254,7 @@ end
 --            counter the client passes is the floor of the name's hash
 --            slot, P:{S}:f (S a tag of that slot), which every name of the
 --            slot shares: the highest token issued there, kept i ms after
---            the last token written to it, less up to i/64 ms
---            (floorRefresh). The lock hash
+--            the last token written to it. The lock hash
 --            expires r ms after its lease ends (a release leaves that
 --            expiry, unless more than r ms of the lease were left: then r
 --            ms from the release): a released name leaves its hash, a few
@@ -377,35 +376,16 @@ local function keep(key, h, mode, now)
   redis.call('PEXPIRE', key, lease + h.rec)
 end
 
--- floorRefresh says whether a floor write of token tok, over the floor's
--- value old (a number, nil when there was none), gives the floor a new
--- expiry, idle ms from now: when it had none, or when tok is in another
--- idle/64 of time than old (tokens are µs); otherwise the write keeps the
--- floor's expiry (KEEPTTL), which costs Redis less than setting one. A
--- floor written at least once per idle/64 so expires between 63/64 of
--- the idle time and the idle time after its last token.
-local function floorRefresh(old, tok, idle)
-  if not old then
-    return true
-  end
-  local span = idle * 1000 / 64
-  return math.floor(old / span) ~= math.floor(tok / span)
-end
-
--- setCounter writes token ts (t as a number) to h's counter key: in strict
--- mode for good; with time tokens (the floor) with an expiry idle (mode)
--- ms from now, or keeping the one it had (floorRefresh). Every caller
+-- setCounter writes token ts to h's counter key: in strict mode for good;
+-- with time tokens (the floor) to expire mode ms from now. Every caller
 -- issued ts above the counter it read in the same script, so the floor,
 -- which names share, only rises.
-local function setCounter(h, ts, t, mode)
+local function setCounter(h, ts, mode)
   if mode == 0 then
     redis.call('SET', h.ckey, ts)
-  elseif floorRefresh(not h.cAbsent and h.c or nil, t, mode) then
-    redis.call('SET', h.ckey, ts, 'PX', mode)
   else
-    redis.call('SET', h.ckey, ts, 'KEEPTTL')
+    redis.call('SET', h.ckey, ts, 'PX', mode)
   end
-  h.cAbsent = false
 end
 
 -- take gives the lock of h to owner: token t (from freshToken, so above
@@ -427,7 +407,7 @@ local function take(key, h, owner, t, level, x, mode, now, meta)
     h.compact = nil
   end
   redis.call('HSET', key, unpack(fields))
-  setCounter(h, ts, t, mode)
+  setCounter(h, ts, mode)
   h.exists, h.o, h.t, h.ts, h.c, h.x, h.held = true, owner, t, ts, t, x, x > now
   h.levels, h.depth = {string.sub(level, 3)}, 1
   keep(key, h, mode, now)

@@ -405,55 +405,6 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
 }
 
-// A take gives the slot's floor a new expiry, the idle time from now, only
-// when the floor had none or its token is in another 1/64 of the idle time
-// than the floor's value; otherwise the floor keeps its expiry (SET …
-// KEEPTTL). So it expires between 63/64 of the idle time and the idle time
-// after its last token. Both the quick path (a fresh name) and the general
-// path (a name whose hash holds an expired lease) follow the rule.
-func TestFloorExpiryRenewedOncePerSixtyFourthOfTheIdleTime(t *testing.T) {
-	m, rdb := testenv.Mini(t)
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // a multiple of 1/64 hour
-	m.SetTime(t0)
-	hour := lua.Tokens{Time: true, Idle: time.Hour, Record: time.Minute}
-	names, _ := testenv.SameSlot("rftest", testenv.Unique(t), 4)
-	ks := make([]lua.Keys, len(names))
-	for i, n := range names {
-		ks[i] = lua.KeysFor("rftest", n)
-	}
-	floorTTL := func() time.Duration {
-		t.Helper()
-		return rdb.PTTL(t.Context(), ks[0].Floor).Val()
-	}
-	takeAndFree(t, rdb, ks[0], hour)
-	require.Equal(t, time.Hour, floorTTL(), "a new floor expires the idle time from now")
-
-	// 50 s later, within the same 1/64 hour (56.25 s): the floor keeps its
-	// expiry, on the quick path and on the general path alike.
-	testenv.Advance(m, 50*time.Second)
-	takeAndFree(t, rdb, ks[1], hour)
-	require.Equal(t, time.Hour-50*time.Second, floorTTL(), "a token in the same 1/64 keeps the floor's expiry")
-	_, err := lua.Acquire(t.Context(), rdb, ks[2], &lua.Request{Owner: "o", TTL: time.Second, Level: "l1", Tokens: hour})
-	require.NoError(t, err)
-	testenv.Advance(m, 2*time.Second) // 52 s: its lease expired, the next take goes the general way
-	_, err = lua.Acquire(t.Context(), rdb, ks[2], &lua.Request{Owner: "o", TTL: time.Second, Level: "l2", Tokens: hour})
-	require.NoError(t, err)
-	require.Equal(t, time.Hour-52*time.Second, floorTTL())
-
-	// 60 s: the next 1/64 hour. The first token there renews the expiry.
-	testenv.Advance(m, 8*time.Second)
-	takeAndFree(t, rdb, ks[3], hour)
-	require.Equal(t, time.Hour, floorTTL(), "the first token of a new 1/64 renews the floor's expiry")
-
-	// A floor made persistent by hand keeps no expiry until the next 1/64.
-	require.NoError(t, rdb.Persist(t.Context(), ks[0].Floor).Err())
-	takeAndFree(t, rdb, ks[0], hour)
-	require.Equal(t, time.Duration(-1), floorTTL())
-	testenv.Advance(m, 57*time.Second)
-	takeAndFree(t, rdb, ks[0], hour)
-	require.Equal(t, time.Hour, floorTTL())
-}
-
 // In time mode the hash expires its record time after the lease ends (or
 // after the release, when more than the record time was left), refreshed
 // by every write, and the slot's floor its

@@ -151,14 +151,12 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   local us, now, tok, t
   if mode > 0 then
     -- Time tokens: the floor is read and raised in one command, SET …
-    -- KEEPTTL GET, with the token the clock and the record give; a floor
-    -- found at or above it (another name's token of the same µs, or a
-    -- clock stepped back) raises the token above the floor and is written
-    -- again; and the floor gets a new expiry where floorRefresh says (a
-    -- PEXPIRE, or PX on the second SET). A poll that may have queued
-    -- itself, on a name with no hash, is left to the general path (its
-    -- ZREM), as is a server before 6.2 (no SET … GET: an error, nothing
-    -- written).
+    -- GET, with the token the clock and the record give; a floor found at
+    -- or above it (another name's token of the same µs, or a clock
+    -- stepped back) raises the token above the floor and is written
+    -- again. A poll that may have queued itself, on a name with no hash,
+    -- is left to the general path (its ZREM), as is a server before 6.2
+    -- (no SET … GET: an error, nothing written).
     if member ~= '' and #r == 0 and again == '1' then
       return nil, r
     end
@@ -168,32 +166,26 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
       return nil, r
     end
     t = dec(tok)
-    local v = redis.pcall('SET', ckey, t, 'KEEPTTL', 'GET')
-    if v == false then
-      redis.call('PEXPIRE', ckey, mode)
-    elseif not canonical(v) then
-      -- Foreign (or an error reply: nothing was written): put back as it
-      -- was, expiry included, for the general path to refuse.
-      if type(v) == 'string' then
-        redis.call('SET', ckey, v, 'KEEPTTL')
+    local v = redis.pcall('SET', ckey, t, 'PX', mode, 'GET')
+    if v ~= false then
+      if not canonical(v) then
+        -- Foreign (or an error reply: nothing was written): put back as
+        -- it was, but for an expiry it had, for the general path to
+        -- refuse.
+        if type(v) == 'string' then
+          redis.call('SET', ckey, v)
+        end
+        return nil, r
       end
-      return nil, r
-    else
       local c = tonumber(v)
       if c >= tok then
         tok = c + 1
         if tok >= 9007199254740992 then
-          redis.call('SET', ckey, v, 'KEEPTTL')
+          redis.call('SET', ckey, v, 'PX', mode)
           return nil, r
         end
         t = dec(tok)
-        if floorRefresh(c, tok, mode) then
-          redis.call('SET', ckey, t, 'PX', mode)
-        else
-          redis.call('SET', ckey, t, 'KEEPTTL')
-        end
-      elseif floorRefresh(c, tok, mode) then
-        redis.call('PEXPIRE', ckey, mode)
+        redis.call('SET', ckey, t, 'PX', mode)
       end
     end
   else
@@ -276,8 +268,7 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
   local first, old = tok, nil
   if id then
     -- Strict: SET … GET reads and writes in one command. Time tokens:
-    -- GET first, so that a value put back keeps its own expiry, and the
-    -- write below knows whether to give the floor a new one.
+    -- GET first, so that a value put back keeps its own expiry.
     if mode == 0 then
       old = redis.pcall('SET', ckey, dec(tok), 'GET')
     else
@@ -300,11 +291,7 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     return nil, r
   end
   if mode > 0 then
-    if floorRefresh(old and tonumber(old), tok, mode) then
-      redis.call('SET', ckey, dec(tok), 'PX', mode)
-    else
-      redis.call('SET', ckey, dec(tok), 'KEEPTTL')
-    end
+    redis.call('SET', ckey, dec(tok), 'PX', mode)
   elseif tok > first then
     redis.call('SET', ckey, dec(tok))
   end

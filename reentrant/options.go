@@ -212,10 +212,9 @@ func tokenOption(m tokenMode) ClientOption {
 
 // WithCounterIdleExpiry sets how long, with time tokens (the default), the
 // floor of a hash slot outlives the last token issued in it
-// (client only; default DefaultCounterIdleExpiry, 7 days; at least 63/64
-// of it, since a token gives the floor a new expiry only in a new 1/64 of
-// the idle time): the largest backward step of the server's clock that
-// still repeats no token once the floor is gone. It must be whole milliseconds from
+// (client only; default DefaultCounterIdleExpiry, 7 days): the largest
+// backward step of the server's clock that still repeats no token once
+// the floor is gone. It must be whole milliseconds from
 // MinCounterIdleExpiry to MaxCounterIdleExpiry, longer than the TTL and
 // not shorter than the record expiry; ErrInvalid otherwise, and beside
 // WithStrictTokens.
