@@ -258,8 +258,9 @@ end
 --            expires r ms after its lease ends (a release leaves that
 --            expiry, unless more than r ms of the lease were left: then r
 --            ms from the release): a released name leaves its hash, a few
---            fields, for r to 2r ms, and then nothing of its own. Lost keys (expired, evicted,
---            deleted, a restart without persistence, a failover that
+--            fields, for r to 2r ms, and then nothing of its own. Lost
+--            keys (expired, evicted, deleted, a restart without
+--            persistence, a failover that
 --            missed writes) do not restart tokens: they go on from the
 --            clock, above every earlier one unless the clock is behind the
 --            last;

@@ -16,6 +16,13 @@ local function parseWaiter(m)
   return id, claim, owner, channel, meta
 end
 
+-- isWaiter reports whether m is a well-formed member, as parseWaiter
+-- would read it: the same pattern without its captures, so that a quick
+-- path's check makes no strings.
+local function isWaiter(m)
+  return string.find(m, '^[^\n]+\n[1-9][0-9]*\n[^\n]+\n[^\n]*\n[ps].') ~= nil
+end
+
 -- refreshQueue makes the queue key live at least ms more, never less: one
 -- waiter's shorter TTL must not cut another's place short. PEXPIRE GT
 -- (Redis 7) does that in one command; a key without an expiry yet (just

@@ -81,8 +81,9 @@ end
 -- quickQueue is acquire.lua for a waiting caller (member, already
 -- checked) when another owner's live ownership holds the lock and its
 -- hash has nothing else (o, t, x, b, its levels, maybe m and q: ok and
--- the rest as quickScan read them): the caller joins the queue, or stays in it and renews it (a poll),
--- and gets what is left of the holder's lease. nil, having written
+-- the rest as quickScan read them): the caller joins the queue, or stays
+-- in it and renews it (a poll), and gets what is left of the holder's
+-- lease. nil, having written
 -- nothing, in any other case (the caller's own hold included).
 local function quickQueue(lock, queue, owner, member, queueMs, ok, o, t, x, q, levels)
   if not (ok and o and t and x) or o == owner or levels == 0 then
@@ -104,6 +105,78 @@ local function quickQueue(lock, queue, owner, member, queueMs, ok, o, t, x, q, l
   return {0, xn - now, 0}
 end
 
+-- quickFloorToken issues a time token above last (the record's t, 0 for
+-- none) and the slot's floor ckey, and raises the floor to it (idle mode
+-- ms): the floor is read and raised in one command, SET … PX … GET, with
+-- the token the clock and the record give; a floor found at or above it
+-- (another name's token of the same µs, or a clock stepped back) raises
+-- the token above the floor, written again. It returns the token, as a
+-- number and in decimal, and the server's time in ms; nil when the
+-- general path must answer: a token at 2^53, a server before 6.2 (no SET
+-- … GET: an error reply, nothing written), or a foreign floor, put back
+-- as it was but for an expiry it had (the SET replaced it).
+local function quickFloorToken(ckey, last, mode)
+  local us, now = clock()
+  local tok = math.max(last + 1, us)
+  if tok >= 9007199254740992 then
+    return nil
+  end
+  local t = dec(tok)
+  local v = redis.pcall('SET', ckey, t, 'PX', mode, 'GET')
+  if v == false then
+    return tok, t, now
+  elseif not canonical(v) then
+    if type(v) == 'string' then
+      redis.call('SET', ckey, v)
+    end
+    return nil
+  end
+  local c = tonumber(v)
+  if c < tok then
+    return tok, t, now
+  elseif c + 1 >= 9007199254740992 then
+    redis.call('SET', ckey, v, 'PX', mode)
+    return nil
+  end
+  tok = c + 1
+  t = dec(tok)
+  redis.call('SET', ckey, t, 'PX', mode)
+  return tok, t, now
+end
+
+-- quickCounterToken issues a strict token above last (the hash's t, 0 for
+-- none) and the name's counter ckey, which it reads (the caller writes it
+-- with the hash). With no hash (hashed false) the counter may be a
+-- compacted record, whose b it returns too. It returns the token, as a
+-- number and in decimal, the server's time in ms, and that b (nil
+-- for a plain counter); nil, having written nothing, for a foreign
+-- counter, a record beside a hash, or a token at 2^53.
+local function quickCounterToken(ckey, last, hashed)
+  local v = redis.pcall('GET', ckey)
+  local c, b
+  if v == false then
+    c = 0
+  elseif type(v) ~= 'string' then
+    return nil
+  elseif canonical(v) then
+    c = tonumber(v)
+  elseif hashed then
+    return nil
+  else
+    local ts, bs = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) .')
+    if not ts or tonumber(bs) > tonumber(ts) then
+      return nil
+    end
+    c, b = tonumber(ts), bs
+  end
+  local _, now = clock()
+  local tok = math.max(c, last) + 1
+  if tok >= 9007199254740992 then
+    return nil
+  end
+  return tok, dec(tok), now, b
+end
+
 -- quickTake is acquire.lua when the lock hash is absent, or (a record
 -- of a released ownership) holds nothing but o, t and b: it takes the
 -- lock as take would (the token above the counter and the record's t,
@@ -119,15 +192,14 @@ end
 -- TIME, SET … PX … GET (the floor), HSET, PEXPIRE; strict: HGETALL, GET,
 -- TIME, HSET, SET.
 local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta, again)
-  -- parseWaiter's pattern without its captures: a check, no strings made.
-  if member ~= '' and not string.find(member, '^[^\n]+\n[1-9][0-9]*\n[^\n]+\n[^\n]*\n[ps].') then
+  if member ~= '' and not isWaiter(member) then
     return nil
   end
   local r, mode, rec = quickRead(lock, modeArg)
   if not r then
     return nil
   end
-  local last, b = 0, nil
+  local last = 0
   if #r > 0 then
     local ok, o, t, x, rb, m, q, levels = quickScan(r)
     if x then
@@ -148,67 +220,20 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   if not lease then
     return nil
   end
-  local us, now, tok, t
+  local tok, t, now, b
   if mode > 0 then
-    -- Time tokens: the floor is read and raised in one command, SET …
-    -- GET, with the token the clock and the record give; a floor found at
-    -- or above it (another name's token of the same µs, or a clock
-    -- stepped back) raises the token above the floor and is written
-    -- again. A poll that may have queued itself, on a name with no hash,
-    -- is left to the general path (its ZREM), as is a server before 6.2
-    -- (no SET … GET: an error, nothing written).
     if member ~= '' and #r == 0 and again == '1' then
+      -- A poll that may have queued itself, on a name with no hash: the
+      -- general path leaves the queue (its ZREM).
       return nil, r
     end
-    us, now = clock()
-    tok = math.max(last + 1, us)
-    if tok >= 9007199254740992 then
+    tok, t, now = quickFloorToken(ckey, last, mode)
+    if not tok then
       return nil, r
-    end
-    t = dec(tok)
-    local v = redis.pcall('SET', ckey, t, 'PX', mode, 'GET')
-    if v ~= false then
-      if not canonical(v) then
-        -- Foreign (or an error reply: nothing was written): put back as
-        -- it was, but for an expiry it had, for the general path to
-        -- refuse.
-        if type(v) == 'string' then
-          redis.call('SET', ckey, v)
-        end
-        return nil, r
-      end
-      local c = tonumber(v)
-      if c >= tok then
-        tok = c + 1
-        if tok >= 9007199254740992 then
-          redis.call('SET', ckey, v, 'PX', mode)
-          return nil, r
-        end
-        t = dec(tok)
-        redis.call('SET', ckey, t, 'PX', mode)
-      end
     end
   else
-    local v = redis.pcall('GET', ckey)
-    local c
-    if v == false then
-      c = 0
-    elseif type(v) ~= 'string' then
-      return nil
-    elseif canonical(v) then
-      c = tonumber(v)
-    elseif #r > 0 then
-      return nil
-    else
-      local ts, bs = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) .')
-      if not ts or tonumber(bs) > tonumber(ts) then
-        return nil
-      end
-      c, b = tonumber(ts), bs
-    end
-    us, now = clock()
-    tok = math.max(c, last) + 1
-    if tok >= 9007199254740992 then
+    tok, t, now, b = quickCounterToken(ckey, last, #r > 0)
+    if not tok then
       return nil
     end
     if member ~= '' and #r == 0 and not b and again == '1' then
@@ -217,7 +242,6 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
         return nil
       end
     end
-    t = dec(tok)
   end
   local x = dec(now + lease)
   -- One HSET of fixed arity per case: no table to build and unpack.
