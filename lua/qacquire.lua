@@ -16,6 +16,9 @@
 -- ARGV[6]  the rejoin delay in ms: how long after it was found empty the
 --          node takes part in no majority (the longest lease any client
 --          may hold, and the clocks' drift)
+-- ARGV[7]  optional: a proposed token (decimal, below 2^53), sent by a
+--          client whose owner cannot hold the lock anywhere yet (a first
+--          attempt of a new owner); absent or "" for none
 --
 -- Returns {1, token, depth} when the caller's ownership holds the lock here
 -- with its token raised (qraise.lua): a reentry (one more level) or a
@@ -26,6 +29,16 @@
 -- reentry or repeat on a hold still pending; counter is the node's counter
 -- (0 if none), time the node's clock (TIME) in microseconds. The client
 -- picks the token from a majority's counters and clocks, and raises it.
+-- Returns {5, token, 1} when the lock was free here, a token was proposed,
+-- and it is above the node's counter, at or above its clock (TIME, µs) and
+-- at most 5 ms (5000 µs) ahead of it:
+-- the caller holds the lock here with that token, and the counter is the
+-- token, as if phase 2 had raised it (one round trip instead of two). A
+-- proposal at or below the counter, or outside that span of the clock,
+-- leaves the take
+-- pending ({3, ...} as without one): the client then picks the token as
+-- without a proposal, and raises the nodes that took the proposal too
+-- (qraise.lua with the proposal as ARGV[4]).
 -- Returns {2, token, depth} when a new level would pass ARGV[5]; nothing is
 -- written. Returns {0, pttl, 0} when another owner holds it.
 -- Returns {4, wait, 0} when the node is joining: it had no join record
@@ -38,6 +51,10 @@ if not canonical(ARGV[6]) then
   return redis.error_reply('ERR malformed rejoin delay')
 end
 local delay = tonumber(ARGV[6])
+local proposal = ARGV[7] or ''
+if proposal ~= '' and not canonical(proposal) then
+  return redis.error_reply('ERR malformed proposed token')
+end
 local level = 'l:' .. ARGV[3]
 local h, err, _, us, now = begin(KEYS[1], '0', level, KEYS[2])
 if not h then
@@ -90,15 +107,38 @@ if not c then
   return cerr
 end
 settle(KEYS[1], h)
-local fields = {'o', ARGV[1], 'x', dec(now + tonumber(ARGV[2])), level, '1', 'p', '1'}
+local p = tonumber(proposal)
+-- A proposal may lead the node's clock by 5 ms at most: a token stays
+-- within that of the clocks of the majority that took it, which the
+-- clock floor's argument needs (docs/safety.md, "Redlock").
+local taken = p and p > c and p >= us and p <= us + 5000 and p < 9007199254740992
+local fields = {'o', ARGV[1], 'x', dec(now + tonumber(ARGV[2])), level, '1'}
+if not taken then
+  fields[#fields + 1], fields[#fields + 2] = 'p', '1'
+end
 if ARGV[4] ~= '' then
   fields[#fields + 1], fields[#fields + 2] = 'm', ARGV[4]
 end
 if h.compact then
-  -- The hash a compacted record stands for comes back with its t and b.
-  fields[#fields + 1], fields[#fields + 2] = 't', h.ts
+  -- The hash a compacted record stands for comes back with its b, and its
+  -- t unless the proposal replaces it.
   fields[#fields + 1], fields[#fields + 2] = 'b', dec(h.b)
+  if not taken then
+    fields[#fields + 1], fields[#fields + 2] = 't', h.ts
+  end
+end
+if taken then
+  -- The proposal is the token: t and the counter become it, as qraise.lua
+  -- would; a hash without a t starts an incarnation with it (lib.lua's b).
+  fields[#fields + 1], fields[#fields + 2] = 't', proposal
+  if not h.compact and not h.ts then
+    fields[#fields + 1], fields[#fields + 2] = 'b', proposal
+  end
+  redis.call('SET', KEYS[2], proposal)
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 keep(KEYS[1], h, 0, now)
+if taken then
+  return {5, p, 1}
+end
 return {3, c, 1, us}

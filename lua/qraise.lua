@@ -9,7 +9,9 @@
 -- ARGV[3]  the token (decimal, below 2^53)
 -- ARGV[4]  "held" when the same ownership holds the token on other nodes
 --          (a reentry whose hold is gone here, while this node's counter
---          may already be the token), else ""
+--          may already be the token); the proposed token of the attempt
+--          (decimal) when qacquire.lua may have taken the lock here with it
+--          and the client chose another; else ""
 --
 -- With ARGV[2] "" (a bump, sent by a release to a node the holder's grant
 -- never reached): when the lock is free here (or its lease ran out, which
@@ -20,8 +22,12 @@
 -- Returns 1 when the caller holds the lock here at that level and either
 -- it was pending and the token is above the counter, or equal to it with
 -- ARGV[4] "held" (t and the counter become the token and the pending mark
--- goes), or t already is the token (a repeated call). "held" never lets a
--- token below the counter through: a later ownership exists then.
+-- goes), or t already is the token (a repeated call), or the token is
+-- above the counter and t is the proposal ARGV[4] (never handed out) or
+-- ARGV[4] is "held" (a hold of the ownership this node has with a lower
+-- token: a proposal the client did not choose, whose raise has not landed
+-- yet): t and the counter become the token. "held" never lets a token
+-- below the counter through: a later ownership exists then.
 -- Returns 0 otherwise: the hold is gone (expired, taken by another), the
 -- level is not there, or the token is not above the counter; nothing is
 -- written then. Error "FOREIGN <key>" as the other scripts.
@@ -60,8 +66,12 @@ end
 if not h.p then
   if h.ts == ARGV[3] then
     return 1
+  elseif tok <= c or not (ARGV[4] == 'held' or (h.ts == ARGV[4] and canonical(ARGV[4]))) then
+    return 0
   end
-  return 0
+  redis.call('HSET', KEYS[1], 't', ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[3])
+  return 1
 end
 if tok < c or (tok == c and ARGV[4] ~= 'held') then
   return 0

@@ -342,10 +342,10 @@ end
 -- whose hash holds nothing else (o, t, x, b, the level, maybe m and q):
 -- with nobody queued it frees the lock (strict: compacts it as compact
 -- would; time tokens: leaves the record o, t, b to expire as passOn
--- would), with q set quickHandOn hands it
--- on, and it returns 0; nil in any other case (see above for the writes
--- it may then have undone).
-local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
+-- would) and publishes an empty message on wake unless that is nil, with
+-- q set quickHandOn hands it on, and it returns 0; nil in any other case
+-- (see above for the writes it may then have undone).
+local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
   local r, mode, rec = quickRead(lock, modeArg)
   if not r then
     return nil
@@ -378,6 +378,9 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
     if left > rec then
       redis.call('PEXPIRE', lock, rec)
     end
+    if wake then
+      redis.pcall('PUBLISH', wake, '')
+    end
     return 0
   end
   local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
@@ -395,6 +398,9 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg)
     end
   end
   redis.call('DEL', lock)
+  if wake then
+    redis.pcall('PUBLISH', wake, '')
+  end
   return 0
 end
 

@@ -40,7 +40,7 @@ func withoutQuick(t *testing.T, name, quick string) string {
 const (
 	quickTakeCall = "local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[9])\n" +
 		"if quick then\n  return quick\nend\n"
-	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
+	quickReleaseCall = "local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])\n" +
 		"if quick then\n  return quick\nend\n"
 	quickExtendCall = "local quick, read = quickExtend(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n" +
 		"if quick then\n  return quick\nend\n"

@@ -204,3 +204,143 @@ func TestJoiningNodeVotesForNobody(t *testing.T) {
 		require.Equal(t, "soon", rdb.Get(ctx, other.Joined).Val())
 	})
 }
+
+// A proposed token is taken where the lock is free, the token is above the
+// counter, not behind the node's clock and at most MaxLead ahead of it: the
+// hold is raised at once and the counter is the token. Anywhere else the
+// take is pending as without a proposal, and a hold that took a proposal
+// the client did not choose is raised from it, never below the counter.
+func TestQuorumProposal(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		take := func(k lua.Keys, owner, level string, p fence.Token) scripts.QAcquired {
+			a, err := scripts.QAcquirePropose(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: owner, TTL: time.Minute, Level: level}, p)
+			require.NoError(t, err)
+			return a
+		}
+		// proposeNow proposes a token 2.5 ms ahead of the node's clock, in
+		// the span a node takes, on name k, again (the pending take
+		// abandoned) if the script ran too late for it on a loaded
+		// machine.
+		proposeNow := func(k lua.Keys, owner, level string) fence.Token {
+			for range 100 {
+				p := fence.Token(micros(t, rdb) + 2500)
+				a := take(k, owner, level, p)
+				if a.Proposed {
+					require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: p, Depth: 1}, Proposed: true}, a)
+					return p
+				}
+				require.True(t, a.OK && a.Pending, "%+v", a)
+				require.Greater(t, a.Micros, uint64(p), "refused for its clock only")
+				_, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: owner, Level: level})
+				require.NoError(t, err)
+			}
+			t.Fatal("no proposal reached the node within 2.5 ms in 100 tries")
+			return 0
+		}
+
+		k := keys(t)
+		p := proposeNow(k, "o1", "r1")
+		require.Equal(t, p, counter(t, rdb, k), "the counter is the token")
+		st, err := lua.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.True(t, st.Held && !st.Pending)
+		require.Equal(t, p, st.Token)
+		require.False(t, take(k, "o2", "r2", p+10).OK, "held by another owner: refused, proposal or not")
+		left, err := lua.Release(ctx, rdb, k, "o1", p, "r1", lua.Tokens{})
+		require.NoError(t, err)
+		require.Zero(t, left, "released per node like a raised hold")
+
+		// Refused, each for one reason: at the counter; behind the clock;
+		// an hour ahead of it.
+		a := take(k, "o3", "r3", p)
+		require.True(t, a.OK && a.Pending && !a.Proposed, "a proposal at the counter is not taken")
+		require.Equal(t, p, a.Token, "the pending reply carries the counter")
+		for _, c := range []struct {
+			what string
+			p    fence.Token
+		}{
+			{"behind the clock", fence.Token(micros(t, rdb) - uint64(time.Second.Microseconds()))},
+			{"an hour ahead", fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))},
+		} {
+			kc := lua.KeysFor("rftest", testenv.Unique(t)+"-"+c.what)
+			a = take(kc, "o1", "r1", c.p)
+			require.True(t, a.OK && a.Pending && !a.Proposed, "a proposal %s is not taken", c.what)
+			require.Zero(t, rdb.Exists(ctx, kc.Counter).Val(), "no counter raised")
+		}
+
+		// A hold that took a proposal the client did not choose.
+		kp := lua.KeysFor("rftest", testenv.Unique(t)+"-from")
+		p = proposeNow(kp, "o1", "r1")
+		from := func(tok, p fence.Token) bool {
+			ok, err := scripts.QRaiseFrom(ctx, rdb, kp, "o1", "r1", tok, p)
+			require.NoError(t, err)
+			return ok
+		}
+		require.False(t, from(p+5, p+1), "only from the proposal the hold has")
+		require.False(t, from(p-1, p), "never below the counter")
+		ok, err := scripts.QRaiseFrom(ctx, rdb, kp, "o2", "r1", p+5, p)
+		require.NoError(t, err)
+		require.False(t, ok, "only the holder's")
+		require.True(t, from(p+5, p))
+		require.True(t, from(p+5, p), "a repeated raise")
+		require.Equal(t, p+5, counter(t, rdb, kp))
+		st, err = lua.Inspect(ctx, rdb, kp)
+		require.NoError(t, err)
+		require.Equal(t, p+5, st.Token)
+
+		// "held" raises a lower hold of the ownership (a reentry that met
+		// the proposal before its raise), above the counter only.
+		kh := lua.KeysFor("rftest", testenv.Unique(t)+"-held")
+		p = proposeNow(kh, "o1", "r1")
+		require.Equal(t, p, take(kh, "o1", "r2", fence.None).Token, "a reentry answers the hold's token")
+		held := func(tok fence.Token) bool {
+			ok, err := scripts.QRaise(ctx, rdb, kh, "o1", "r2", tok, true)
+			require.NoError(t, err)
+			return ok
+		}
+		require.False(t, held(p-1), "never below the counter")
+		require.True(t, held(p+9))
+		require.Equal(t, p+9, counter(t, rdb, kh))
+
+		_, err = scripts.QAcquirePropose(ctx, rdb, keys(t), joined(t, rdb), &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}, scripts.MaxToken)
+		require.ErrorIs(t, err, scripts.ErrOverflow)
+	})
+}
+
+// A release given a wake channel publishes on it when it frees the lock,
+// and only then: a Redlock node's waiters need no command of their own.
+func TestReleaseWakes(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb, k := t.Context(), b.Client, keys(t)
+		wake := k.Lock + ":w"
+		sub := rdb.Subscribe(ctx, wake)
+		defer sub.Close()
+		_, err := sub.Receive(ctx)
+		require.NoError(t, err)
+		for _, m := range []lua.Tokens{{}, timeTokens} {
+			r := &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: m}
+			a, err := lua.Acquire(ctx, rdb, k, r)
+			require.NoError(t, err)
+			r2 := *r
+			r2.Level = "r2"
+			_, err = lua.Acquire(ctx, rdb, k, &r2)
+			require.NoError(t, err)
+			left, err := scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r2", m, wake)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, left)
+			left, err = scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r1", m, wake)
+			require.NoError(t, err)
+			require.Zero(t, left)
+			msg, err := sub.ReceiveTimeout(ctx, 10*time.Second)
+			require.NoError(t, err)
+			require.Equal(t, wake, msg.(*redis.Message).Channel)
+			// A repeated release frees nothing and publishes nothing.
+			left, err = scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r1", m, wake)
+			require.NoError(t, err)
+			require.Zero(t, left)
+		}
+		_, err = sub.ReceiveTimeout(ctx, 200*time.Millisecond)
+		require.Error(t, err, "one message per freeing release")
+	})
+}

@@ -9,6 +9,8 @@
 -- ARGV[3]  level ID: the request ID of the Lock call that took the level
 -- ARGV[4]  token mode for the token of a handed-over lock (lib.lua): "0"
 --          the strict counter, "<ms>" time tokens
+-- ARGV[5]  optional: a channel to PUBLISH an empty message on when this
+--          call frees the lock (a Redlock node's waiters listen there)
 --
 -- Returns the depth left (>= 0) when the caller's ownership held the level:
 --   other levels left:  the level is removed, their count returned;
@@ -29,7 +31,7 @@
 -- Error "FOREIGN <key>" when a key holds a value this library did not write;
 -- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
 -- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
-local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local quick, read = quickRelease(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if quick then
   return quick
 end
@@ -63,6 +65,9 @@ if h.x and h.ts == ARGV[2] then
   local done, perr = passOn(KEYS[1], KEYS[2], h, mode, us, now, false)
   if not done then
     return perr
+  end
+  if ARGV[5] then
+    redis.pcall('PUBLISH', ARGV[5], '')
   end
   return 0
 end

@@ -62,7 +62,10 @@ type call struct {
 	// call's request ID, which names its lease (Lease.ID). A Redlock
 	// attempt after the first takes a new one.
 	level string
-	be    any // the backend's state of the call, which holds this call
+	// newOwner: owner was made for this call (the context carried none),
+	// so no lock is held by it anywhere yet.
+	newOwner bool
+	be       any // the backend's state of the call, which holds this call
 }
 
 // newCall checks a lock call's arguments and the server's eviction policy.
@@ -77,6 +80,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*
 	if err := ctx.Err(); err != nil {
 		return nil, join(ErrNotAcquired, err)
 	}
+	_, carried := OwnerFrom(ctx)
 	owner, err := ownerFor(ctx)
 	if err != nil {
 		return nil, err
@@ -84,7 +88,7 @@ func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*
 	if err := c.checkPolicy(ctx); err != nil {
 		return nil, err
 	}
-	return c.be.newCall(call{c: c, name: name, cfg: cfg, owner: owner, level: c.reqID()}), nil
+	return c.be.newCall(call{c: c, name: name, cfg: cfg, owner: owner, level: c.reqID(), newOwner: !carried}), nil
 }
 
 // observed reports a finished Lock or TryLock to the observer.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,6 +78,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 	c, _ := build(cfg)
 	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), prefix: cfg.prefix,
 		node: scripts.Node{Joined: scripts.JoinedKey(cfg.prefix), Rejoin: rejoin}}
+	q.lead.Store(initialLead.Microseconds())
 	for _, rdb := range q.nodes {
 		q.wakes = append(q.wakes, newWakes(c, rdb))
 	}
@@ -97,7 +99,16 @@ type quorum struct {
 	// empty votes for nobody until every lease it may have granted has
 	// run out (qacquire.lua).
 	node scripts.Node
+	// lead is what a proposed token adds to this host's clock, in µs
+	// (propose): enough that the nodes' clocks are behind the proposal
+	// when it reaches them. It starts at initialLead and only grows, when
+	// a node refused a proposal its clock had passed.
+	lead atomic.Int64
 }
+
+// initialLead is a quorum's first lead: a loopback or LAN round trip, and
+// the clocks' usual NTP agreement.
+const initialLead = time.Millisecond
 
 // quorumCall is a lock call on a Redlock: the call and its lock's keys.
 type quorumCall struct {
@@ -157,6 +168,13 @@ func fanOut[T any](q *quorum, d time.Duration, f func(ctx context.Context, i int
 // node (nil for those still out), and whether every node answered. A reply
 // read after that goes to late, if not nil, in the background.
 func collect[T any](q *quorum, ctx context.Context, ch <-chan nodeReply[T], decided func(got []*nodeReply[T]) bool, late func(nodeReply[T])) ([]*nodeReply[T], bool) {
+	return collectGrace(q, ctx, ch, decided, 0, late)
+}
+
+// collectGrace is collect that, once the outcome is known, still reads
+// the replies that come within grace, as if they had come before: a node
+// that answers a moment after the majority then costs no later command.
+func collectGrace[T any](q *quorum, ctx context.Context, ch <-chan nodeReply[T], decided func(got []*nodeReply[T]) bool, grace time.Duration, late func(nodeReply[T])) ([]*nodeReply[T], bool) {
 	got := make([]*nodeReply[T], len(q.nodes))
 	left := len(got)
 read:
@@ -168,6 +186,22 @@ read:
 		case <-ctx.Done():
 			break read
 		}
+	}
+	if left > 0 && grace > 0 && ctx.Err() == nil {
+		t := time.NewTimer(grace)
+	wait:
+		for left > 0 {
+			select {
+			case r := <-ch:
+				got[r.i] = &r
+				left--
+			case <-t.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		t.Stop()
 	}
 	if left > 0 && late != nil {
 		n := left

@@ -34,6 +34,15 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	// Each attempt takes its levels under an ID of its own, so that the
 	// background undo of an earlier attempt cannot remove a later one's.
 	qc := quorumOf(r)
+	// The first attempt of a new owner proposes its token: nothing of the
+	// owner exists on any node, so a node where the lock is free either
+	// takes the lock with the proposal (and its counter rises to it) or
+	// leaves the take pending, and a majority that took it makes the
+	// token without phase 2: one round trip instead of two.
+	proposal := fence.None
+	if !qc.attempted && r.newOwner {
+		proposal = q.propose(sent)
+	}
 	if qc.attempted {
 		r.level = c.reqID()
 	}
@@ -52,20 +61,26 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		}
 	}()
 	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.QAcquired, error) {
-		return scripts.QAcquire(ctx, rdb, qc.keys, q.node, &req)
+		return scripts.QAcquirePropose(ctx, rdb, qc.keys, q.node, &req, proposal)
 	})
 	granted := func(x nodeReply[scripts.QAcquired]) bool { return x.err == nil && x.v.OK }
-	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.QAcquired]) bool {
+	// A node that answers within acquireGrace after the majority is read
+	// with it, so that its grant needs no command of its own later (a
+	// raise, or an undo once the lease was released).
+	got, _ := collectGrace(q, ctx, ch, func(got []*nodeReply[scripts.QAcquired]) bool {
 		ok := count(got, granted)
 		no := count(got, func(x nodeReply[scripts.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
-	}, func(x nodeReply[scripts.QAcquired]) {
+	}, acquireGrace, func(x nodeReply[scripts.QAcquired]) {
 		<-st.done
 		switch {
 		case st.lease == nil || x.err != nil || !x.v.OK:
 			q.undoNode(r, x.i, req)
 		case x.v.Pending:
-			q.raiseLate(r, x.i, req, final, reentry, st.lease)
+			q.raiseLate(r, x.i, req, final, reentry, fence.None, st.lease)
+		case x.v.Proposed && final != proposal:
+			// It took the proposal, and the attempt chose another token.
+			q.raiseLate(r, x.i, req, final, false, proposal, st.lease)
 		case st.lease.live() != nil:
 			// A reentry's level that reached this node after the lease
 			// was unlocked (its release may have come first) or lost.
@@ -108,19 +123,40 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	tokens := map[fence.Token]int{}
 	var top, best, clock fence.Token
 	var depth int64
-	var pending []int
+	var pending, took []int
 	for _, i := range ok {
 		v := got[i].v
-		if v.Pending {
+		switch {
+		case v.Pending:
 			pending = append(pending, i)
 			clock = max(clock, fence.Token(v.Micros))
-		} else {
+		case v.Proposed:
+			took = append(took, i)
+		default:
 			tokens[v.Token]++
-			if tokens[v.Token] > tokens[best] {
+			if n := tokens[v.Token]; n > tokens[best] || (n == tokens[best] && v.Token > best) {
 				best = v.Token
 			}
 		}
 		top, depth = max(top, v.Token), max(depth, v.Depth)
+	}
+	if proposal != fence.None {
+		q.learn(got, proposal, sent)
+		if len(took) >= maj {
+			// A majority took the proposal: it is the token. The pending
+			// nodes below it are raised to it; one whose counter is at or
+			// above it (it refused the proposal for that) remembers a
+			// token as high already, and its level goes.
+			for _, i := range pending {
+				if got[i].v.Token >= proposal {
+					q.undoNode(r, i, req)
+				} else {
+					q.raiseLate(r, i, req, proposal, false, fence.None, nil)
+				}
+			}
+			final = proposal
+			return acquired{ok: true, token: proposal, depth: 1, sent: sent, settle: st.settle}, nil
+		}
 	}
 	if votes := tokens[best]; votes > 0 {
 		// A pending node whose counter already reached the token (the
@@ -129,12 +165,20 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		reentry = true
 		if votes >= maj {
 			for _, i := range pending {
-				q.raiseLate(r, i, req, best, true, nil)
+				q.raiseLate(r, i, req, best, true, fence.None, nil)
 			}
 			final = best
 			return acquired{ok: true, token: best, depth: depth, sent: sent, settle: st.settle}, nil
 		}
-		if raised := q.raise(ctx, r, pending, best, maj-votes, true); votes+raised < maj {
+		// Nodes where the ownership holds a lower token (a proposal its
+		// acquisition did not choose, whose raise is still on its way)
+		// are raised with the pending ones.
+		for _, i := range ok {
+			if v := got[i].v; !v.Pending && !v.Proposed && v.Token < best {
+				pending = append(pending, i)
+			}
+		}
+		if raised := q.raise(ctx, r, pending, best, maj-votes, true, fence.None); votes+raised < maj {
 			return fail(fmt.Sprintf("token %d held on %d and raised on %d of %d nodes", best, votes, raised, n))
 		}
 		final = best
@@ -145,9 +189,11 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	// than the latest of their clocks, raised on a majority before it is
 	// handed out. The clock is what keeps a token from repeating when a
 	// node that remembered the last one restarted empty and the others
-	// that remember are out of reach (docs/safety.md, "Redlock").
+	// that remember are out of reach (docs/safety.md, "Redlock"). Nodes
+	// that took a proposal (fewer than a majority) count it as their
+	// counter, and are raised from it.
 	tok := max(top+1, clock)
-	raised := q.raise(ctx, r, ok, tok, maj, false)
+	raised := q.raise(ctx, r, ok, tok, maj, false, proposal)
 	if raised < maj {
 		return fail(fmt.Sprintf("token %d raised on %d of %d nodes", tok, raised, n))
 	}
@@ -158,10 +204,16 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	return acquired{ok: true, token: tok, depth: depth, sent: sent, settle: st.settle}, nil
 }
 
+// acquireGrace bounds how long an acquisition waits, once a majority
+// answered, for the nodes that have not.
+const acquireGrace = 2 * time.Millisecond
+
 // raise runs phase 2 with tok on the nodes in idx, and returns how many
 // confirmed it before ctx ended, need did, or need no longer could; held:
-// tok is the token the ownership holds already (see scripts.QRaise).
-func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token, need int, held bool) int {
+// tok is the token the ownership holds already (see scripts.QRaise);
+// from: the attempt's proposal, which nodes that took it are raised from
+// (scripts.QRaiseFrom), or fence.None.
+func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token, need int, held bool, from fence.Token) int {
 	on := make([]bool, len(q.nodes))
 	for _, i := range idx {
 		on[i] = true
@@ -174,6 +226,9 @@ func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token,
 	ch := fanOut(q, d, func(ctx context.Context, i int, rdb redis.UniversalClient) (bool, error) {
 		if !on[i] {
 			return false, errSkipped
+		}
+		if from != fence.None {
+			return scripts.QRaiseFrom(ctx, rdb, k, string(r.owner), level, tok, from)
 		}
 		return scripts.QRaise(ctx, rdb, k, string(r.owner), level, tok, held)
 	})
@@ -228,13 +283,20 @@ func (s *settled) settle(l *Lease) {
 // Unlock may have reached the node before the grant did) is released at
 // once: it keeps the token in its counter, which is the point, and not
 // the lock; one the raise refused is abandoned. Without one the attempt is still deciding, and a lease that
-// fails to come of it undoes the level everywhere (newLease).
-func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token, held bool, l *Lease) {
+// fails to come of it undoes the level everywhere (newLease). from is the
+// proposal node i took, to be raised from (scripts.QRaiseFrom), or
+// fence.None for a pending node.
+func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token, held bool, from fence.Token, l *Lease) {
 	c, rdb, k := q.c, q.nodes[i], quorumOf(r).keys
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		ok, _ := scripts.QRaise(ctx, rdb, k, string(r.owner), req.Level, tok, held)
+		var ok bool
+		if from != fence.None {
+			ok, _ = scripts.QRaiseFrom(ctx, rdb, k, string(r.owner), req.Level, tok, from)
+		} else {
+			ok, _ = scripts.QRaise(ctx, rdb, k, string(r.owner), req.Level, tok, held)
+		}
 		switch {
 		case l == nil || l.live() == nil:
 		case ok:
@@ -265,5 +327,52 @@ func (q *quorum) undoNode(r *call, i int, req scripts.Request) {
 func (q *quorum) undoAll(r *call, req scripts.Request) {
 	for i := range q.nodes {
 		q.undoNode(r, i, req)
+	}
+}
+
+// propose returns the token the first attempt of a new owner proposes, sent
+// at sent: this host's clock in µs plus the quorum's lead, so that it is
+// just ahead of the nodes' clocks when it reaches them (a node takes no
+// proposal its clock has passed, nor one more than scripts.MaxLead ahead
+// of it: the token keeps the clock floor and stays near the clocks). A
+// proposal at or below a node's counter (the name's last token came from
+// a host whose clock runs ahead) only costs that attempt phase 2.
+func (q *quorum) propose(sent time.Time) fence.Token {
+	p := sent.UnixMicro() + q.lead.Load()
+	if p <= 0 || fence.Token(p) >= scripts.MaxToken {
+		return fence.None
+	}
+	return fence.Token(p)
+}
+
+// learn moves the quorum's lead after an attempt that proposed p at sent,
+// when a node left its take pending because its clock was past p, or
+// more than scripts.MaxLead behind it: the next proposals lead that
+// node's clock, as this attempt's request found it, by 1 ms. A counter at
+// or above p teaches nothing: it is one name's, and the lead is every
+// name's.
+func (q *quorum) learn(got []*nodeReply[scripts.QAcquired], p fence.Token, sent time.Time) {
+	for _, x := range got {
+		if x == nil || x.err != nil || !x.v.Pending {
+			continue
+		}
+		clock := fence.Token(x.v.Micros)
+		behind, ahead := clock > p, p > clock+fence.Token(scripts.MaxLead.Microseconds())
+		if !behind && !ahead {
+			continue
+		}
+		// What the node's clock read less this host's at the send: its
+		// offset plus the request's way there, which the next proposals
+		// must lead by; 1 ms more, but no more than 1 ms inside the
+		// MaxLead span past the offset (a slow call's long way would
+		// otherwise put the next proposals past that span).
+		d, rtt := int64(x.v.Micros)-sent.UnixMicro(), time.Since(sent).Microseconds()
+		need := min(d+initialLead.Microseconds(), d-rtt/2+scripts.MaxLead.Microseconds()-initialLead.Microseconds())
+		for {
+			cur := q.lead.Load()
+			if (behind && need <= cur) || (ahead && need >= cur) || q.lead.CompareAndSwap(cur, need) {
+				break
+			}
+		}
 	}
 }

@@ -21,8 +21,11 @@ import (
 // release their level; one that never answers lets it expire.
 func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
 	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
+	// Each node that frees the lock tells the waiters listening on it, in
+	// the release's own script: no command of its own.
+	wake := wakeChannel(k)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
-		left, err := scripts.Release(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{})
+		left, err := scripts.ReleaseWaking(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{}, wake)
 		if err == nil && left < 0 {
 			// A node whose phase 2 never landed holds the level pending:
 			// raised to the token first, it remembers the token too; then
@@ -31,12 +34,23 @@ func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fenc
 			// its old counter), the acquisition's late handler raises and
 			// releases it when it lands.
 			if ok, _ := scripts.QRaise(ctx, rdb, k, string(owner), level, tok, false); ok {
-				return scripts.Release(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{})
+				return scripts.ReleaseWaking(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{}, wake)
 			}
 			// A free node the grant never reached (it failed there, or
 			// the node restarted) learns the token, so that a later
 			// majority including it cannot issue the token again.
-			_, _ = scripts.QBump(ctx, rdb, k, tok)
+			if bumped, _ := scripts.QBump(ctx, rdb, k, tok); bumped {
+				return left, err
+			}
+			// Held: by the level, landed since the raise (raised now and
+			// released), or by a level the raise refuses, on a node whose
+			// counter is at or above the token already (it refused the
+			// acquisition's proposal), which goes, so that the node is not
+			// held until the lease's end; or by another owner.
+			if ok, _ := scripts.QRaise(ctx, rdb, k, string(owner), level, tok, false); ok {
+				return scripts.ReleaseWaking(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{}, wake)
+			}
+			_, _ = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: string(owner), Level: level})
 		}
 		return left, err
 	})
@@ -51,9 +65,6 @@ func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fenc
 			if x != nil && yes(*x) {
 				left = max(left, x.v)
 			}
-		}
-		if left == 0 {
-			published(q, k, got, yes)
 		}
 		return left, nil
 	}

@@ -535,7 +535,11 @@ func TestRedlockLateGrants(t *testing.T) {
 			require.NoError(t, l.Unlock(t.Context()))
 			let()
 			awaitState(t, s.nodes[2], name, "be free", free)
-			require.Equal(t, l.Token(), state(t, s.nodes[2], name).LastToken, "the node remembers the token")
+			// At least the token: a late grant may have taken the
+			// attempt's proposal where the attempt chose another token
+			// (the majority refused it), which it then cannot lower; the
+			// proposal was never handed out, and only raised the counter.
+			require.GreaterOrEqual(t, state(t, s.nodes[2], name).LastToken, l.Token(), "the node remembers the token")
 		})
 
 		t.Run("reentry, landing after its Unlock", func(t *testing.T) {

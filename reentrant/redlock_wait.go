@@ -135,12 +135,13 @@ func (q *quorum) pollDelay(r *call, n int, holderTTL time.Duration) time.Duratio
 // was released there.
 func wakeChannel(k scripts.Keys) string { return k.Lock + ":w" }
 
-// published announces that the lock of k was released (Unlock's last
-// level, or ForceUnlock), in the background, on got's first node that
-// confirmed it (ok), which has just answered: every waiter listens on every
-// node, so one message reaches them all, at a third of the commands of one
-// per node. A waiter that misses it (its connection to that node is down)
-// tries again after its poll delay.
+// published announces that the lock of k was forced free (ForceUnlock), in
+// the background, on got's first node that confirmed it (ok), which has
+// just answered: every waiter listens on every node, so one message
+// reaches them all. A waiter that misses it (its connection to that node
+// is down) tries again after its poll delay. Unlock needs none: each
+// node's release script publishes when it frees the lock
+// (scripts.ReleaseWaking).
 func published[T any](q *quorum, k scripts.Keys, got []*nodeReply[T], ok func(nodeReply[T]) bool) {
 	i := slices.IndexFunc(got, func(x *nodeReply[T]) bool { return x != nil && ok(*x) })
 	if i < 0 {

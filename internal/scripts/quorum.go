@@ -11,6 +11,10 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
+// MaxToken is 2^53, the first token the scripts cannot issue: Lua's numbers
+// are doubles, exact below it.
+const MaxToken fence.Token = 1 << 53
+
 // QAcquired is the reply of qacquire.lua on one Redlock node.
 type QAcquired struct {
 	Acquired
@@ -25,6 +29,10 @@ type QAcquired struct {
 	// found empty less than the rejoin delay ago (see [Node]); HolderTTL
 	// is then what is left of the delay.
 	Joining bool
+	// Proposed is set when the node took the lock with the token proposed
+	// to it ([QAcquirePropose]): Token is that token, its counter is
+	// raised to it, and no phase 2 is needed here.
+	Proposed bool
 }
 
 // Node is what qacquire.lua needs of a Redlock node besides a lock's keys:
@@ -44,14 +52,46 @@ func JoinedKey(prefix string) string { return prefix + ":j" }
 // r's Waiter and Tokens are ignored (Redlock neither queues nor issues time
 // tokens). See the script's header.
 func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, node Node, r *Request) (QAcquired, error) {
+	return QAcquirePropose(ctx, rdb, k, node, r, fence.None)
+}
+
+// MaxLead is how far a proposed token may lead the clock of a node that
+// takes it ([QAcquirePropose]).
+const MaxLead = 5 * time.Millisecond
+
+// QAcquirePropose is QAcquire with a proposed token: where the lock is
+// free, the token is above the node's counter, at or above its clock (µs)
+// and at most MaxLead ahead of it, the node takes the lock with it at once
+// and says so (Proposed),
+// which spares the node phase 2; elsewhere the take is pending as without
+// a proposal. Propose only for an owner that holds the lock on no node yet,
+// and hand the token out only when a majority took it (see qacquire.lua).
+// fence.None proposes nothing; a token at or above 2^53 is an error.
+func QAcquirePropose(ctx context.Context, rdb redis.Scripter, k Keys, node Node, r *Request, proposal fence.Token) (QAcquired, error) {
 	depth := r.MaxDepth
 	if depth <= 0 {
 		depth = math.MaxInt32
 	}
-	v, err := run(ctx, rdb, qacquireScript, []any{nil, nil, 3, k.Lock, k.Counter, node.Joined, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth,
-		max(node.Rejoin.Milliseconds(), 1)})
+	if proposal >= MaxToken {
+		return QAcquired{}, fmt.Errorf("%w: proposed token %d is not below 2^53", ErrOverflow, proposal)
+	}
+	args := []any{nil, nil, 3, k.Lock, k.Counter, node.Joined, r.Owner, r.TTL.Milliseconds(), r.Level, r.Meta, depth,
+		max(node.Rejoin.Milliseconds(), 1), nil}
+	if proposal == fence.None {
+		args = args[:len(args)-1]
+	} else {
+		args[len(args)-1] = uint64(proposal)
+	}
+	v, err := run(ctx, rdb, qacquireScript, args)
 	if err != nil {
 		return QAcquired{}, scriptErr(err)
+	}
+	if a, ok := v.([]any); ok && len(a) == 3 && a[0] == int64(5) {
+		t, ok1 := a[1].(int64)
+		if !ok1 || proposal == fence.None || t != int64(proposal) || a[2] != int64(1) {
+			return QAcquired{}, fmt.Errorf("%w: qacquire returned %#v", ErrReply, v)
+		}
+		return QAcquired{Acquired: Acquired{OK: true, Token: proposal, Depth: 1}, Proposed: true}, nil
 	}
 	if a, ok := v.([]any); ok && len(a) == 3 && a[0] == int64(4) {
 		wait, ok := a[1].(int64)
@@ -80,12 +120,27 @@ func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, node Node, r *Req
 // that found its hold gone on this one): a counter that already reached tok
 // is accepted then, where a fresh token must be above it.
 func QRaise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, tok fence.Token, held bool) (bool, error) {
-	if tok == fence.None {
-		return false, fmt.Errorf("%w: token 0", ErrReply)
-	}
 	mode := ""
 	if held {
 		mode = "held"
+	}
+	return qraise(ctx, rdb, k, owner, level, tok, mode)
+}
+
+// QRaiseFrom is QRaise for a node that may have taken the lock with the
+// attempt's proposal ([QAcquirePropose]) where the client chose tok
+// instead: a hold of the level whose token is the proposal is raised to
+// tok, when tok is above the node's counter; a pending one as by QRaise.
+func QRaiseFrom(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, tok, proposal fence.Token) (bool, error) {
+	if proposal == fence.None {
+		return QRaise(ctx, rdb, k, owner, level, tok, false)
+	}
+	return qraise(ctx, rdb, k, owner, level, tok, proposal.String())
+}
+
+func qraise(ctx context.Context, rdb redis.Scripter, k Keys, owner, level string, tok fence.Token, mode string) (bool, error) {
+	if tok == fence.None {
+		return false, fmt.Errorf("%w: token 0", ErrReply)
 	}
 	v, err := run(ctx, rdb, qraiseScript, []any{nil, nil, 2, k.Lock, k.Counter, owner, level, tok.String(), mode})
 	if err != nil {

@@ -1,0 +1,168 @@
+//go:build unix
+
+package reentrant_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+)
+
+// requests counts the requests a client sends: one per command, one per
+// pipeline.
+type requests struct{ n atomic.Int64 }
+
+func (r *requests) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *requests) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (r *requests) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// An uncontended Redlock Lock+Unlock of a new owner costs each node two
+// requests: the grant carries the token (the proposal) and the release
+// wakes waiters in its own script. A batch may cost more on a loaded
+// machine (a node answering after the acquisition's grace, a proposal its
+// clock passed), so the test waits for one batch that costs exactly that,
+// with a generous ceiling.
+func TestRedlockUncontendedRequests(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		counts := make([]*requests, len(s.nodes))
+		for i, rdb := range s.nodes {
+			counts[i] = new(requests)
+			rdb.(*redis.Client).AddHook(counts[i])
+		}
+		c := newRedlock(t, s.nodes)
+		ctx := t.Context()
+		pair := func(name string) {
+			l, err := c.Lock(ctx, name)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
+		pair(testenv.Unique(t) + "-warm") // the eviction-policy check, the library load
+		const pairs = 5
+		var seen []string
+		for batch := range 60 {
+			time.Sleep(20 * time.Millisecond) // what an earlier batch left in the background
+			before := make([]int64, len(counts))
+			for i, n := range counts {
+				before[i] = n.n.Load()
+			}
+			for p := range pairs {
+				pair(fmt.Sprintf("%s-%d-%d", testenv.Unique(t), batch, p))
+			}
+			time.Sleep(20 * time.Millisecond)
+			exact := true
+			var got []int64
+			for i, n := range counts {
+				d := n.n.Load() - before[i]
+				got = append(got, d)
+				require.GreaterOrEqual(t, d, int64(2*pairs), "node %d: a grant and a release per pair at least", i)
+				exact = exact && d == 2*pairs
+			}
+			if exact {
+				return
+			}
+			seen = append(seen, fmt.Sprint(got))
+		}
+		t.Fatalf("no batch of %d pairs cost each node %d requests: %v", pairs, 2*pairs, seen)
+	})
+}
+
+// A proposal some nodes refuse (their counter is above it, raised by hand
+// here, as by a client whose clock runs ahead) still gives a token above
+// every counter of the majority that granted it: taken by a majority, the
+// proposal itself; otherwise a token above the refusing counters, to which
+// the nodes that took the proposal are raised.
+func TestRedlockProposalRefused(t *testing.T) {
+	t.Parallel() // see TestMain
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		ctx := t.Context()
+		// A lease far longer than the test's waits: a level left on a node
+		// would show, not expire.
+		c := newRedlock(t, s.nodes, reentrant.WithRejoinDelay(time.Hour))
+		long := reentrant.WithTTL(10 * time.Minute)
+		warm, err := c.Lock(ctx, testenv.Unique(t)+"-warm", long)
+		require.NoError(t, err)
+		require.NoError(t, warm.Unlock(ctx))
+		ahead := fence.Token(time.Now().Add(time.Hour).UnixMicro())
+
+		// Node 0's counter is above the proposal: nodes 1 and 2 take it,
+		// unless one of them answers after the acquisition's grace (a
+		// loaded machine); then the token is above node 0's counter. Both
+		// are right; the test waits for a name that took the first way.
+		var name string
+		var k lua.Keys
+		var first fence.Token
+		for try := 0; ; try++ {
+			require.Less(t, try, 20, "no acquisition took the proposal on nodes 1 and 2")
+			name = fmt.Sprintf("%s-%d", testenv.Unique(t), try)
+			k = lua.KeysFor(prefix, name)
+			require.NoError(t, s.nodes[0].Set(ctx, k.Counter, ahead.String(), 0).Err())
+			l, err := c.Lock(ctx, name, long)
+			require.NoError(t, err)
+			first = l.Token()
+			require.NoError(t, l.Unlock(ctx))
+			for i, rdb := range s.nodes {
+				// Node 0 refused the proposal and granted the take
+				// pending: its level goes with the acquisition or the
+				// release, not with the lease's end.
+				require.Eventually(t, func() bool {
+					st, err := lua.Inspect(ctx, rdb, k)
+					return err == nil && !st.Held
+				}, time.Minute, 5*time.Millisecond, "node %d is free", i)
+			}
+			if first < ahead {
+				break
+			}
+			require.Greater(t, first, ahead, "above the refusing node's counter")
+		}
+
+		require.NoError(t, s.nodes[1].Set(ctx, k.Counter, (ahead+10).String(), 0).Err())
+		l, err := c.Lock(ctx, name, long)
+		require.NoError(t, err)
+		require.Greater(t, l.Token(), ahead+10, "above the refusing nodes' counters")
+		require.Greater(t, l.Token(), first)
+		tok := l.Token()
+		for i, rdb := range s.nodes {
+			require.Eventually(t, func() bool {
+				st, err := lua.Inspect(ctx, rdb, k)
+				return err == nil && st.Held && st.Token == tok && !st.Pending
+			}, time.Minute, 5*time.Millisecond, "node %d holds the token", i)
+		}
+		in, err := c.TryLock(l.Context(), name)
+		require.NoError(t, err)
+		require.Equal(t, tok, in.Token(), "a reentry keeps it")
+		require.NoError(t, in.Unlock(ctx))
+		require.NoError(t, l.Unlock(ctx))
+		for i, rdb := range s.nodes {
+			// Unlock returns once a majority released; the rest follow.
+			require.Eventually(t, func() bool {
+				st, err := lua.Inspect(ctx, rdb, k)
+				return err == nil && !st.Held && st.LastToken == tok
+			}, time.Minute, 5*time.Millisecond, "node %d is free, its last token the lease's", i)
+		}
+		l, err = c.Lock(ctx, name, long)
+		require.NoError(t, err)
+		require.Greater(t, l.Token(), tok)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
