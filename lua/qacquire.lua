@@ -29,11 +29,13 @@
 -- reentry or repeat on a hold still pending; counter is the node's counter
 -- (0 if none), time the node's clock (TIME) in microseconds. The client
 -- picks the token from a majority's counters and clocks, and raises it.
--- Returns {5, token, 1} when the lock was free here, a token was proposed,
--- and it is above the node's counter, at or above its clock (TIME, µs) and
--- at most 5 ms (5000 µs) ahead of it:
+-- Returns {5, token, 1, time} when the lock was free here, a token was proposed,
+-- and it is above the node's counter and at most 5 ms (5000 µs) from its
+-- clock (TIME, µs), either way:
 -- the caller holds the lock here with that token, and the counter is the
--- token, as if phase 2 had raised it (one round trip instead of two). A
+-- token, as if phase 2 had raised it (one round trip instead of two); time
+-- is the node's clock, as in {3, ...}, which the client's next proposals
+-- follow. A
 -- proposal at or below the counter, or outside that span of the clock,
 -- leaves the take
 -- pending ({3, ...} as without one): the client then picks the token as
@@ -108,10 +110,10 @@ if not c then
 end
 settle(KEYS[1], h)
 local p = tonumber(proposal)
--- A proposal may lead the node's clock by 5 ms at most: a token stays
--- within that of the clocks of the majority that took it, which the
--- clock floor's argument needs (docs/safety.md, "Redlock").
-local taken = p and p > c and p >= us and p <= us + 5000 and p < 9007199254740992
+-- A proposal may be 5 ms at most from the node's clock, either way: a
+-- token stays within that of the clocks of the majority that took it,
+-- which the clock floor's argument needs (docs/safety.md, "Redlock").
+local taken = p and p > c and p >= us - 5000 and p <= us + 5000 and p < 9007199254740992
 local fields = {'o', ARGV[1], 'x', dec(now + tonumber(ARGV[2])), level, '1'}
 if not taken then
   fields[#fields + 1], fields[#fields + 2] = 'p', '1'
@@ -139,6 +141,6 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 keep(KEYS[1], h, 0, now)
 if taken then
-  return {5, p, 1}
+  return {5, p, 1, us}
 end
 return {3, c, 1, us}

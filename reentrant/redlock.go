@@ -100,14 +100,15 @@ type quorum struct {
 	// run out (qacquire.lua).
 	node scripts.Node
 	// lead is what a proposed token adds to this host's clock, in µs
-	// (propose): enough that the nodes' clocks are behind the proposal
-	// when it reaches them. It starts at initialLead and only grows, when
-	// a node refused a proposal its clock had passed.
+	// (propose): the nodes' offset from it plus a request's way there, so
+	// that the proposal is near their clocks when it reaches them. It
+	// starts at initialLead and follows the clocks the nodes reply
+	// (learn).
 	lead atomic.Int64
 }
 
-// initialLead is a quorum's first lead: a loopback or LAN round trip, and
-// the clocks' usual NTP agreement.
+// initialLead is a quorum's first lead: a loopback or LAN request's way
+// there, and the clocks' usual NTP agreement.
 const initialLead = time.Millisecond
 
 // quorumCall is a lock call on a Redlock: the call and its lock's keys.

@@ -74,7 +74,9 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	}, acquireGrace, func(x nodeReply[scripts.QAcquired]) {
 		<-st.done
 		switch {
-		case st.lease == nil || x.err != nil || !x.v.OK:
+		case x.err == nil && !x.v.OK:
+			// A refusal wrote no level: nothing to undo.
+		case st.lease == nil || x.err != nil:
 			q.undoNode(r, x.i, req)
 		case x.v.Pending:
 			q.raiseLate(r, x.i, req, final, reentry, fence.None, st.lease)
@@ -332,9 +334,9 @@ func (q *quorum) undoAll(r *call, req scripts.Request) {
 
 // propose returns the token the first attempt of a new owner proposes, sent
 // at sent: this host's clock in µs plus the quorum's lead, so that it is
-// just ahead of the nodes' clocks when it reaches them (a node takes no
-// proposal its clock has passed, nor one more than scripts.MaxLead ahead
-// of it: the token keeps the clock floor and stays near the clocks). A
+// near the nodes' clocks when it reaches them (a node takes no proposal
+// more than scripts.MaxLead from its clock: the token stays near the
+// clocks, which the clock floor's argument needs). A
 // proposal at or below a node's counter (the name's last token came from
 // a host whose clock runs ahead) only costs that attempt phase 2.
 func (q *quorum) propose(sent time.Time) fence.Token {
@@ -346,31 +348,26 @@ func (q *quorum) propose(sent time.Time) fence.Token {
 }
 
 // learn moves the quorum's lead after an attempt that proposed p at sent,
-// when a node left its take pending because its clock was past p, or
-// more than scripts.MaxLead behind it: the next proposals lead that
-// node's clock, as this attempt's request found it, by 1 ms. A counter at
-// or above p teaches nothing: it is one name's, and the lead is every
-// name's.
+// towards what each node's clock read, less this host's at the send (the
+// node's offset from it plus the request's way there): a quarter of the
+// way for a node that took the proposal, all the way for one that left its
+// take pending because its clock was more than scripts.MaxLead from p. A
+// counter at or above p teaches nothing: it is one name's, and the lead is
+// every name's.
 func (q *quorum) learn(got []*nodeReply[scripts.QAcquired], p fence.Token, sent time.Time) {
+	span := fence.Token(scripts.MaxLead.Microseconds())
 	for _, x := range got {
-		if x == nil || x.err != nil || !x.v.Pending {
+		if x == nil || x.err != nil || !(x.v.Pending || x.v.Proposed) {
 			continue
 		}
-		clock := fence.Token(x.v.Micros)
-		behind, ahead := clock > p, p > clock+fence.Token(scripts.MaxLead.Microseconds())
-		if !behind && !ahead {
+		d := int64(x.v.Micros) - sent.UnixMicro()
+		if clock := fence.Token(x.v.Micros); x.v.Pending && (clock > p+span || p > clock+span) {
+			q.lead.Store(d)
 			continue
 		}
-		// What the node's clock read less this host's at the send: its
-		// offset plus the request's way there, which the next proposals
-		// must lead by; 1 ms more, but no more than 1 ms inside the
-		// MaxLead span past the offset (a slow call's long way would
-		// otherwise put the next proposals past that span).
-		d, rtt := int64(x.v.Micros)-sent.UnixMicro(), time.Since(sent).Microseconds()
-		need := min(d+initialLead.Microseconds(), d-rtt/2+scripts.MaxLead.Microseconds()-initialLead.Microseconds())
 		for {
 			cur := q.lead.Load()
-			if (behind && need <= cur) || (ahead && need >= cur) || q.lead.CompareAndSwap(cur, need) {
+			if q.lead.CompareAndSwap(cur, cur+(d-cur)/4) {
 				break
 			}
 		}

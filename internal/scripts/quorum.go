@@ -22,8 +22,8 @@ type QAcquired struct {
 	// token: Token is then the node's counter (possibly 0), to be raised
 	// with [QRaise].
 	Pending bool
-	// Micros is, when Pending, the node's clock (TIME) in microseconds when
-	// it granted the hold.
+	// Micros is, when Pending or Proposed, the node's clock (TIME) in
+	// microseconds when it granted the hold.
 	Micros uint64
 	// Joining is set when the node refused because it is joining: it was
 	// found empty less than the rejoin delay ago (see [Node]); HolderTTL
@@ -55,14 +55,14 @@ func QAcquire(ctx context.Context, rdb redis.Scripter, k Keys, node Node, r *Req
 	return QAcquirePropose(ctx, rdb, k, node, r, fence.None)
 }
 
-// MaxLead is how far a proposed token may lead the clock of a node that
-// takes it ([QAcquirePropose]).
+// MaxLead is how far a proposed token may be from the clock (µs) of a
+// node that takes it, ahead or behind ([QAcquirePropose]).
 const MaxLead = 5 * time.Millisecond
 
 // QAcquirePropose is QAcquire with a proposed token: where the lock is
-// free, the token is above the node's counter, at or above its clock (µs)
-// and at most MaxLead ahead of it, the node takes the lock with it at once
-// and says so (Proposed),
+// free, the token is above the node's counter and at most MaxLead from its
+// clock (µs), either way, the node takes the lock with it at once and
+// says so (Proposed),
 // which spares the node phase 2; elsewhere the take is pending as without
 // a proposal. Propose only for an owner that holds the lock on no node yet,
 // and hand the token out only when a majority took it (see qacquire.lua).
@@ -86,12 +86,13 @@ func QAcquirePropose(ctx context.Context, rdb redis.Scripter, k Keys, node Node,
 	if err != nil {
 		return QAcquired{}, scriptErr(err)
 	}
-	if a, ok := v.([]any); ok && len(a) == 3 && a[0] == int64(5) {
+	if a, ok := v.([]any); ok && len(a) == 4 && a[0] == int64(5) {
 		t, ok1 := a[1].(int64)
-		if !ok1 || proposal == fence.None || t != int64(proposal) || a[2] != int64(1) {
+		us, ok2 := a[3].(int64)
+		if !ok1 || !ok2 || us <= 0 || proposal == fence.None || t != int64(proposal) || a[2] != int64(1) {
 			return QAcquired{}, fmt.Errorf("%w: qacquire returned %#v", ErrReply, v)
 		}
-		return QAcquired{Acquired: Acquired{OK: true, Token: proposal, Depth: 1}, Proposed: true}, nil
+		return QAcquired{Acquired: Acquired{OK: true, Token: proposal, Depth: 1}, Proposed: true, Micros: uint64(us)}, nil
 	}
 	if a, ok := v.([]any); ok && len(a) == 3 && a[0] == int64(4) {
 		wait, ok := a[1].(int64)
