@@ -3,7 +3,6 @@
 package reentrant_test
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -18,24 +17,6 @@ import (
 	"github.com/redfence/redfence/reentrant"
 )
 
-// requests counts the requests a client sends: one per command, one per
-// pipeline.
-type requests struct{ n atomic.Int64 }
-
-func (r *requests) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *requests) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (r *requests) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // An uncontended Redlock Lock+Unlock of a new owner costs each node two
 // requests: the grant carries the token (the proposal) and the release
 // wakes waiters in its own script. A batch may cost more on a loaded
@@ -45,10 +26,12 @@ func (r *requests) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func TestRedlockUncontendedRequests(t *testing.T) {
 	t.Parallel() // see TestMain
 	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
-		counts := make([]*requests, len(s.nodes))
+		// One request per command, one per pipeline.
+		counts := make([]*atomic.Int64, len(s.nodes))
 		for i, rdb := range s.nodes {
-			counts[i] = new(requests)
-			rdb.(*redis.Client).AddHook(counts[i])
+			n := new(atomic.Int64)
+			counts[i] = n
+			rdb.(*redis.Client).AddHook(testenv.Hook{Sent: func([]redis.Cmder, bool) { n.Add(1) }})
 		}
 		c := newRedlock(t, s.nodes)
 		ctx := t.Context()
@@ -64,7 +47,7 @@ func TestRedlockUncontendedRequests(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // what an earlier batch left in the background
 			before := make([]int64, len(counts))
 			for i, n := range counts {
-				before[i] = n.n.Load()
+				before[i] = n.Load()
 			}
 			for p := range pairs {
 				pair(fmt.Sprintf("%s-%d-%d", testenv.Unique(t), batch, p))
@@ -73,7 +56,7 @@ func TestRedlockUncontendedRequests(t *testing.T) {
 			exact := true
 			var got []int64
 			for i, n := range counts {
-				d := n.n.Load() - before[i]
+				d := n.Load() - before[i]
 				got = append(got, d)
 				require.GreaterOrEqual(t, d, int64(2*pairs), "node %d: a grant and a release per pair at least", i)
 				exact = exact && d == 2*pairs
