@@ -206,6 +206,16 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	return acquired{ok: true, token: tok, depth: depth, sent: sent, settle: st.settle}, nil
 }
 
+// raiseNode is phase 2 on one node for the owner's level: from the
+// attempt's proposal, where the node may have taken it (from not
+// fence.None, scripts.QRaiseFrom), else as scripts.QRaise with held.
+func raiseNode(ctx context.Context, rdb redis.UniversalClient, k scripts.Keys, owner Owner, level string, tok fence.Token, held bool, from fence.Token) (bool, error) {
+	if from != fence.None {
+		return scripts.QRaiseFrom(ctx, rdb, k, string(owner), level, tok, from)
+	}
+	return scripts.QRaise(ctx, rdb, k, string(owner), level, tok, held)
+}
+
 // acquireGrace bounds how long an acquisition waits, once a majority
 // answered, for the nodes that have not.
 const acquireGrace = 2 * time.Millisecond
@@ -229,10 +239,7 @@ func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token,
 		if !on[i] {
 			return false, errSkipped
 		}
-		if from != fence.None {
-			return scripts.QRaiseFrom(ctx, rdb, k, string(r.owner), level, tok, from)
-		}
-		return scripts.QRaise(ctx, rdb, k, string(r.owner), level, tok, held)
+		return raiseNode(ctx, rdb, k, r.owner, level, tok, held, from)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	got, all := collect(q, ctx, ch, func(got []*nodeReply[bool]) bool {
@@ -293,12 +300,7 @@ func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token,
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.window())
 		defer cancel()
-		var ok bool
-		if from != fence.None {
-			ok, _ = scripts.QRaiseFrom(ctx, rdb, k, string(r.owner), req.Level, tok, from)
-		} else {
-			ok, _ = scripts.QRaise(ctx, rdb, k, string(r.owner), req.Level, tok, held)
-		}
+		ok, _ := raiseNode(ctx, rdb, k, r.owner, req.Level, tok, held, from)
 		switch {
 		case l == nil || l.live() == nil:
 		case ok:
