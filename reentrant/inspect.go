@@ -34,7 +34,11 @@ type State struct {
 	// or none was given.
 	Meta string
 	// LastToken is the last token issued for the name; fence.None if none
-	// was, or if its record expired (see [WithRecordExpiry]).
+	// was, or if its record expired (see [WithRecordExpiry]). With
+	// [NewRedlock] it is the highest counter among the nodes that answered:
+	// at least the last token handed out, and above it when an acquisition
+	// that got no majority raised a minority's counters with its proposed
+	// token (docs/deployments.md).
 	LastToken fence.Token
 	// Floor is, with time tokens (the default), the floor of the name's
 	// hash slot: the highest token issued for any name of the slot in the

@@ -152,7 +152,12 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 				st, err := a.Inspect(t.Context(), name)
 				require.NoError(t, err)
 				require.False(t, st.Held)
-				require.Equal(t, last, st.LastToken)
+				// At least the last token handed out, and above it when the
+				// other client's refused TryLock reached a node before the
+				// last Lock's own request there (that Lock returned on a
+				// majority): the node took the proposal, raising its
+				// counter, and gave the hold back.
+				require.GreaterOrEqual(t, st.LastToken, last)
 			})
 		})
 	}
