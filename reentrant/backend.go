@@ -52,6 +52,10 @@ type backend interface {
 	extendBatch(ctx context.Context, reqs []*extendReq) []extendResult
 	// inspect reads the lock's state.
 	inspect(ctx context.Context, ref lockRef) (State, error)
+	// scan calls page with the names of the lock hashes SCAN finds under
+	// the prefix, one page at a time, on every server that holds locks,
+	// until page returns false; a name may come more than once.
+	scan(ctx context.Context, page func(names []string) bool) error
 	// force ends the ownership with token tok, whoever holds it.
 	force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error)
 	// close stops the backend's connections of its own (pub/sub); the

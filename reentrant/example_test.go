@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -351,4 +353,37 @@ func ExampleClient_Inspect() {
 	// Output:
 	// held: true, depth 1, by "worker-3 job 1842", ours: true, our token: true
 	// held: false, last token ours: true
+}
+
+// List walks the locks held under the client's prefix; a released lock is
+// not listed. The order is SCAN's: sort what you print.
+func ExampleClient_List() {
+	locks, stop := newLocks()
+	defer stop()
+	ctx := context.Background()
+
+	for _, name := range []string{"invoice-42", "invoice-43", "report"} {
+		if _, err := locks.Lock(ctx, name, reentrant.WithMetadata("worker-3")); err != nil {
+			log.Fatal(err)
+		}
+	}
+	done, err := locks.Lock(ctx, "invoice-44")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = done.Unlock(ctx)
+
+	var held []string
+	for st, err := range locks.List(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		held = append(held, fmt.Sprintf("%s by %s, depth %d", st.Name, st.Meta, st.Depth))
+	}
+	slices.Sort(held)
+	fmt.Println(strings.Join(held, "\n"))
+	// Output:
+	// invoice-42 by worker-3, depth 1
+	// invoice-43 by worker-3, depth 1
+	// report by worker-3, depth 1
 }

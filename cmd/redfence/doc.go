@@ -4,6 +4,7 @@
 //
 //	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite|mysql] [--postgres URL] [--mysql DSN]
 //	redfence inspect NAME --redis host:port [--prefix P] [--json]
+//	redfence list --redis host:port [--prefix P] [--json]
 //	redfence unlock --force NAME --redis host:port [--prefix P] [--yes]
 //	redfence help [COMMAND]
 //
@@ -63,6 +64,16 @@
 //
 // Fields may be added; none is renamed or removed. The exit status is 0
 // whether or not the name was found.
+//
+// list prints every lock held under the prefix: on one server or, when the
+// server of --redis runs in cluster mode, on every primary of its Cluster
+// (inspect and unlock reach a Cluster so too). The keys are found with SCAN,
+// never KEYS, and each lock is read in one atomic step of its own
+// (reentrant.Client.List): a walk, not a snapshot. The text form is a table
+// (NAME, TOKEN, OWNER, DEPTH, TTL, WAITERS, META); --json prints, one line
+// per lock as it is found, the object inspect --json prints for it. A key
+// under the prefix holding other data is reported on stderr, the walk goes
+// on, and the exit status is 1.
 //
 // unlock --force ends the current ownership of one lock, whoever holds it,
 // and hands the lock to the next waiter (reentrant.Client.ForceUnlock):

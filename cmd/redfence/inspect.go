@@ -12,8 +12,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -283,7 +281,8 @@ func (t *target) flags(fs *flag.FlagSet, redisUsage string) {
 }
 
 // inspect checks the command's one lock NAME in pos, --redis and --prefix
-// (usage errors), opens a lock client on that Redis, built with opts too,
+// (usage errors), opens a lock client on that Redis (or its Cluster: see
+// dial), built with opts too,
 // and reads the lock's state (st.Name is the NAME). It returns the client,
 // the state, and what closes the client; on an error nothing is left open.
 func (t *target) inspect(ctx context.Context, c *command, pos []string, opts ...reentrant.ClientOption) (*reentrant.Client, reentrant.State, func(), error) {
@@ -306,13 +305,10 @@ func (t *target) inspect(ctx context.Context, c *command, pos []string, opts ...
 	if err := checkPrefix(c.name, t.prefix); err != nil {
 		return nil, none, nil, err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: t.redisAddr})
-	locks, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithPrefix(t.prefix)}, opts...)...)
+	locks, closeLocks, err := t.open(ctx, opts...)
 	if err != nil {
-		_ = rdb.Close()
 		return nil, none, nil, err
 	}
-	closeLocks := func() { _ = locks.Close(); _ = rdb.Close() }
 	st, err := locks.Inspect(ctx, name)
 	if err != nil {
 		closeLocks()

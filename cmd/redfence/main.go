@@ -63,6 +63,14 @@ var commands = []*command{
 		run:      inspect,
 	},
 	{
+		name:     "list",
+		synopsis: "list [flags]",
+		summary:  "list the locks held under a prefix, on a server or a Cluster",
+		doc:      listDoc,
+		flags:    func() *flag.FlagSet { return listFlags(new(listConfig)) },
+		run:      list,
+	},
+	{
 		name:     "unlock",
 		synopsis: "unlock --force NAME [flags]",
 		summary:  "force the lock NAME open: the safe way out of a stuck lock",
