@@ -60,7 +60,10 @@ func (l *Lease) Owner() Owner { return l.owner }
 func (l *Lease) ID() string { return l.level }
 
 // Context returns a context that carries the owner, so a lock call made
-// with it reenters, and that ends when the lease does: with cause
+// with it reenters, and the lock's name and token (fence.FromContext, with
+// the names and tokens of the leases whose contexts Lock was called with:
+// package fencehttp sends them with a request), and that ends when the
+// lease does: with cause
 // ErrReleased after Unlock, or an error that is ErrLost and says why: ErrGone
 // when Redis says the ownership no longer holds the lock (expired there,
 // taken, forced or deleted), ErrUnconfirmed when no renewal was confirmed
@@ -82,7 +85,8 @@ func (l *Lease) Context() context.Context {
 		if l.cause != nil {
 			cancel(l.cause)
 		}
-		l.ctx = leaseCtx{Context: done, values: WithOwner(context.WithoutCancel(l.caller), l.owner)}
+		values := fence.NewContext(WithOwner(context.WithoutCancel(l.caller), l.owner), l.name, l.token)
+		l.ctx = leaseCtx{Context: done, values: values}
 		l.cancel = cancel
 	}
 	return l.ctx

@@ -900,3 +900,21 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 		}
 	})
 }
+
+// A lease's context carries its lock's name and token, beside those of the
+// leases it was taken within, for code that sends them on (fencehttp).
+func TestLeaseContextCarriesTokens(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	c := newClient(t, rdb)
+	a, err := c.Lock(t.Context(), "a")
+	require.NoError(t, err)
+	b, err := c.Lock(a.Context(), "b")
+	require.NoError(t, err)
+	got, ok := fence.FromContext(b.Context())
+	require.True(t, ok)
+	require.Equal(t, map[string]fence.Token{"a": a.Token(), "b": b.Token()}, got)
+	again, err := c.Lock(b.Context(), "a")
+	require.NoError(t, err)
+	tok, _ := fence.TokenFor(again.Context(), "a")
+	require.Equal(t, a.Token(), tok, "a reentry's token is the ownership's")
+}

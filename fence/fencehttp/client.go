@@ -1,0 +1,92 @@
+package fencehttp
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// Transport returns a RoundTripper that sends the tokens of each request's
+// context (fence.FromContext: a lease's context carries its lock's) in a
+// Fencing-Token header, through base (http.DefaultTransport when nil). A
+// request whose context carries no token goes out as it is. The request
+// is cloned, never changed; a Fencing-Token header set on it is replaced.
+// A token the wire format cannot carry (None, an empty resource, too many)
+// fails the request with Format's error, before anything is sent. Like
+// every RoundTripper it does not interpret the response: ResponseError
+// does.
+func Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return transport{base}
+}
+
+type transport struct{ base http.RoundTripper }
+
+func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	tokens, ok := fence.FromContext(req.Context())
+	if !ok {
+		return t.base.RoundTrip(req)
+	}
+	v, err := Format(tokens)
+	if err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close() // a RoundTripper closes the body, even on errors
+		}
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set(Header, v)
+	return t.base.RoundTrip(req)
+}
+
+// StaleError is a request a service refused for a stale token: 409
+// Conflict with a Fencing-Token-Highest header. errors.Is(err,
+// fence.ErrStale) holds for it.
+type StaleError struct {
+	Resource string      // the resource the service names
+	Token    fence.Token // the token the request carried for it; None if it carried none
+	Highest  fence.Token // the highest token the service had accepted for it
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("fencehttp: resource %q: stale token %d (highest accepted %d)", e.Resource, e.Token, e.Highest)
+}
+
+// Is makes errors.Is(err, fence.ErrStale) hold.
+func (e *StaleError) Is(target error) bool { return target == fence.ErrStale }
+
+// ResponseError returns a *StaleError when resp is a stale-token refusal
+// (409 with a well-formed Fencing-Token-Highest header), and nil for any
+// other response, a 409 without that header included.
+func ResponseError(resp *http.Response) error {
+	if resp == nil || resp.StatusCode != http.StatusConflict {
+		return nil
+	}
+	v := resp.Header.Get(HighestHeader)
+	if v == "" {
+		return nil
+	}
+	enc, tok, ok := strings.Cut(strings.TrimSpace(v), "=")
+	if !ok {
+		return nil
+	}
+	r, err := decodeResource(enc)
+	if err != nil {
+		return nil
+	}
+	h, err := parseToken(tok)
+	if err != nil {
+		return nil
+	}
+	e := &StaleError{Resource: r, Highest: h}
+	if resp.Request != nil {
+		if sent, err := Parse(resp.Request.Header.Values(Header)); err == nil {
+			e.Token = sent[r]
+		}
+	}
+	return e
+}
