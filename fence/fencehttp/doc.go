@@ -19,6 +19,8 @@
 //
 //	Fencing-Token: orders%2042=1795815740454287, invoices/7=1795815740455254
 //
+// The rules:
+//
 //   - resource is the resource's name (a lock name) as bytes, each byte
 //     outside A-Z a-z 0-9 - . _ ~ : / @ written %XX (two hex digits, either
 //     case; senders use upper case). Not empty; at most 1024 bytes decoded.
