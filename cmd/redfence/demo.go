@@ -23,6 +23,7 @@ import (
 	_ "modernc.org/sqlite" // pure-Go SQLite driver for --store sqlite
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/fence/fencehttp"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
@@ -42,7 +43,10 @@ is paused past its lease; worker B takes the lock with a higher fencing token
 and writes; A wakes up and writes with its old token, and the fenced store
 refuses that write. The demo checks every step and fails (exit status 3) if
 fencing did not hold. With no flags it needs nothing installed: it runs on an
-embedded Redis (miniredis) and an in-memory store.`
+embedded Redis (miniredis) and an in-memory store. With --http the workers
+write through a fenced HTTP service on loopback that owns the store: their
+tokens travel in a Fencing-Token header, and A's late request is refused with
+409 Conflict (package fence/fencehttp).`
 
 // demoStores are the --store values.
 var demoStores = []string{"memory", "redis", "postgres", "sqlite", "mysql"}
@@ -54,6 +58,7 @@ type demoConfig struct {
 	postgresURL string
 	mysqlDSN    string
 	redlock     bool
+	http        bool
 }
 
 func demoFlags(cfg *demoConfig) *flag.FlagSet {
@@ -63,6 +68,7 @@ func demoFlags(cfg *demoConfig) *flag.FlagSet {
 		"key prefix `P`: the locks live at P:{NAME},\nthe redis store's records at P:store:{KEY}:rec")
 	fs.StringVar(&cfg.store, "store", "memory", "the fenced `STORE`: "+strings.Join(demoStores, ", "))
 	fs.BoolVar(&cfg.redlock, "redlock", false, "lock on a Redlock of three embedded servers (miniredis) instead of one")
+	fs.BoolVar(&cfg.http, "http", false, "write through a fenced HTTP service on loopback (fencehttp) that owns the store,\nthe token travelling in a "+fencehttp.Header+" header")
 	fs.StringVar(&cfg.postgresURL, "postgres", "",
 		"PostgreSQL `URL` for --store postgres (default: $"+postgresURLVar+")")
 	fs.StringVar(&cfg.mysqlDSN, "mysql", "",
@@ -118,7 +124,7 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer closeStore()
-	return playPause(ctx, stdout, newLock, cfg.prefix, store, where, storeName)
+	return playPause(ctx, stdout, newLock, cfg.prefix, store, cfg.http, where, storeName)
 }
 
 // check reports a usage error in cfg before anything is connected.
@@ -242,11 +248,20 @@ func (tl *timeline) say(who, format string, args ...any) {
 
 // playPause runs the scenario and returns an error if any step does not
 // turn out as fencing promises, so the demo doubles as a smoke test.
-func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.ClientOption) (*reentrant.Client, error), prefix string, store storage.Store, where, storeName string) error {
+func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.ClientOption) (*reentrant.Client, error), prefix string, store storage.Store, viaHTTP bool, where, storeName string) error {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	name := "invoice-" + hex.EncodeToString(b[:])
 	resource := "invoices/" + name
+	var out demoWriter = storeWriter{store, resource}
+	if viaHTTP {
+		hw, stop, err := startHTTP(store, name, resource)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		out = hw
+	}
 
 	// A real GC pause or SIGSTOP freezes the renewal goroutine too, so A's
 	// client does not renew: its lease simply runs out while it is frozen.
@@ -261,7 +276,7 @@ func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Clien
 	}
 	defer clientB.Close()
 
-	fmt.Fprintf(w, "redfence demo: lock %q (key prefix %q) on %s, writes to %s\n", name, prefix, where, storeName)
+	fmt.Fprintf(w, "redfence demo: lock %q (key prefix %q) on %s, writes to %s%s\n", name, prefix, where, storeName, out.describe())
 	fmt.Fprintf(w, "A's lease is %v; A will be paused for %v.\n\n", leaseTTL, pause)
 	tl := &timeline{w: w, start: time.Now()}
 
@@ -276,7 +291,7 @@ func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Clien
 		return err
 	}
 	tl.say("A", "reentered from a nested section: token %d (same), depth %d", inner.Token(), inner.Depth())
-	if err := store.Put(ctx, resource, []byte("draft by A"), inner.Token()); err != nil {
+	if err := out.put(inner.Context(), "draft by A", inner.Token()); err != nil {
 		return fmt.Errorf("A's first write: %w", err)
 	}
 	tl.say("A", "wrote %q with token %d: accepted", "draft by A", inner.Token())
@@ -294,7 +309,7 @@ func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Clien
 		tl.say("B", "wants %s; waits (A holds it)", name)
 		err := clientB.Do(ctx, name, func(ctx context.Context, tok fence.Token) error {
 			tl.say("B", "acquired %s: token %d (A's lease ran out)", name, tok)
-			if err := store.Put(ctx, resource, []byte("final by B"), tok); err != nil {
+			if err := out.put(ctx, "final by B", tok); err != nil {
 				return err
 			}
 			tl.say("B", "wrote %q with token %d: accepted; unlocking", "final by B", tok)
@@ -324,10 +339,11 @@ func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Clien
 		return fmt.Errorf("B: %w", rb.err)
 	}
 
-	err = store.Put(ctx, resource, []byte("late by A"), tokA)
-	var stale *fence.StaleError
+	// A's context still carries its token (a request on its way when A
+	// froze), though its lease ended: only the store can refuse it.
+	err = out.put(context.WithoutCancel(outer.Context()), "late by A", tokA)
 	switch {
-	case errors.As(err, &stale):
+	case isStale(err):
 		tl.say("A", "wrote %q with token %d: REFUSED (%v)", "late by A", tokA, err)
 	case err == nil:
 		return unsafef("the store ACCEPTED A's late write with token %d after B wrote with %d", tokA, rb.token)
@@ -343,7 +359,7 @@ func playPause(ctx context.Context, w io.Writer, newLock func(...reentrant.Clien
 	}
 	tl.say("A", "unlock: %v", err)
 
-	rec, err := store.Get(ctx, resource)
+	rec, err := out.get(ctx)
 	if err != nil {
 		return err
 	}

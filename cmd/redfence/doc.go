@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite|mysql] [--postgres URL] [--mysql DSN]
+//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite|mysql] [--postgres URL] [--mysql DSN] [--http]
 //	redfence inspect NAME --redis host:port [--prefix P] [--json]
 //	redfence list --redis host:port [--prefix P] [--json]
 //	redfence unlock --force NAME --redis host:port [--prefix P] [--yes]
@@ -22,7 +22,10 @@
 // of three embedded servers (reentrant.NewRedlock); --prefix sets the key
 // prefix of its locks (P:{NAME}) and of the redis store's records
 // (P:store:{KEY}:rec); --postgres defaults to $REDFENCE_POSTGRES_URL, --mysql
-// (a github.com/go-sql-driver/mysql DSN) to $REDFENCE_MYSQL_DSN.
+// (a github.com/go-sql-driver/mysql DSN) to $REDFENCE_MYSQL_DSN. --http puts
+// a fenced HTTP service (package fence/fencehttp) on loopback in front of the
+// store: the workers write through it, their tokens in a Fencing-Token
+// header, and A's late request is refused with 409 Conflict.
 //
 // inspect prints the state of one lock, read in one atomic step without
 // taking it. The text form has one line per field, labelled with the JSON

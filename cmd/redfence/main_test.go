@@ -36,6 +36,10 @@ func TestDemo(t *testing.T) {
 		{"embedded/memory", func(*testing.T) []string { return nil }},
 		{"embedded/redis", func(*testing.T) []string { return []string{"--store", "redis"} }},
 		{"redlock/memory", func(*testing.T) []string { return []string{"--redlock"} }},
+		{"embedded/memory/http", func(*testing.T) []string { return []string{"--http"} }},
+		{"embedded/postgres/http", func(t *testing.T) []string {
+			return []string{"--http", "--store", "postgres", "--postgres", testenv.PostgresURL(t)}
+		}},
 		{"embedded/sqlite", func(*testing.T) []string { return []string{"--store", "sqlite"} }},
 		{"embedded/postgres", func(t *testing.T) []string {
 			return []string{"--store", "postgres", "--postgres", testenv.PostgresURL(t)}
@@ -110,9 +114,11 @@ func TestDemoUnsafe(t *testing.T) {
 	_, rdb := testenv.Mini(t)
 	var out bytes.Buffer
 	newLock := func(opts ...reentrant.ClientOption) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
-	err := playPause(t.Context(), &out, newLock, "redfence", &unfenced{rec: map[string]storage.Record{}}, "miniredis", "unfenced")
-	require.ErrorContains(t, err, "ACCEPTED A's late write")
-	require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))
+	for _, viaHTTP := range []bool{false, true} {
+		err := playPause(t.Context(), &out, newLock, "redfence", &unfenced{rec: map[string]storage.Record{}}, viaHTTP, "miniredis", "unfenced")
+		require.ErrorContains(t, err, "ACCEPTED A's late write", "through HTTP: %v", viaHTTP)
+		require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))
+	}
 }
 
 func TestExitCodes(t *testing.T) {
