@@ -241,7 +241,11 @@ func missing(resource string) error {
 // refuses a malformed value (codes.InvalidArgument) or a missing required
 // token (codes.FailedPrecondition) without calling the handler. It
 // compares no token with any store: the handler's store does, in the same
-// step as its write.
+// step as its write. A handler's error that wraps fence.ErrStale or
+// fence.ErrNoToken and is not a status already (a store's error returned
+// as it is) becomes Error's status, for the resource whose token in the
+// call is the one the store refused; a handler that knows the resource
+// returns Error(resource, err) itself.
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	o := build(opts)
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -249,8 +253,39 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		reply, err := handler(ctx, req)
+		return reply, refusal(ctx, err)
 	}
+}
+
+// refusal maps a handler's error that is a fencing refusal and not yet a
+// gRPC status (the store's own error, returned as it is) as Error would,
+// naming the resource whose token in ctx is the one the store refused
+// (unnamed when no token, or several, match).
+func refusal(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // the handler's own status, Error's included
+	}
+	if !errors.Is(err, fence.ErrStale) && !errors.Is(err, fence.ErrNoToken) {
+		return err
+	}
+	resource := ""
+	var stale *fence.StaleError
+	if tokens, _ := fence.FromContext(ctx); errors.As(err, &stale) {
+		n := 0
+		for r, t := range tokens {
+			if t == stale.Token {
+				resource, n = r, n+1
+			}
+		}
+		if n != 1 {
+			resource = ""
+		}
+	}
+	return Error(resource, err)
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the
@@ -262,7 +297,7 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		return handler(srv, serverStream{ss, ctx})
+		return refusal(ctx, handler(srv, serverStream{ss, ctx}))
 	}
 }
 

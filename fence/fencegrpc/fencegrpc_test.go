@@ -43,7 +43,11 @@ type storeServer struct{ store storage.Store }
 func (s storeServer) put(ctx context.Context, kv string) error {
 	key, value, _ := strings.Cut(kv, "=")
 	tok, _ := fence.TokenFor(ctx, key)
-	return fencegrpc.Error(key, s.store.Put(ctx, key, []byte(value), tok))
+	err := s.store.Put(ctx, key, []byte(value), tok)
+	if strings.HasPrefix(value, "raw") {
+		return err // the store's error as it is: the interceptor maps it
+	}
+	return fencegrpc.Error(key, err)
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -204,6 +208,16 @@ func TestCodes(t *testing.T) {
 	err = put(fence.NewContext(with("k", 3), "other", 9), cc, "k=three")
 	require.ErrorAs(t, err, &stale)
 	require.Equal(t, fencegrpc.StaleError{Resource: "k", Token: 3, Highest: 6}, fencegrpc.StaleError{Resource: stale.Resource, Token: stale.Token, Highest: stale.Highest})
+
+	// A handler that returns the store's error as it is: the interceptor
+	// maps it, naming the resource whose token was refused.
+	err = put(fence.NewContext(with("k", 3), "other", 9), cc, "k=raw three")
+	require.ErrorAs(t, err, &stale)
+	require.Equal(t, "k", stale.Resource)
+	require.Equal(t, fence.Token(6), stale.Highest)
+	err = putStream(with("other", 9), cc, "k=raw none")
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "the None token: %v", err)
+	require.NotErrorIs(t, err, fence.ErrStale)
 
 	err = put(with("k", fence.None), cc, "k=zero")
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "the client refuses a None token before sending")
