@@ -5,6 +5,14 @@ import "context"
 // tokensKey is the context key of the tokens NewContext adds.
 type tokensKey struct{}
 
+// tokenNode is one token NewContext added, and those before it: a chain,
+// so that adding one costs one small allocation, not a copy of a map.
+type tokenNode struct {
+	prev     *tokenNode
+	resource string
+	tok      Token
+}
+
 // NewContext returns a copy of ctx that carries tok for resource (a lock
 // name, or whatever names the thing the token fences), beside every token
 // ctx carried already; a token ctx carried for the same resource is
@@ -16,25 +24,22 @@ type tokensKey struct{}
 // and None included; the code that sends them refuses those (fencehttp:
 // ErrNoToken, an invalid resource).
 func NewContext(ctx context.Context, resource string, tok Token) context.Context {
-	old, _ := ctx.Value(tokensKey{}).(map[string]Token)
-	m := make(map[string]Token, len(old)+1)
-	for r, t := range old {
-		m[r] = t
-	}
-	m[resource] = tok
-	return context.WithValue(ctx, tokensKey{}, m)
+	prev, _ := ctx.Value(tokensKey{}).(*tokenNode)
+	return context.WithValue(ctx, tokensKey{}, &tokenNode{prev: prev, resource: resource, tok: tok})
 }
 
 // FromContext returns the tokens ctx carries, by resource, and whether it
-// carries any. The map is the caller's own copy.
+// carries any. The map is the caller's own.
 func FromContext(ctx context.Context) (map[string]Token, bool) {
-	m, _ := ctx.Value(tokensKey{}).(map[string]Token)
-	if len(m) == 0 {
+	n, _ := ctx.Value(tokensKey{}).(*tokenNode)
+	if n == nil {
 		return nil, false
 	}
-	out := make(map[string]Token, len(m))
-	for r, t := range m {
-		out[r] = t
+	out := map[string]Token{}
+	for ; n != nil; n = n.prev {
+		if _, newer := out[n.resource]; !newer {
+			out[n.resource] = n.tok
+		}
 	}
 	return out, true
 }
@@ -43,7 +48,11 @@ func FromContext(ctx context.Context) (map[string]Token, bool) {
 // A server that received a request's tokens (fencehttp.Middleware) passes
 // this token with its write to a fenced store.
 func TokenFor(ctx context.Context, resource string) (Token, bool) {
-	m, _ := ctx.Value(tokensKey{}).(map[string]Token)
-	t, ok := m[resource]
-	return t, ok
+	n, _ := ctx.Value(tokensKey{}).(*tokenNode)
+	for ; n != nil; n = n.prev {
+		if n.resource == resource {
+			return n.tok, true
+		}
+	}
+	return None, false
 }
