@@ -181,11 +181,11 @@ func TestFlagsParsed(t *testing.T) {
 	var d demoConfig
 	fs := demoFlags(&d)
 	pos, help, err := parseArgs(lookup("demo"), fs,
-		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock", "--mysql", "u@tcp(h:3)/d"}, nil)
+		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock", "--mysql", "u@tcp(h:3)/d", "--http"}, nil)
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Empty(t, pos)
-	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", mysqlDSN: "u@tcp(h:3)/d", redlock: true}, d)
+	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", mysqlDSN: "u@tcp(h:3)/d", redlock: true, http: true}, d)
 	requireAllSet(t, fs)
 
 	var i inspectConfig
@@ -204,6 +204,15 @@ func TestFlagsParsed(t *testing.T) {
 	require.False(t, help)
 	require.Equal(t, []string{"lock-b"}, pos)
 	require.Equal(t, unlockConfig{target: target{redisAddr: "h:3", prefix: "r"}, force: true, yes: true}, u)
+	requireAllSet(t, fs)
+
+	var l listConfig
+	fs = listFlags(&l)
+	pos, help, err = parseArgs(lookup("list"), fs, []string{"--json", "--redis", "h:4", "--prefix", "s"}, nil)
+	require.NoError(t, err)
+	require.False(t, help)
+	require.Empty(t, pos)
+	require.Equal(t, listConfig{target: target{redisAddr: "h:4", prefix: "s"}, json: true}, l)
 	requireAllSet(t, fs)
 
 	// "--" ends the flags: a name may start with a dash.
