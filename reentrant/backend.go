@@ -56,6 +56,14 @@ type backend interface {
 	// the prefix, one page at a time, on every server that holds locks,
 	// until page returns false; a name may come more than once.
 	scan(ctx context.Context, page func(names []string) bool) error
+	// proclaim writes an election's term (proclaim.lua): with stamp
+	// false, the ownership (owner, tok) gets value, keeping its start
+	// (held false when it does not hold the lock with an election's
+	// metadata); with stamp true (owner and value unused), the ownership
+	// with token tok gets the server's clock as its start if it has none,
+	// and its metadata is returned (held false when it does not hold the
+	// lock).
+	proclaim(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, value string, stamp bool) (meta string, held bool, err error)
 	// force ends the ownership with token tok, whoever holds it.
 	force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error)
 	// close stops the backend's connections of its own (pub/sub); the

@@ -41,6 +41,7 @@ var (
 	qacquireScript *redis.Script
 	qraiseScript   *redis.Script
 	forceScript    *redis.Script
+	proclaimScript *redis.Script
 )
 
 type script struct {
@@ -63,6 +64,7 @@ var scripts = []script{
 	{name: "qacquire", s: &qacquireScript},
 	{name: "qraise", s: &qraiseScript},
 	{name: "force", s: &forceScript},
+	{name: "proclaim", s: &proclaimScript},
 }
 
 // Install builds every script from the .lua files in src: lib.lua,

@@ -1,0 +1,319 @@
+package reentrant
+
+// Leader election with terms, on one lock name.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// ErrNoLeader reports an election with no leader: nobody holds its name.
+var ErrNoLeader = errors.New("no leader")
+
+// MaxElectionValueLen is the longest value Campaign and Proclaim accept, in
+// bytes: the metadata a term is stored in (MaxMetadataLen) less room for
+// when it began.
+const MaxElectionValueLen = MaxMetadataLen - 16
+
+// Election is a leader election on one name: a candidate that campaigns
+// takes the name's lock, and holds it for its term, with the lease rules
+// of Lock (TTL, renewal, loss by the local deadline) and one fencing
+// token per term. A Term's token is what a leader passes with its writes
+// to a fenced store, so that a deposed leader paused past its term cannot
+// overwrite its successor. Elections and plain locks share names: an
+// election named N is the lock N under the client's prefix.
+//
+// Build one with [Client.Election]; it is safe for concurrent use, and
+// holds no state between calls: many candidates in one process each call
+// Campaign.
+type Election struct {
+	c    *Client
+	name string
+	opts []CallOption
+}
+
+// Leader is an election's leader, as Leader and Observe read it.
+type Leader struct {
+	// Value is what the leader campaigned with, or proclaimed since.
+	Value string
+	// Token is the term's fencing token: one per term, kept by renewals
+	// and Proclaim, higher than every earlier term's.
+	Token fence.Token
+	// Since is when the term began, on the Redis server's clock, to the
+	// millisecond: stamped by the winning campaign right after it won (or
+	// by the first reader before that), so at most a round trip after the
+	// grant. Proclaim keeps it. Zero for a holder of the name that did not
+	// campaign (a plain Lock).
+	Since time.Time
+}
+
+// Election returns the election named name; opts apply to every Campaign
+// and TryCampaign of it (TTL, renewal, safety margin, retry strategy),
+// as to Lock. WithMetadata and WithOwner's context make no sense there:
+// the value is the metadata, and each campaign is a candidate of its own.
+// Nothing is checked or sent until a method is called: a bad name or
+// option is that method's ErrInvalid.
+func (c *Client) Election(name string, opts ...CallOption) *Election {
+	return &Election{c: c, name: name, opts: append([]CallOption(nil), opts...)}
+}
+
+// Term is one campaign's win: a term of leadership, held until Resign,
+// the client's Close or the lease's loss.
+type Term struct {
+	e     *Election
+	lease *Lease
+}
+
+// electionMeta is the metadata of a term with value: "<since> <value>",
+// since "0" until stamped (proclaim.lua).
+func electionMeta(value string) string { return "0 " + value }
+
+// parseElectionMeta splits a term's metadata; ok false for metadata that
+// is not an election's.
+func parseElectionMeta(m string) (since time.Time, value string, ok bool) {
+	s, v, found := strings.Cut(m, " ")
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if !found || err != nil || ms < 0 {
+		return time.Time{}, m, false
+	}
+	if ms > 0 {
+		since = time.UnixMilli(ms)
+	}
+	return since, v, true
+}
+
+func checkElectionValue(v string) error { return checkText("election value", v, MaxElectionValueLen) }
+
+// Campaign waits until this candidate is the leader, as Lock waits (fairly
+// on a standalone, Sentinel or Cluster deployment, by polling on a
+// Redlock), bounded by ctx, and returns its Term. The term is held when
+// Campaign returns; the value is what Leader and Observe report. Each
+// call is a candidate of its own (a fresh owner), whatever ctx carries.
+// It returns ErrInvalid for a bad name, value or option, ErrNotAcquired
+// (with the context's error) when ctx ends first, ErrClosed after Close,
+// and Redis errors; a campaign that fails leaves nothing held or queued.
+func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	return e.campaign(ctx, value, false)
+}
+
+// TryCampaign is Campaign without waiting: ErrNotAcquired at once when
+// another candidate leads.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error) {
+	return e.campaign(ctx, value, true)
+}
+
+func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term, error) {
+	op := "campaign"
+	if err := e.c.valid(); err != nil {
+		return nil, opErr(op, e.name, err)
+	}
+	if err := checkElectionValue(value); err != nil {
+		return nil, opErr(op, e.name, err)
+	}
+	if ctx == nil {
+		return nil, opErr(op, e.name, invalid("nil context"))
+	}
+	ctx = WithOwner(ctx, NewOwner())
+	opts := append(append([]CallOption(nil), e.opts...), WithMetadata(electionMeta(value)))
+	var l *Lease
+	var err error
+	if try {
+		l, err = e.c.TryLock(ctx, e.name, opts...)
+	} else {
+		l, err = e.c.Lock(ctx, e.name, opts...)
+	}
+	if err != nil {
+		return nil, opErr(op, e.name, unwrapOp(err))
+	}
+	t := &Term{e: e, lease: l}
+	// The term's start, on the server's clock, now that it began; a
+	// failure leaves it to the first reader (Leader, Observe).
+	_, _, _ = e.c.be.proclaim(l.Context(), l.ref, "", l.token, "", true)
+	if err := l.Err(); err != nil {
+		return nil, opErr(op, e.name, unwrapOp(err))
+	}
+	return t, nil
+}
+
+// unwrapOp returns the error an *OpError wraps, so that an election's
+// errors name its own operation.
+func unwrapOp(err error) error {
+	var op *OpError
+	if errors.As(err, &op) {
+		return op.Err
+	}
+	return err
+}
+
+// Token returns the term's fencing token: one per term, higher than every
+// earlier term's; renewals and Proclaim keep it.
+func (t *Term) Token() fence.Token { return t.lease.Token() }
+
+// Context returns a context that ends when the term does, with its cause
+// (ErrReleased after Resign; ErrLost and why otherwise, as
+// [Lease.Context]), and carries the term's token for fencehttp and
+// fencegrpc (fence.FromContext).
+func (t *Term) Context() context.Context { return t.lease.Context() }
+
+// Done is closed when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.lease.Done() }
+
+// Err returns nil while the term holds, and afterwards why it ended, as
+// [Lease.Err].
+func (t *Term) Err() error { return t.lease.Err() }
+
+// Lease returns the lease the term holds the election's name with.
+func (t *Term) Lease() *Lease { return t.lease }
+
+// Proclaim makes value the leader's value, keeping the term's token and
+// start, while this term holds. It returns ErrNotHeld once the term ended
+// (or when Redis says it no longer holds), ErrInvalid for a bad value, and
+// Redis errors; it never touches another term.
+func (t *Term) Proclaim(ctx context.Context, value string) error {
+	const op = "proclaim"
+	name := t.e.name
+	if err := checkElectionValue(value); err != nil {
+		return opErr(op, name, err)
+	}
+	if err := t.e.c.ready(ctx, name); err != nil {
+		return opErr(op, name, err)
+	}
+	if t.lease.Err() != nil {
+		return opErr(op, name, ErrNotHeld)
+	}
+	l := t.lease
+	out := bounded(t.e.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+		_, held, err := t.e.c.be.proclaim(ctx, l.ref, l.owner, l.token, value, false)
+		return held, err
+	}, nil)
+	switch {
+	case out.err != nil:
+		return opErr(op, name, out.err)
+	case !out.v:
+		return opErr(op, name, ErrNotHeld)
+	}
+	return nil
+}
+
+// Resign ends the term: the election's next candidate may win. It is
+// idempotent: once the term ended (resigned, lost or closed) it returns
+// nil and sends nothing. It never touches a successor's term (the release
+// is of this term's token only). A failed attempt (Redis unreachable,
+// ctx ended) returns the error and may be repeated.
+func (t *Term) Resign(ctx context.Context) error {
+	if t.lease.Err() != nil {
+		return nil
+	}
+	err := t.lease.Unlock(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrReleased) {
+		return nil
+	}
+	return opErr("resign", t.e.name, unwrapOp(err))
+}
+
+// Leader reads the election's leader: its value, token and the start of
+// its term. It returns ErrNoLeader when nobody holds the name, ErrInvalid
+// for a bad name, ErrClosed after Close, and Redis errors.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	ld, err := e.leader(ctx)
+	return ld, opErr("leader", e.name, err)
+}
+
+func (e *Election) leader(ctx context.Context) (Leader, error) {
+	if err := e.c.ready(ctx, e.name); err != nil {
+		return Leader{}, err
+	}
+	st, err := e.c.inspect(ctx, e.name)
+	if err != nil {
+		return Leader{}, err
+	}
+	if !st.Held {
+		return Leader{}, ErrNoLeader
+	}
+	since, value, ok := parseElectionMeta(st.Meta)
+	if !ok {
+		return Leader{Value: st.Meta, Token: st.Token}, nil
+	}
+	if since.IsZero() {
+		// The term began, and its campaign has not stamped it yet: the
+		// first reader does.
+		out := bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
+			m, held, err := e.c.be.proclaim(ctx, lockRef{name: e.name}, "", st.Token, "", true)
+			return proclaimed{m, held}, err
+		}, nil)
+		if out.err != nil {
+			return Leader{}, out.err
+		}
+		if !out.v.held {
+			return e.leader(ctx) // that term ended meanwhile: read again
+		}
+		since, value, _ = parseElectionMeta(out.v.meta)
+	}
+	return Leader{Value: value, Token: st.Token, Since: since}, nil
+}
+
+// observeEvery is how often Observe reads the leader.
+const observeEvery = 100 * time.Millisecond
+
+// Observe reports the election's leader after each change: a new term, a
+// Proclaim, or no leader (the zero Leader). It reads the leader every
+// 100 ms, so changes closer together may be merged, but a leader is never
+// reported after a newer one (its token is lower); a slow reader gets the
+// latest state, not a backlog. The first state is sent at once. The
+// channel is closed when ctx ends or the client closes; read errors are
+// retried at the next tick.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch := make(chan Leader, 1)
+	var mu sync.Mutex
+	var last Leader
+	var highest fence.Token // of every term reported
+	first := true
+	send := func(ld Leader) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !first && ld == last {
+			return
+		}
+		if ld.Token != fence.None && ld.Token < highest {
+			return // a term older than one reported: a stale read
+		}
+		first, last, highest = false, ld, max(highest, ld.Token)
+		select {
+		case <-ch: // drop the unread older state: the latest wins
+		default:
+		}
+		ch <- ld
+	}
+	if ctx == nil || !e.c.goBackground(func() {
+		defer close(ch)
+		tick := time.NewTicker(observeEvery)
+		defer tick.Stop()
+		for {
+			ld, err := e.leader(ctx)
+			switch {
+			case err == nil:
+				send(ld)
+			case errors.Is(err, ErrNoLeader):
+				send(Leader{})
+			case errors.Is(err, ErrClosed) || ctx.Err() != nil:
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			case <-e.c.bg.Done():
+				return
+			}
+		}
+	}) {
+		close(ch)
+	}
+	return ch
+}
