@@ -44,6 +44,13 @@ func FromContext(ctx context.Context) (map[string]Token, bool) {
 	return out, true
 }
 
+// WithoutTokens returns a copy of ctx that carries no token, whatever ctx
+// carried: a server builds a request's tokens on it from the request
+// alone (fencehttp.Middleware, fencegrpc's interceptors).
+func WithoutTokens(ctx context.Context) context.Context {
+	return context.WithValue(ctx, tokensKey{}, (*tokenNode)(nil))
+}
+
 // TokenFor returns the token ctx carries for resource, or None and false.
 // A server that received a request's tokens (fencehttp.Middleware) passes
 // this token with its write to a fenced store.

@@ -37,7 +37,8 @@ const listParallel = 16
 // Close, the context's error when ctx ends (the walk stops then), and
 // Redis errors, wrapped. With NewRedlock a node that fails the walk is
 // passed over while a majority can be scanned. The memory a walk keeps
-// grows with the number of locks it listed, not with the keys it found.
+// grows with the number of locks it listed (and names it reported), not
+// with the keys it found.
 func (c *Client) List(ctx context.Context) iter.Seq2[State, error] {
 	return func(yield func(State, error) bool) {
 		var err error
@@ -53,25 +54,28 @@ func (c *Client) List(ctx context.Context) iter.Seq2[State, error] {
 			yield(State{}, opErr("list", "", err))
 			return
 		}
-		listed := map[string]struct{}{}
+		// Names listed, or reported with an error, are read once: SCAN
+		// may return a key twice, and a Redlock's nodes each have it.
+		done := map[string]struct{}{}
 		stopped := false // by the loop: nothing more is yielded
 		err = c.be.scan(ctx, func(names []string) bool {
 			slices.Sort(names)
-			names = slices.Compact(names)
+			names = slices.DeleteFunc(slices.Compact(names), func(n string) bool { _, ok := done[n]; return ok })
 			for i, r := range c.inspectAll(ctx, names) {
 				if ctx.Err() != nil || errors.Is(r.err, ErrClosed) {
 					return false // the walk's end says why
 				}
 				if r.err != nil {
+					done[names[i]] = struct{}{}
 					if stopped = !yield(State{Name: names[i]}, opErr("list", names[i], r.err)); stopped {
 						return false
 					}
 					continue
 				}
-				if _, dup := listed[names[i]]; !r.v.Held || dup {
-					continue
+				if !r.v.Held {
+					continue // free now; a later page may find it held
 				}
-				listed[names[i]] = struct{}{}
+				done[names[i]] = struct{}{}
 				if stopped = !yield(r.v, nil); stopped {
 					return false
 				}

@@ -17,17 +17,52 @@ import (
 // listScanCount is the COUNT hint of each SCAN a walk sends.
 const listScanCount = 512
 
-// scanLocks SCANs each of nodes in turn for the lock hashes under prefix
-// and calls page with the names of each page of them, until page returns
-// false. Each SCAN is bounded by ctx. A node whose walk fails is passed
-// over while at most tolerate have; past that, or when ctx ends, it stops
-// and returns the errors.
+// scanLocks SCANs each of nodes in turn (each server of it: see
+// primaries) for the lock hashes under prefix and calls page with the
+// names of each page of them, until page returns false. Each SCAN is
+// bounded by ctx. A node whose walk fails is passed over while at most
+// tolerate have; past that, or when ctx ends or the client closes, it
+// stops and returns the errors.
 func scanLocks(c *Client, ctx context.Context, nodes []redis.UniversalClient, prefix string, tolerate int, page func(names []string) bool) error {
-	pattern := scripts.LockPattern(prefix)
 	var errs []error
-	for i, rdb := range nodes {
+	for i, node := range nodes {
+		err := scanNode(c, ctx, node, prefix, page)
+		switch {
+		case errors.Is(err, errStopped):
+			return nil
+		case err == nil:
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrClosed):
+			return err
+		}
+		if errs = append(errs, fmt.Errorf("node %d: %w", i, err)); len(errs) > tolerate {
+			return join(errs...)
+		}
+	}
+	return nil
+}
+
+// errStopped ends a walk whose page returned false.
+var errStopped = errors.New("stopped")
+
+// scanNode SCANs every server of node (a Cluster's masters, a Ring's
+// shards, or node itself).
+func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix string, page func(names []string) bool) error {
+	servers := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) ([]redis.UniversalClient, error) {
+		return primaries(ctx, node)
+	}, nil)
+	if servers.err != nil {
+		return servers.err
+	}
+	pattern := scripts.LockPattern(prefix)
+	for _, rdb := range servers.v {
 		var cursor uint64
 		for {
+			if c.isClosed() {
+				return ErrClosed
+			}
 			type scanned struct {
 				keys []string
 				next uint64
@@ -37,14 +72,7 @@ func scanLocks(c *Client, ctx context.Context, nodes []redis.UniversalClient, pr
 				return scanned{keys, next}, err
 			}, nil)
 			if out.err != nil {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				errs = append(errs, fmt.Errorf("node %d: %w", i, out.err))
-				if len(errs) > tolerate {
-					return join(errs...)
-				}
-				break
+				return out.err
 			}
 			var names []string
 			for _, k := range out.v.keys {
@@ -53,7 +81,7 @@ func scanLocks(c *Client, ctx context.Context, nodes []redis.UniversalClient, pr
 				}
 			}
 			if len(names) > 0 && !page(names) {
-				return nil
+				return errStopped
 			}
 			if cursor = out.v.next; cursor == 0 {
 				break
@@ -66,13 +94,7 @@ func scanLocks(c *Client, ctx context.Context, nodes []redis.UniversalClient, pr
 // scan walks every primary of the deployment: a Cluster's masters, a
 // Ring's shards, or the one server.
 func (s *single) scan(ctx context.Context, page func(names []string) bool) error {
-	out := bounded(s.c, ctx, CleanupBudget/2, func(ctx context.Context) ([]redis.UniversalClient, error) {
-		return primaries(ctx, s.rdb)
-	}, nil)
-	if out.err != nil {
-		return out.err
-	}
-	return scanLocks(s.c, ctx, out.v, s.prefix, 0, page)
+	return scanLocks(s.c, ctx, []redis.UniversalClient{s.rdb}, s.prefix, 0, page)
 }
 
 // scan walks every node; a lock held on a majority is on at least one of

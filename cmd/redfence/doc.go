@@ -75,8 +75,8 @@
 // (reentrant.Client.List): a walk, not a snapshot. The text form is a table
 // (NAME, TOKEN, OWNER, DEPTH, TTL, WAITERS, META); --json prints, one line
 // per lock as it is found, the object inspect --json prints for it. A key
-// under the prefix holding other data is reported on stderr, the walk goes
-// on, and the exit status is 1.
+// under the prefix holding other data does not stop the walk: it is
+// reported on stderr at the end, and the exit status is 1.
 //
 // unlock --force ends the current ownership of one lock, whoever holds it,
 // and hands the lock to the next waiter (reentrant.Client.ForceUnlock):

@@ -27,7 +27,8 @@ The text form is a table: NAME, TOKEN, OWNER, DEPTH, TTL (what is left of
 the lease, a Go duration), WAITERS (Lock calls queued), META. --json prints
 one JSON object per line instead, as the locks are found: the object inspect
 --json prints for that lock, on one line. A key under the prefix that holds
-other data is reported on stderr, the walk goes on, and the exit status is 1.`
+other data does not stop the walk: it is reported on stderr at the end, and
+the exit status is 1.`
 
 type listConfig struct {
 	target
@@ -72,6 +73,7 @@ func list(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 		case err != nil && errors.As(err, &op) && op.Name != "":
 			errs = append(errs, err) // one name's: the walk goes on
 		case err != nil:
+			_ = out.flush() // what was found before the walk failed
 			return errors.Join(append(errs, err)...)
 		default:
 			if err := out.add(st); err != nil {
@@ -156,17 +158,30 @@ func (t *target) open(ctx context.Context, opts ...reentrant.ClientOption) (*ree
 	return locks, func() { _ = locks.Close(); _ = rdb.Close() }, nil
 }
 
+// unsure reports a Redis error reply that says nothing of the server's
+// mode: it is loading, denies the command, wants a login, or is a Cluster
+// node that cannot serve now.
+func unsure(err error) bool {
+	for _, p := range []string{"LOADING", "NOPERM", "NOAUTH", "WRONGPASS", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "BUSY", "ERR max number of clients"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // dial returns a client of the server at addr, or of its Cluster when the
 // server runs in cluster mode (INFO's cluster_enabled; a server that
-// refuses the question, such as an embedded one, is taken as standalone).
+// refuses the section, such as an embedded one, is taken as standalone; an
+// error that says nothing of the mode, see unsure, is returned).
 func dial(ctx context.Context, addr string) (redis.UniversalClient, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	info, err := rdb.Info(ctx, "cluster").Result()
 	var refused redis.Error
 	switch {
-	case errors.As(err, &refused):
+	case err != nil && errors.As(err, &refused) && !unsure(err):
 		return rdb, nil // a server without the section has no cluster mode
-	case err != nil:
+	case err != nil: // a network error, or a reply that says nothing of the mode
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis %s: %w", addr, err)
 	}

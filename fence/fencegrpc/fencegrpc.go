@@ -124,6 +124,10 @@ func (e *StaleError) Error() string {
 // Is makes errors.Is(err, fence.ErrStale) hold.
 func (e *StaleError) Is(target error) bool { return target == fence.ErrStale }
 
+// Unwrap returns the refusal as a *fence.StaleError, so that a service
+// that forwards it (Error, fencehttp.WriteError) answers with both tokens.
+func (e *StaleError) Unwrap() error { return &fence.StaleError{Token: e.Token, Highest: e.Highest} }
+
 // GRPCStatus returns the service's status, for status.FromError.
 func (e *StaleError) GRPCStatus() *status.Status { return e.st }
 
@@ -154,9 +158,10 @@ func staleOf(ctx context.Context, err error) error {
 type Option func(*options)
 
 type options struct {
-	required []string
-	any      bool
-	accept   []string
+	required  []string
+	any       bool
+	accept    []string
+	acceptSet bool // Accept was given: only accept (and required) go in
 }
 
 // Require makes the service refuse, with codes.FailedPrecondition (reason
@@ -172,11 +177,12 @@ func Require(resources ...string) Option {
 }
 
 // Accept limits the tokens put into a call's context to those of
-// resources (and those Require names); others are ignored. An empty
-// resource name panics, when the interceptor is built.
+// resources (and those Require names); others are ignored. Accept() with
+// no resource accepts only those Require names. An empty resource name
+// panics, when the interceptor is built.
 func Accept(resources ...string) Option {
 	mustNames("Accept", resources)
-	return func(o *options) { o.accept = append(o.accept, resources...) }
+	return func(o *options) { o.accept, o.acceptSet = append(o.accept, resources...), true }
 }
 
 func mustNames(opt string, resources []string) {
@@ -192,7 +198,7 @@ func build(opts []Option) options {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.accept != nil {
+	if o.acceptSet {
 		o.accept = append(o.accept, o.required...)
 	}
 	return o
@@ -206,9 +212,9 @@ func (o options) incoming(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	n := 0
+	ctx, n := fence.WithoutTokens(ctx), 0 // only the call's own
 	for r, t := range tokens {
-		if o.accept == nil || slices.Contains(o.accept, r) {
+		if !o.acceptSet || slices.Contains(o.accept, r) {
 			ctx, n = fence.NewContext(ctx, r, t), n+1
 		}
 	}

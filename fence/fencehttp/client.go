@@ -39,6 +39,9 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	req = req.Clone(req.Context())
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
 	req.Header.Set(Header, v)
 	return t.base.RoundTrip(req)
 }
@@ -58,6 +61,10 @@ func (e *StaleError) Error() string {
 
 // Is makes errors.Is(err, fence.ErrStale) hold.
 func (e *StaleError) Is(target error) bool { return target == fence.ErrStale }
+
+// Unwrap returns the refusal as a *fence.StaleError, so that a service
+// that forwards it (WriteError, fencegrpc.Error) answers with both tokens.
+func (e *StaleError) Unwrap() error { return &fence.StaleError{Token: e.Token, Highest: e.Highest} }
 
 // ResponseError returns a *StaleError when resp is a stale-token refusal
 // (409 with a well-formed Fencing-Token-Highest header), and nil for any

@@ -13,9 +13,10 @@ import (
 type Option func(*options)
 
 type options struct {
-	required []string // resources every request must carry a token for
-	any      bool     // Require(): at least one token
-	accept   []string // nil: every resource
+	required  []string // resources every request must carry a token for
+	any       bool     // Require(): at least one token
+	accept    []string // with acceptSet, the resources accepted
+	acceptSet bool     // Accept was given: only accept (and required) go in
 }
 
 // Require makes the route refuse, with 428 Precondition Required, a request
@@ -37,11 +38,11 @@ func Require(resources ...string) Option {
 // those of resources (and those Require names); a request's tokens for
 // other resources are ignored, not refused, since a lock holder's context
 // may carry the tokens of every lock it holds. Without Accept every
-// resource is accepted. An empty resource name panics, when Middleware is
-// built.
+// resource is accepted; Accept() with no resource accepts only those
+// Require names. An empty resource name panics, when Middleware is built.
 func Accept(resources ...string) Option {
 	mustNames("Accept", resources)
-	return func(o *options) { o.accept = append(o.accept, resources...) }
+	return func(o *options) { o.accept, o.acceptSet = append(o.accept, resources...), true }
 }
 
 func mustNames(opt string, resources []string) {
@@ -68,7 +69,7 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.accept != nil {
+	if o.acceptSet {
 		o.accept = append(o.accept, o.required...)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,9 +78,11 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 			plain(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ctx, n := r.Context(), 0
+		// Only the request's own tokens: none its context carried before
+		// (a BaseContext, an outer handler) may stand in for them.
+		ctx, n := fence.WithoutTokens(r.Context()), 0
 		for res, tok := range tokens {
-			if o.accept == nil || slices.Contains(o.accept, res) {
+			if !o.acceptSet || slices.Contains(o.accept, res) {
 				ctx, n = fence.NewContext(ctx, res, tok), n+1
 			}
 		}

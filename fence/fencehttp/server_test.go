@@ -3,6 +3,7 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -155,4 +156,48 @@ func TestRequireAndAccept(t *testing.T) {
 	require.Equal(t, http.StatusPreconditionRequired, resp.StatusCode, "k is not accepted on this route: its token is ignored")
 	require.Panics(t, func() { fencehttp.Require("") })
 	require.Panics(t, func() { fencehttp.Accept("") })
+}
+
+// Only the request's own tokens count: a token the server's context
+// carried (a BaseContext, an outer handler) does not satisfy Require;
+// Accept() with no resource accepts only the required ones.
+func TestMiddlewareUsesOnlyTheRequestsTokens(t *testing.T) {
+	h := fencehttp.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ := fence.FromContext(r.Context())
+		_, _ = fmt.Fprint(w, len(got))
+	}), fencehttp.Require("x"), fencehttp.Accept())
+	req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(fence.NewContext(context.Background(), "x", 5))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusPreconditionRequired, rec.Code, "the context's own token is not the request's")
+
+	req = httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set(fencehttp.Header, "x=1, y=2")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Equal(t, "1", rec.Body.String(), "Accept() takes only the required x")
+}
+
+// A refusal read from another service, answered again by this one, keeps
+// both tokens; a request built without a header map is sent, not a panic.
+func TestForwardedRefusalAndBareRequest(t *testing.T) {
+	rec := httptest.NewRecorder()
+	fromDownstream := &fencehttp.StaleError{Resource: "k", Token: 3, Highest: 9}
+	require.True(t, fencehttp.WriteError(rec, "k", fmt.Errorf("calling inventory: %w", fromDownstream)))
+	require.Equal(t, http.StatusConflict, rec.Code)
+	require.Equal(t, "k=9", rec.Header().Get(fencehttp.HighestHeader))
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprint(w, r.Header.Get(fencehttp.Header))
+	}))
+	defer srv.Close()
+	req, err := http.NewRequestWithContext(fence.NewContext(context.Background(), "k", 4), http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header = nil
+	resp, err := fencehttp.Transport(nil).RoundTrip(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "k=4", bodyOf(t, resp))
+	require.Nil(t, req.Header, "the caller's request is not changed")
 }
