@@ -30,6 +30,15 @@ func SetShardLinger(c *Client, d time.Duration) {
 	note.shards.linger = d
 }
 
+// StopTimer stops the timer that ends l's ownership at its local deadline,
+// as a paused process's timer goroutine would not run: only Err's own
+// check of the deadline is left.
+func StopTimer(l *Lease) {
+	l.own.mu.Lock()
+	defer l.own.mu.Unlock()
+	l.own.timer.Stop()
+}
+
 // LocalDeadline returns the local deadline of l's ownership: the send time
 // of its last confirmed acquisition or renewal plus the TTL less the
 // margin (and drift). The lease ends when it passes.

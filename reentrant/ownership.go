@@ -151,6 +151,13 @@ func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
 	o.timer.Reset(time.Until(d))
 }
 
+// overdue reports whether o's local deadline has passed.
+func (o *ownership) overdue() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !time.Now().Before(o.deadline)
+}
+
 // expire ends the ownership when its deadline has passed; a timer that
 // fired just before a confirmation moved the deadline is re-armed.
 func (o *ownership) expire() {

@@ -171,6 +171,27 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 	return d
 }
 
+// agreedMeta returns the metadata most of the nodes holding (owner, tok)
+// have, the least (in byte order) on a tie: the same whichever node
+// answered first. An election's term is stamped on each node by its own
+// clock ("<ms> <value>", of one length), so its start is the earliest
+// stamp of the nodes that hold it.
+func agreedMeta(got []*nodeReply[scripts.State], owner string, tok fence.Token) string {
+	n := map[string]int{}
+	for _, x := range got {
+		if x != nil && x.err == nil && x.v.Held && x.v.Owner == owner && x.v.Token == tok {
+			n[x.v.Meta]++
+		}
+	}
+	best, most := "", 0
+	for m, c := range n {
+		if c > most || c == most && m < best {
+			best, most = m, c
+		}
+	}
+	return best
+}
+
 // inspect reads the lock on every node. When a majority agree on a
 // holder (owner and token), that is the state, with the shortest TTL among
 // them and the deepest hold; otherwise the lock is reported free, with the
@@ -234,6 +255,7 @@ func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 				st.Depth, st.Levels = x.v.Depth, x.v.Levels
 			}
 		}
+		st.Meta = agreedMeta(got, h.owner, h.tok)
 		st.LastToken = max(st.LastToken, last)
 		return stateOf(st), nil
 	}

@@ -715,3 +715,30 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	// The renewer's goroutine exits at its next tick (a quarter of the renew interval).
 	require.Eventually(t, func() bool { return goleak.Find(ignore) == nil }, time.Minute, 10*time.Millisecond)
 }
+
+// Err reports a lease whose local deadline has passed as lost even before
+// the timer that ends it runs (a resumed process's goroutine may run
+// first), and ends its context then.
+func TestErrReadsTheDeadline(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	c := newClient(t, rdb)
+	l, err := c.Lock(t.Context(), "paused", reentrant.WithTTL(200*time.Millisecond), reentrant.WithoutRenewal())
+	require.NoError(t, err)
+	reentrant.StopTimer(l)
+	require.NoError(t, l.Err())
+	time.Sleep(time.Until(reentrant.LocalDeadline(l)))
+	for !time.Now().After(reentrant.LocalDeadline(l)) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-l.Done():
+		t.Fatal("the stopped timer ended the lease")
+	default:
+	}
+	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Err found the lease lost but left its context open")
+	}
+}
