@@ -27,7 +27,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -154,77 +153,33 @@ func staleOf(ctx context.Context, err error) error {
 	return err
 }
 
-// Option configures the server interceptors.
-type Option func(*options)
-
-type options struct {
-	required  []string
-	any       bool
-	accept    []string
-	acceptSet bool // Accept was given: only accept (and required) go in
-}
+// Option configures the server interceptors: fencehttp's options, with
+// the same meaning.
+type Option = fencehttp.Option
 
 // Require makes the service refuse, with codes.FailedPrecondition (reason
 // MISSING_FENCING_TOKEN), a call without a token for each of resources;
 // with no resources, a call without any (accepted) token. An empty
-// resource name panics, when the interceptor is built.
-func Require(resources ...string) Option {
-	mustNames("Require", resources)
-	return func(o *options) {
-		o.required = append(o.required, resources...)
-		o.any = o.any || len(resources) == 0
-	}
-}
+// resource name panics (fencehttp.Require).
+func Require(resources ...string) Option { return fencehttp.Require(resources...) }
 
 // Accept limits the tokens put into a call's context to those of
 // resources (and those Require names); others are ignored. Accept() with
 // no resource accepts only those Require names. An empty resource name
-// panics, when the interceptor is built.
-func Accept(resources ...string) Option {
-	mustNames("Accept", resources)
-	return func(o *options) { o.accept, o.acceptSet = append(o.accept, resources...), true }
-}
+// panics (fencehttp.Accept).
+func Accept(resources ...string) Option { return fencehttp.Accept(resources...) }
 
-func mustNames(opt string, resources []string) {
-	for _, r := range resources {
-		if r == "" {
-			panic("fencegrpc: " + opt + ": empty resource name")
-		}
-	}
-}
-
-func build(opts []Option) options {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.acceptSet {
-		o.accept = append(o.accept, o.required...)
-	}
-	return o
-}
-
-// incoming returns ctx with the call's tokens in it (fence.NewContext), or
-// the status that refuses the call.
-func (o options) incoming(ctx context.Context) (context.Context, error) {
+// incoming returns ctx with the call's tokens in it, as p takes them
+// (fencehttp.Policy.Apply), or the status that refuses the call.
+func incoming(ctx context.Context, p fencehttp.Policy) (context.Context, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	tokens, err := fencehttp.Parse(md.Get(MetadataKey))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	ctx, n := fence.WithoutTokens(ctx), 0 // only the call's own
-	for r, t := range tokens {
-		if !o.acceptSet || slices.Contains(o.accept, r) {
-			ctx, n = fence.NewContext(ctx, r, t), n+1
-		}
-	}
-	for _, r := range o.required {
-		if _, ok := fence.TokenFor(ctx, r); !ok {
-			return nil, missing(r)
-		}
-	}
-	if o.any && n == 0 {
-		return nil, missing("")
+	ctx, m := p.Apply(ctx, tokens)
+	if m != nil {
+		return nil, missing(m.Resource)
 	}
 	return ctx, nil
 }
@@ -253,9 +208,9 @@ func missing(resource string) error {
 // call is the one the store refused; a handler that knows the resource
 // returns Error(resource, err) itself.
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
-	o := build(opts)
+	p := fencehttp.NewPolicy(opts...)
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := o.incoming(ctx)
+		ctx, err := incoming(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -297,9 +252,9 @@ func refusal(ctx context.Context, err error) error {
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the
 // stream's Context carries the tokens.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
-	o := build(opts)
+	p := fencehttp.NewPolicy(opts...)
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := o.incoming(ss.Context())
+		ctx, err := incoming(ss.Context(), p)
 		if err != nil {
 			return err
 		}

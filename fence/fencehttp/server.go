@@ -1,6 +1,7 @@
 package fencehttp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,7 +10,8 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
-// Option configures Middleware.
+// Option configures Middleware (and fencegrpc's server interceptors, which
+// take the same options).
 type Option func(*options)
 
 type options struct {
@@ -65,6 +67,30 @@ func mustNames(opt string, resources []string) {
 // Precondition Required for a missing required token (Require). The
 // handler answers a refused write with WriteError: 409 Conflict.
 func Middleware(next http.Handler, opts ...Option) http.Handler {
+	p := NewPolicy(opts...)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tokens, err := Parse(r.Header.Values(Header))
+		if err != nil {
+			plain(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		ctx, missing := p.Apply(r.Context(), tokens)
+		if missing != nil {
+			plain(w, http.StatusPreconditionRequired, missing.Error()+" (header "+Header+")")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// Policy is what a service takes from a request's tokens, built from
+// Options: the resources it accepts and those it requires. Middleware and
+// fencegrpc's server interceptors apply one.
+type Policy struct{ o options }
+
+// NewPolicy returns the policy of opts. An empty resource name in them
+// panics (see Require, Accept).
+func NewPolicy(opts ...Option) Policy {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -72,32 +98,41 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 	if o.acceptSet {
 		o.accept = append(o.accept, o.required...)
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tokens, err := Parse(r.Header.Values(Header))
-		if err != nil {
-			plain(w, http.StatusBadRequest, err.Error())
-			return
+	return Policy{o}
+}
+
+// MissingError is a required token a request did not carry.
+type MissingError struct {
+	Resource string // "" when Require() asked for any token
+}
+
+func (e *MissingError) Error() string {
+	if e.Resource == "" {
+		return "fencehttp: missing fencing token"
+	}
+	return fmt.Sprintf("fencehttp: missing fencing token for resource %q", e.Resource)
+}
+
+// Apply returns ctx carrying the accepted ones of tokens, and only them
+// (fence.WithoutTokens first: no token ctx carried before, from a
+// BaseContext or an outer handler, may stand in for the request's), or a
+// *MissingError for the first required token absent.
+func (p Policy) Apply(ctx context.Context, tokens map[string]fence.Token) (context.Context, *MissingError) {
+	ctx, n := fence.WithoutTokens(ctx), 0
+	for res, tok := range tokens {
+		if !p.o.acceptSet || slices.Contains(p.o.accept, res) {
+			ctx, n = fence.NewContext(ctx, res, tok), n+1
 		}
-		// Only the request's own tokens: none its context carried before
-		// (a BaseContext, an outer handler) may stand in for them.
-		ctx, n := fence.WithoutTokens(r.Context()), 0
-		for res, tok := range tokens {
-			if !o.acceptSet || slices.Contains(o.accept, res) {
-				ctx, n = fence.NewContext(ctx, res, tok), n+1
-			}
+	}
+	for _, res := range p.o.required {
+		if _, ok := fence.TokenFor(ctx, res); !ok {
+			return nil, &MissingError{Resource: res}
 		}
-		for _, res := range o.required {
-			if _, ok := fence.TokenFor(ctx, res); !ok {
-				plain(w, http.StatusPreconditionRequired, fmt.Sprintf("fencehttp: missing fencing token for resource %q (header %s)", res, Header))
-				return
-			}
-		}
-		if o.any && n == 0 {
-			plain(w, http.StatusPreconditionRequired, "fencehttp: missing fencing token (header "+Header+")")
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
+	}
+	if p.o.any && n == 0 {
+		return nil, &MissingError{}
+	}
+	return ctx, nil
 }
 
 // WriteError answers a request whose write to resource a fenced store
@@ -117,7 +152,7 @@ func WriteError(w http.ResponseWriter, resource string, err error) bool {
 	case errors.Is(err, fence.ErrStale):
 		plain(w, http.StatusConflict, fmt.Sprintf("fencehttp: resource %q: stale token", resource))
 	case errors.Is(err, fence.ErrNoToken):
-		plain(w, http.StatusPreconditionRequired, fmt.Sprintf("fencehttp: missing fencing token for resource %q (header %s)", resource, Header))
+		plain(w, http.StatusPreconditionRequired, (&MissingError{Resource: resource}).Error()+" (header "+Header+")")
 	default:
 		return false
 	}
