@@ -48,8 +48,9 @@ type Leader struct {
 	// Since is when the term began, on the Redis server's clock, to the
 	// millisecond: stamped by the winning campaign right after it won (or
 	// by the first reader before that), so at most a round trip after the
-	// grant. Proclaim keeps it. Zero for a holder of the name that did not
-	// campaign (a plain Lock).
+	// grant. Proclaim keeps it. With NewRedlock it is the term's token, a
+	// time on the granting majority's clocks (within 5 ms of each). Zero
+	// for a holder of the name that did not campaign (a plain Lock).
 	Since time.Time
 }
 
@@ -132,9 +133,11 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		return nil, opErr(op, e.name, unwrapOp(err))
 	}
 	t := &Term{e: e, lease: l}
-	// The term's start, on the server's clock, now that it began; a
-	// failure leaves it to the first reader (Leader, Observe).
-	_, _, _ = e.c.be.proclaim(l.Context(), l.ref, "", l.token, "", true)
+	if !e.c.cfg.redlock {
+		// The term's start, on the server's clock, now that it began; a
+		// failure leaves it to the first reader (Leader, Observe).
+		_, _, _ = e.c.be.proclaim(l.Context(), l.ref, "", l.token, "", true)
+	}
 	if err := l.Err(); err != nil {
 		return nil, opErr(op, e.name, unwrapOp(err))
 	}
@@ -237,10 +240,15 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 		return Leader{}, ErrNoLeader
 	}
 	since, value, ok := parseElectionMeta(st.Meta)
-	if !ok {
+	switch {
+	case !ok:
 		return Leader{Value: st.Meta, Token: st.Token}, nil
-	}
-	if since.IsZero() {
+	case e.c.cfg.redlock:
+		// A Redlock token is the term's start on its majority's clocks,
+		// in µs (within 5 ms of each: docs/deployments.md), the same
+		// whichever nodes answer; each node's own stamp would not be.
+		return Leader{Value: value, Token: st.Token, Since: time.UnixMilli(int64(st.Token) / 1000)}, nil
+	case since.IsZero():
 		// The term began, and its campaign has not stamped it yet: the
 		// first reader does.
 		out := bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
