@@ -1,6 +1,8 @@
 -- proclaim: an election's writes to its term's metadata (reentrant's
--- Election), where the metadata is "<since> <value>": since the server
--- time in ms when the term began, "0" until it is stamped.
+-- Election), where the metadata is "<since> <seq> <value>": since the
+-- server time in ms when the term began, "0" until it is stamped; seq the
+-- number of proclaims so far, so that a reader of several nodes tells the
+-- newest value (reentrant's agreedMeta).
 --
 -- KEYS[1]  lock hash   P:{N}   (layout in lib.lua)
 -- ARGV[1]  "proclaim" or "stamp"
@@ -9,11 +11,11 @@
 -- ARGV[4]  proclaim: the new value (no control character)
 --
 -- proclaim: when the ownership (owner and token) holds the lock, its
--- metadata becomes "<since> <ARGV[4]>", since kept from the metadata it
--- had; returns 1. Returns 0 when the ownership does not hold the lock, or
+-- metadata becomes "<since> <seq + 1> <ARGV[4]>", since kept from the
+-- metadata it had; returns 1. Returns 0 when the ownership does not hold the lock, or
 -- its metadata is not an election's: nothing is written.
 -- stamp: when the ownership with token ARGV[2], whoever owns it, holds the
--- lock with the metadata "0 <value>", since becomes the server's clock
+-- lock with the metadata "0 <seq> <value>", since becomes the server's clock
 -- (ms). Returns the metadata (stamped or not; "" for none) while that
 -- ownership holds the lock, 0 otherwise. Anyone may stamp: the first
 -- stamp, by the campaign that won right after winning or by the first
@@ -32,10 +34,10 @@ end
 if not (h.held and h.ts == ARGV[2] and not h.p) then
   return 0
 end
-local since, value = string.match(h.m or '', '^(%d+) (.*)$')
+local since, seq, value = string.match(h.m or '', '^(%d+) (%d+) (.*)$')
 if mode == 'stamp' then
   if since == '0' then
-    h.m = dec(now) .. ' ' .. value
+    h.m = dec(now) .. ' ' .. seq .. ' ' .. value
     redis.call('HSET', KEYS[1], 'm', h.m)
   end
   return h.m or ''
@@ -43,5 +45,5 @@ end
 if h.o ~= ARGV[3] or not since then
   return 0
 end
-redis.call('HSET', KEYS[1], 'm', since .. ' ' .. ARGV[4])
+redis.call('HSET', KEYS[1], 'm', since .. ' ' .. dec(tonumber(seq) + 1) .. ' ' .. ARGV[4])
 return 1

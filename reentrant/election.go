@@ -7,7 +7,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redfence/redfence/fence"
@@ -19,7 +18,7 @@ var ErrNoLeader = errors.New("no leader")
 // MaxElectionValueLen is the longest value Campaign and Proclaim accept, in
 // bytes: the metadata a term is stored in (MaxMetadataLen) less room for
 // when it began.
-const MaxElectionValueLen = MaxMetadataLen - 16
+const MaxElectionValueLen = MaxMetadataLen - 32
 
 // Election is a leader election on one name: a candidate that campaigns
 // takes the name's lock, and holds it for its term, with the lease rules
@@ -71,22 +70,33 @@ type Term struct {
 	lease *Lease
 }
 
-// electionMeta is the metadata of a term with value: "<since> <value>",
-// since "0" until stamped (proclaim.lua).
-func electionMeta(value string) string { return "0 " + value }
+// electionMeta is the metadata of a fresh term with value:
+// "<since> <seq> <value>", since "0" until stamped, seq the number of
+// proclaims (proclaim.lua).
+func electionMeta(value string) string { return "0 0 " + value }
 
-// parseElectionMeta splits a term's metadata; ok false for metadata that
+// electionMetaOf is a term's metadata, split; ok false for metadata that
 // is not an election's.
-func parseElectionMeta(m string) (since time.Time, value string, ok bool) {
-	s, v, found := strings.Cut(m, " ")
-	ms, err := strconv.ParseInt(s, 10, 64)
-	if !found || err != nil || ms < 0 {
-		return time.Time{}, m, false
+type electionMetaOf struct {
+	since time.Time // zero until stamped
+	seq   int64
+	value string
+	ok    bool
+}
+
+func parseElectionMeta(m string) electionMetaOf {
+	s, rest, found1 := strings.Cut(m, " ")
+	q, v, found2 := strings.Cut(rest, " ")
+	ms, err1 := strconv.ParseInt(s, 10, 64)
+	seq, err2 := strconv.ParseInt(q, 10, 64)
+	if !found1 || !found2 || err1 != nil || err2 != nil || ms < 0 || seq < 0 {
+		return electionMetaOf{value: m}
 	}
+	out := electionMetaOf{seq: seq, value: v, ok: true}
 	if ms > 0 {
-		since = time.UnixMilli(ms)
+		out.since = time.UnixMilli(ms)
 	}
-	return since, v, true
+	return out
 }
 
 func checkElectionValue(v string) error { return checkText("election value", v, MaxElectionValueLen) }
@@ -132,16 +142,20 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 	if err != nil {
 		return nil, opErr(op, e.name, unwrapOp(err))
 	}
-	t := &Term{e: e, lease: l}
 	if !e.c.cfg.redlock {
-		// The term's start, on the server's clock, now that it began; a
-		// failure leaves it to the first reader (Leader, Observe).
-		_, _, _ = e.c.be.proclaim(l.Context(), l.ref, "", l.token, "", true)
+		// The term's start, on the server's clock, now that it began;
+		// bounded as any call. A failure leaves it to the first reader
+		// (Leader, Observe).
+		_ = bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+			_, held, err := e.c.be.proclaim(ctx, l.ref, "", l.token, "", true)
+			return held, err
+		}, nil)
 	}
 	if err := l.Err(); err != nil {
+		_ = l.Unlock(context.WithoutCancel(ctx)) // free what Redis may still hold
 		return nil, opErr(op, e.name, unwrapOp(err))
 	}
-	return t, nil
+	return &Term{e: e, lease: l}, nil
 }
 
 // unwrapOp returns the error an *OpError wraps, so that an election's
@@ -175,9 +189,10 @@ func (t *Term) Err() error { return t.lease.Err() }
 func (t *Term) Lease() *Lease { return t.lease }
 
 // Proclaim makes value the leader's value, keeping the term's token and
-// start, while this term holds. It returns ErrNotHeld once the term ended
-// (or when Redis says it no longer holds), ErrInvalid for a bad value, and
-// Redis errors; it never touches another term.
+// start, while this term holds. It returns ErrNotHeld once the term ended,
+// or when Redis says it no longer holds (the term then ends, with ErrGone),
+// ErrInvalid for a bad value, and Redis errors; it never touches another
+// term.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
 	const op = "proclaim"
 	name := t.e.name
@@ -199,23 +214,25 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	case out.err != nil:
 		return opErr(op, name, out.err)
 	case !out.v:
-		return opErr(op, name, ErrNotHeld)
+		return opErr(op, name, l.goneFromRedis(extendResult{}))
 	}
 	return nil
 }
 
 // Resign ends the term: the election's next candidate may win. It is
-// idempotent: once the term ended (resigned, lost or closed) it returns
-// nil and sends nothing. It never touches a successor's term (the release
-// is of this term's token only). A failed attempt (Redis unreachable,
+// idempotent: once the term was resigned it returns nil and sends nothing;
+// a term lost or closed is released in Redis too (Redis may still hold it
+// for the safety margin, or, after Close, for its TTL), and nil returned.
+// It never touches a successor's term: the release is of this term's
+// ownership only (owner and token). A failed attempt (Redis unreachable,
 // ctx ended) returns the error and may be repeated.
 func (t *Term) Resign(ctx context.Context) error {
-	if t.lease.Err() != nil {
+	if errors.Is(t.lease.Err(), ErrReleased) {
 		return nil
 	}
 	err := t.lease.Unlock(ctx)
-	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrReleased) {
-		return nil
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		return nil // released now, or earlier, or gone from Redis already
 	}
 	return opErr("resign", t.e.name, unwrapOp(err))
 }
@@ -239,31 +256,34 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 	if !st.Held {
 		return Leader{}, ErrNoLeader
 	}
-	since, value, ok := parseElectionMeta(st.Meta)
+	m := parseElectionMeta(st.Meta)
 	switch {
-	case !ok:
+	case !m.ok:
 		return Leader{Value: st.Meta, Token: st.Token}, nil
 	case e.c.cfg.redlock:
 		// A Redlock token is the term's start on its majority's clocks,
 		// in µs (within 5 ms of each: docs/deployments.md), the same
 		// whichever nodes answer; each node's own stamp would not be.
-		return Leader{Value: value, Token: st.Token, Since: time.UnixMilli(int64(st.Token) / 1000)}, nil
-	case since.IsZero():
+		return Leader{Value: m.value, Token: st.Token, Since: time.UnixMilli(int64(st.Token) / 1000)}, nil
+	case m.since.IsZero():
 		// The term began, and its campaign has not stamped it yet: the
-		// first reader does.
+		// first reader does. A reader that may not write (an ACL) reports
+		// no start rather than fail.
 		out := bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
-			m, held, err := e.c.be.proclaim(ctx, lockRef{name: e.name}, "", st.Token, "", true)
-			return proclaimed{m, held}, err
+			meta, held, err := e.c.be.proclaim(ctx, lockRef{name: e.name}, "", st.Token, "", true)
+			return proclaimed{meta, held}, err
 		}, nil)
-		if out.err != nil {
+		switch {
+		case out.err != nil && ctx.Err() != nil:
 			return Leader{}, out.err
-		}
-		if !out.v.held {
+		case out.err != nil:
+		case !out.v.held:
 			return e.leader(ctx) // that term ended meanwhile: read again
+		default:
+			m = parseElectionMeta(out.v.meta)
 		}
-		since, value, _ = parseElectionMeta(out.v.meta)
 	}
-	return Leader{Value: value, Token: st.Token, Since: since}, nil
+	return Leader{Value: m.value, Token: st.Token, Since: m.since}, nil
 }
 
 // observeEvery is how often Observe reads the leader.
@@ -278,13 +298,16 @@ const observeEvery = 100 * time.Millisecond
 // retried at the next tick.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader, 1)
-	var mu sync.Mutex
+	if ctx == nil || e.c.valid() != nil {
+		close(ch)
+		return ch
+	}
+	// The reads end with the client too: Close waits for this goroutine.
+	ctx, cancel := context.WithCancel(ctx)
 	var last Leader
 	var highest fence.Token // of every term reported
 	first := true
 	send := func(ld Leader) {
-		mu.Lock()
-		defer mu.Unlock()
 		if !first && ld == last {
 			return
 		}
@@ -298,8 +321,11 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		}
 		ch <- ld
 	}
-	if ctx == nil || !e.c.goBackground(func() {
+	if !e.c.goBackground(func() {
 		defer close(ch)
+		defer cancel()
+		stop := context.AfterFunc(e.c.bg, cancel)
+		defer stop()
 		tick := time.NewTicker(observeEvery)
 		defer tick.Stop()
 		for {
@@ -309,18 +335,17 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 				send(ld)
 			case errors.Is(err, ErrNoLeader):
 				send(Leader{})
-			case errors.Is(err, ErrClosed) || ctx.Err() != nil:
+			case errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) || ctx.Err() != nil:
 				return
 			}
 			select {
 			case <-tick.C:
 			case <-ctx.Done():
 				return
-			case <-e.c.bg.Done():
-				return
 			}
 		}
 	}) {
+		cancel()
 		close(ch)
 	}
 	return ch

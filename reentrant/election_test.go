@@ -10,6 +10,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
 )
@@ -164,8 +165,8 @@ func TestElectionEdges(t *testing.T) {
 		require.Equal(t, reentrant.Leader{Value: "plain lock", Token: l.Token()}, ld)
 		require.NoError(t, l.Unlock(ctx))
 
-		// A term as a campaign leaves it before its stamp: "0 <value>".
-		l, err = c.Lock(ctx, name, reentrant.WithMetadata("0 unstamped"))
+		// A term as a campaign leaves it before its stamp: "0 0 <value>".
+		l, err = c.Lock(ctx, name, reentrant.WithMetadata("0 0 unstamped"))
 		require.NoError(t, err)
 		ld, err = e.Leader(ctx)
 		require.NoError(t, err)
@@ -188,4 +189,54 @@ func TestElectionEdges(t *testing.T) {
 		require.NoError(t, err, "the longest value fits with its start")
 		require.NoError(t, long.Resign(ctx))
 	})
+}
+
+// Resign after Close releases the term in Redis (Close keeps leases for
+// Unlock to release); a Proclaim that finds the term gone from Redis ends
+// it.
+func TestElectionResignAfterCloseAndGoneTerm(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, name := t.Context(), testenv.Unique(t)
+		c, other := newClient(t, b.Client), newClient(t, b.Client)
+		term, err := c.Election(name).Campaign(ctx, "A")
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		require.NoError(t, term.Resign(ctx))
+		_, err = other.Election(name).Leader(ctx)
+		require.ErrorIs(t, err, reentrant.ErrNoLeader, "Resign after Close released the term")
+		require.NoError(t, term.Resign(ctx), "and again: nothing to do")
+
+		term, err = other.Election(name).Campaign(ctx, "B")
+		require.NoError(t, err)
+		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, name).Lock).Err()) // an operator's DEL
+		require.ErrorIs(t, term.Proclaim(ctx, "B2"), reentrant.ErrNotHeld)
+		require.ErrorIs(t, term.Err(), reentrant.ErrGone, "the term ended when Redis said it was gone")
+		require.NoError(t, term.Resign(ctx))
+	})
+}
+
+// On a Redlock, a Proclaim that reached only a majority is what Leader
+// reports, whichever nodes answer.
+func TestElectionRedlockNewestValue(t *testing.T) {
+	mrs, nodes := redlockNodes(t, 3)
+	c := newRedlock(t, nodes)
+	ctx, name := t.Context(), testenv.Unique(t)
+	term, err := c.Election(name).Campaign(ctx, "A")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the grant reached every node
+		for _, n := range nodes {
+			if st, err := lua.Inspect(ctx, n, lua.KeysFor(prefix, name)); err != nil || !st.Held {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 5*time.Millisecond)
+	mrs[2].Close() // the proclaim reaches two of three
+	require.NoError(t, term.Proclaim(ctx, "A2"))
+	require.NoError(t, mrs[2].Restart())
+	for range 20 {
+		ld, err := c.Election(name).Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "A2", ld.Value)
+	}
 }

@@ -99,9 +99,9 @@ func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 // an *OpError of operation "lease": ErrReleased, or ErrGone, ErrUnconfirmed
 // or ErrLeaseClosed, each of which is ErrLost (see [Lease.Context]).
 // errors.Is(l.Err(), ErrLost) reports a lost lease. Err reads the local
-// deadline itself: once it has passed, Err reports the loss (and ends the
-// lease, its context included) even if the timer that ends it has not run
-// yet, as after a process pause. A nil lease's Err is
+// deadline itself: once it has passed, Err reports the loss even if the
+// timer that ends the lease (and its context) has not run yet, as after a
+// process pause; it sets that timer to run at once. A nil lease's Err is
 // ErrNotHeld.
 func (l *Lease) Err() error {
 	if l == nil {
@@ -122,13 +122,7 @@ func (l *Lease) ended() error {
 		// The deadline itself, not only its timer: after a pause (SIGSTOP,
 		// a stop-the-world GC) the caller may run before the timer's
 		// goroutine does, and must not see a live lease then.
-		if !l.own.overdue() {
-			return nil
-		}
-		l.own.expire()
-		if l.own.ctx.Err() == nil {
-			return nil // a confirmation moved the deadline meanwhile
-		}
+		return l.own.overdue()
 	}
 	return context.Cause(l.own.ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redfence/redfence/fence"
@@ -23,6 +24,8 @@ type ownership struct {
 	refs   int          // live leases; guarded by c.mu
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	lost atomic.Bool // lose ran: a loss is reported once, whoever finds it first
 
 	mu       sync.Mutex
 	early    *time.Timer // the first renewal of a short window, if it has its own timer
@@ -86,7 +89,7 @@ func (o *ownership) end(cause error) {
 // lose ends the ownership because the lock is gone, forgets it, and
 // reports it.
 func (o *ownership) lose(cause error) {
-	if o.ctx.Err() != nil {
+	if o.ctx.Err() != nil || !o.lost.CompareAndSwap(false, true) {
 		return
 	}
 	o.end(cause)
@@ -151,11 +154,29 @@ func (o *ownership) confirm(sent time.Time, ttl time.Duration) {
 	o.timer.Reset(time.Until(d))
 }
 
-// overdue reports whether o's local deadline has passed.
-func (o *ownership) overdue() bool {
+// overdue returns the loss o's timer will end it with when its local
+// deadline has passed, and sets the timer to fire now (after a pause the
+// caller may run before the timer's goroutine); nil before the deadline.
+// The loss itself, its log line and its event, stay the timer's: a caller
+// of Err runs no logger or observer.
+func (o *ownership) overdue() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return !time.Now().Before(o.deadline)
+	if time.Now().Before(o.deadline) {
+		return nil
+	}
+	o.timer.Reset(0)
+	return o.expiredErr(o.lastErr)
+}
+
+// expiredErr is the cause of a loss by the local deadline; last is the
+// last renewal's error, if any.
+func (o *ownership) expiredErr(last error) error {
+	reason := fmt.Sprintf("no renewal confirmed within the TTL less the %v safety margin", o.cfg.margin)
+	if last != nil {
+		reason += "; last renewal"
+	}
+	return o.lostErr(ErrUnconfirmed, reason, last)
 }
 
 // expire ends the ownership when its deadline has passed; a timer that
@@ -170,11 +191,7 @@ func (o *ownership) expire() {
 	}
 	err := o.lastErr
 	o.mu.Unlock()
-	reason := fmt.Sprintf("no renewal confirmed within the TTL less the %v safety margin", o.cfg.margin)
-	if err != nil {
-		reason += "; last renewal"
-	}
-	o.lose(o.lostErr(ErrUnconfirmed, reason, err))
+	o.lose(o.expiredErr(err))
 }
 
 // dropRef forgets one lease of o once that lease has ended; the last one

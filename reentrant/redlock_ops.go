@@ -171,11 +171,11 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 	return d
 }
 
-// agreedMeta returns the metadata most of the nodes holding (owner, tok)
-// have, the least (in byte order) on a tie: the same whichever node
-// answered first. An election's term is stamped on each node by its own
-// clock ("<ms> <value>", of one length), so its start is the earliest
-// stamp of the nodes that hold it.
+// agreedMeta returns the metadata of the nodes holding (owner, tok) that
+// is the newest election value (the highest proclaim count: see
+// parseElectionMeta), then the one most of them have, then the least in
+// byte order: the same whichever nodes answered first, and never a value
+// a Proclaim replaced on the nodes that answered.
 func agreedMeta(got []*nodeReply[scripts.State], owner string, tok fence.Token) string {
 	n := map[string]int{}
 	for _, x := range got {
@@ -183,10 +183,14 @@ func agreedMeta(got []*nodeReply[scripts.State], owner string, tok fence.Token) 
 			n[x.v.Meta]++
 		}
 	}
-	best, most := "", 0
+	best, most, seq := "", 0, int64(-1)
 	for m, c := range n {
-		if c > most || c == most && m < best {
-			best, most = m, c
+		s := int64(-1)
+		if e := parseElectionMeta(m); e.ok {
+			s = e.seq
+		}
+		if s > seq || s == seq && (c > most || c == most && m < best) {
+			best, most, seq = m, c, s
 		}
 	}
 	return best

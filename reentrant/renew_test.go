@@ -737,8 +737,36 @@ func TestErrReadsTheDeadline(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 	select {
-	case <-l.Done():
-	default:
-		t.Fatal("Err found the lease lost but left its context open")
+	case <-l.Done(): // Err set the timer to run at once
+	case <-time.After(time.Minute):
+		t.Fatal("Err found the lease lost but its context never ended")
 	}
+	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
+}
+
+// A loss found by the timer and by Err at once is reported once.
+func TestLossReportedOnce(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	var lost atomic.Int32
+	c := newClient(t, rdb, reentrant.WithObserver(func(e reentrant.Event) {
+		if e.Kind == reentrant.Lost {
+			lost.Add(1)
+		}
+	}))
+	for range 10 {
+		l, err := c.Lock(t.Context(), testenv.Unique(t), reentrant.WithTTL(100*time.Millisecond), reentrant.WithoutRenewal())
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for l.Err() == nil {
+				}
+			})
+		}
+		wg.Wait()
+		<-l.Done()
+	}
+	require.Eventually(t, func() bool { return lost.Load() == 10 }, time.Minute, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.EqualValues(t, 10, lost.Load(), "each loss once")
 }
