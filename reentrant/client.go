@@ -192,6 +192,14 @@ func (c *Client) valid() error {
 	return nil
 }
 
+// holdsFor reports whether this client holds name for owner.
+func (c *Client) holdsFor(owner Owner, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.owns[holdKey{owner, name}]
+	return ok
+}
+
 func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -106,7 +106,9 @@ func checkElectionValue(v string) error { return checkText("election value", v, 
 // Redlock), bounded by ctx, and returns its Term. The term is held when
 // Campaign returns; the value is what Leader and Observe report. Each
 // call is a candidate of its own (a fresh owner), whatever ctx carries.
-// It returns ErrInvalid for a bad name, value or option, ErrNotAcquired
+// It returns ErrInvalid for a bad name, value or option, or a ctx of a term
+// of this election that this client holds (a candidate never waits for
+// itself), ErrNotAcquired
 // (with the context's error) when ctx ends first, ErrClosed after Close,
 // and Redis errors; a campaign that fails leaves nothing held or queued.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
@@ -129,6 +131,11 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 	}
 	if ctx == nil {
 		return nil, opErr(op, e.name, invalid("nil context"))
+	}
+	if o, ok := OwnerFrom(ctx); ok && e.c.holdsFor(o, e.name) {
+		// A term's own context: a campaign is a candidate of its own,
+		// which would only wait for that term to end.
+		return nil, opErr(op, e.name, invalid("the context is a term's of this election, which leads already: campaign from another context"))
 	}
 	ctx = WithOwner(ctx, NewOwner())
 	opts := append(append([]CallOption(nil), e.opts...), WithMetadata(electionMeta(value)))
