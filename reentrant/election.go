@@ -147,7 +147,7 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		l, err = e.c.Lock(ctx, e.name, opts...)
 	}
 	if err != nil {
-		return nil, opErr(op, e.name, unwrapOp(err))
+		return nil, opErr(op, e.name, bare(err))
 	}
 	if !e.c.cfg.redlock {
 		// The term's start, on the server's clock, now that it began;
@@ -160,19 +160,9 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 	}
 	if err := l.Err(); err != nil {
 		_ = l.Unlock(context.WithoutCancel(ctx)) // free what Redis may still hold
-		return nil, opErr(op, e.name, unwrapOp(err))
+		return nil, opErr(op, e.name, bare(err))
 	}
 	return &Term{e: e, lease: l}, nil
-}
-
-// unwrapOp returns the error an *OpError wraps, so that an election's
-// errors name its own operation.
-func unwrapOp(err error) error {
-	var op *OpError
-	if errors.As(err, &op) {
-		return op.Err
-	}
-	return err
 }
 
 // Token returns the term's fencing token: one per term, higher than every
@@ -241,7 +231,7 @@ func (t *Term) Resign(ctx context.Context) error {
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		return nil // released now, or earlier, or gone from Redis already
 	}
-	return opErr("resign", t.e.name, unwrapOp(err))
+	return opErr("resign", t.e.name, bare(err))
 }
 
 // Leader reads the election's leader: its value, token and the start of

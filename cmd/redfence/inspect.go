@@ -61,9 +61,15 @@ type inspectConfig struct {
 }
 
 func inspectFlags(cfg *inspectConfig) *flag.FlagSet {
-	fs := newFlagSet("inspect")
-	cfg.flags(fs, "read from the Redis server at `host:port` (required)")
-	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of text")
+	return cfg.jsonFlags("inspect", "read from the Redis server at `host:port` (required)", "print one JSON object instead of text")
+}
+
+// jsonFlags returns command's flags: --redis and --prefix (target.flags),
+// and --json.
+func (cfg *inspectConfig) jsonFlags(command, redisUsage, jsonUsage string) *flag.FlagSet {
+	fs := newFlagSet(command)
+	cfg.flags(fs, redisUsage)
+	fs.BoolVar(&cfg.json, "json", false, jsonUsage)
 	return fs
 }
 

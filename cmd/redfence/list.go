@@ -30,16 +30,12 @@ one JSON object per line instead, as the locks are found: the object inspect
 other data does not stop the walk: it is reported on stderr at the end, and
 the exit status is 1.`
 
-type listConfig struct {
-	target
-	json bool
-}
+// listConfig is inspect's: a target and --json.
+type listConfig = inspectConfig
 
 func listFlags(cfg *listConfig) *flag.FlagSet {
-	fs := newFlagSet("list")
-	cfg.flags(fs, "read from the Redis server at `host:port`, or the Cluster it belongs to (required)")
-	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per lock and line instead of a table")
-	return fs
+	return cfg.jsonFlags("list", "read from the Redis server at `host:port`, or the Cluster it belongs to (required)",
+		"print one JSON object per lock and line instead of a table")
 }
 
 // list runs the list command.
