@@ -23,6 +23,15 @@ local function isWaiter(m)
   return string.find(m, '^[^\n]+\n[1-9][0-9]*\n[^\n]+\n[^\n]*\n[ps].') ~= nil
 end
 
+-- isWake reports whether m is the entry of a LockMulti call (multi.lua):
+-- its level ID starts with "*", which no Lock call's does. Such a waiter
+-- is not handed the lock, which would make it hold one name while it
+-- waits for others: a release takes it out of the queue and publishes
+-- "<its ID> 0" on its channel, and it tries all its names again.
+local function isWake(m)
+  return string.byte(m, 1) == 42
+end
+
 -- refreshQueue makes the queue key live at least ms more, never less: one
 -- waiter's shorter TTL must not cut another's place short. PEXPIRE GT
 -- (Redis 7) does that in one command; a key without an expiry yet (just
@@ -76,6 +85,15 @@ local function nextWaiter(lock, queue, h, mode, us)
   local head, err = callOn('ZPOPMIN', queue)
   if not head then
     return nil, err
+  end
+  -- A LockMulti call's entry (isWake) is never handed the lock: it is
+  -- woken to try all its names again, and the next entry is looked at.
+  while #head > 0 and isWake(head[1]) do
+    local wid, _, _, wchannel = parseWaiter(head[1])
+    if wid then
+      notify(wchannel, wid .. ' 0')
+    end
+    head = redis.call('ZPOPMIN', queue)
   end
   if #head == 0 then
     h.qEmpty = true

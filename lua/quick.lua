@@ -289,6 +289,9 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     return nil, r
   end
   local id, claim, owner, channel, meta = parseWaiter(head[1])
+  if id and isWake(head[1]) then
+    id = nil -- a LockMulti entry: the general path wakes it (nextWaiter)
+  end
   local first, old = tok, nil
   if id then
     -- Strict: SET … GET reads and writes in one command. Time tokens:

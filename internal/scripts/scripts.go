@@ -42,6 +42,7 @@ var (
 	qraiseScript   *redis.Script
 	forceScript    *redis.Script
 	proclaimScript *redis.Script
+	multiScript    *redis.Script
 )
 
 type script struct {
@@ -65,6 +66,7 @@ var scripts = []script{
 	{name: "qraise", s: &qraiseScript},
 	{name: "force", s: &forceScript},
 	{name: "proclaim", s: &proclaimScript},
+	{name: "multi", s: &multiScript},
 }
 
 // Install builds every script from the .lua files in src: lib.lua,
