@@ -35,6 +35,13 @@ type backend interface {
 	// lock is Lock's wait: attempts of r until one acquires, ctx ends, the
 	// retry strategy gives up or the client closes.
 	lock(ctx context.Context, r *call) (*Lease, error)
+	// acquireMulti makes one all-or-nothing attempt of a LockMulti at its
+	// calls m.rs (one per name, sorted, for one owner): a grant for each,
+	// or the names that refused, with nothing of the attempt left held.
+	// With m.waiting the attempt may leave queue entries that a release
+	// wakes m.wake with; leaveMulti, once the call ends, removes them.
+	acquireMulti(ctx context.Context, m *multiCall) (multiResult, error)
+	leaveMulti(m *multiCall)
 	// undo removes the level and queue entry an attempt of r may have
 	// left, waiting at most CleanupBudget/2; undoInBackground does so
 	// without waiting; leave does so for a waiter of a closing client.

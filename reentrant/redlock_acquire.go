@@ -375,3 +375,15 @@ func (q *quorum) learn(got []*nodeReply[scripts.QAcquired], p fence.Token, sent 
 		}
 	}
 }
+
+// acquireMulti takes the names one after another, in sorted order, each as
+// a TryLock would on a majority: the nodes cannot check several names in
+// one step for a majority at once. A refused or failed attempt gives back
+// what it took.
+func (q *quorum) acquireMulti(ctx context.Context, m *multiCall) (multiResult, error) {
+	return takeInOrder(ctx, q, m)
+}
+
+// leaveMulti has nothing to do: a Redlock LockMulti waits by polling,
+// queued nowhere.
+func (q *quorum) leaveMulti(*multiCall) {}

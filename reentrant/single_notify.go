@@ -63,7 +63,8 @@ func newNotifier(rdb redis.UniversalClient, prefix, id string, spawn func(func()
 	return n
 }
 
-// register fills w (storage the caller keeps, zero) as the waiter for
+// register fills w (storage the caller keeps, zero but maybe its wake
+// channel, which several waiters of one LockMulti share) as the waiter for
 // level, which waits for the lock whose hash is lockKey, and picks its
 // channel: on a Cluster with sharded pub/sub, the
 // shard channel of lockKey's slot. The first call on a Cluster asks the
@@ -79,7 +80,10 @@ func (n *notifier) register(ctx context.Context, lockKey, level string, w *waite
 	if n.closed {
 		return nil, ErrClosed
 	}
-	w.n, w.level, w.channel, w.slot, w.wake = n, level, n.channel, slot, make(chan struct{}, 1)
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	w.n, w.level, w.channel, w.slot = n, level, n.channel, slot
 	if slot >= 0 {
 		w.channel = n.shards.ref(slot)
 	}

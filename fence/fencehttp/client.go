@@ -46,6 +46,15 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(req)
 }
 
+// CloseIdleConnections closes the idle connections of the base transport,
+// when it has that method (http.Transport does), so that
+// http.Client.CloseIdleConnections reaches through the wrapper.
+func (t transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // StaleError is a request a service refused for a stale token: 409
 // Conflict with a Fencing-Token-Highest header. errors.Is(err,
 // fence.ErrStale) holds for it.

@@ -1,0 +1,403 @@
+package reentrant
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
+)
+
+// MaxMultiNames is how many names one LockMulti or TryLockMulti may take.
+const MaxMultiNames = scripts.MultiMax
+
+// NotAcquiredError is the error of a TryLockMulti (or of a LockMulti that
+// gave up) refused because some of its names were not free for its owner:
+// held by another owner, or waited for by a Lock call. It is ErrNotAcquired
+// (errors.Is); errors.As finds it to read Names.
+type NotAcquiredError struct {
+	// Names are the names that refused in the last attempt, sorted. On a
+	// Cluster or Redlock, where names are taken a slot or a name at a
+	// time, it lists the first that refused.
+	Names []string
+}
+
+func (e *NotAcquiredError) Error() string {
+	q := make([]string, len(e.Names))
+	for i, n := range e.Names {
+		q[i] = quoteName(n)
+	}
+	return fmt.Sprintf("%v: held by another owner or others wait for it: %s", ErrNotAcquired, strings.Join(q, ", "))
+}
+
+// Is makes a NotAcquiredError ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// MultiLease is one successful LockMulti or TryLockMulti: one lease on
+// each of its names, taken together and held together. Each name has its
+// own fencing token, renewal and loss, as a Lease does; the MultiLease
+// ends when any of them does. It is safe for concurrent use; unlock it
+// once.
+type MultiLease struct {
+	names  []string // sorted, without duplicates
+	leases []*Lease // one per name, in names' order
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stops  []func() bool
+
+	mu       sync.Mutex
+	unlocked bool
+}
+
+// Names returns the names held, sorted, without duplicates.
+func (m *MultiLease) Names() []string { return slices.Clone(m.names) }
+
+// Token returns name's fencing token, fence.None for a name not in the set.
+func (m *MultiLease) Token(name string) fence.Token {
+	if l := m.lease(name); l != nil {
+		return l.token
+	}
+	return fence.None
+}
+
+// Lease returns the lease of one name, nil for a name not in the set: its
+// Depth, ID, TTL and Extend are that name's. Unlock the MultiLease, not
+// this lease.
+func (m *MultiLease) Lease(name string) *Lease { return m.lease(name) }
+
+func (m *MultiLease) lease(name string) *Lease {
+	if i, ok := slices.BinarySearch(m.names, name); ok {
+		return m.leases[i]
+	}
+	return nil
+}
+
+// Context returns a context that carries the owner (a lock call made with
+// it reenters) and every name's token (fence.FromContext; package
+// fencehttp sends them all), and that ends when the first lease ends: its
+// cause names that lock and wraps its lease's cause (ErrLost and why, as
+// [Lease.Context] says), or is ErrReleased after Unlock.
+func (m *MultiLease) Context() context.Context { return m.ctx }
+
+// Done is closed when the MultiLease's context is cancelled.
+func (m *MultiLease) Done() <-chan struct{} { return m.ctx.Done() }
+
+// Err returns nil while every lease is live, and otherwise the first name's
+// end it finds, in the names' order, as [Lease.Err] reports it: errors.Is(err,
+// ErrLost) for a lost lease, ErrReleased after Unlock. Like Lease.Err it
+// reads each local deadline itself. A nil MultiLease's Err is ErrNotHeld.
+func (m *MultiLease) Err() error {
+	if m == nil {
+		return opErr("lease", "", errNilLease)
+	}
+	for i, l := range m.leases {
+		if err := l.ended(); err != nil {
+			return opErr("lease", m.names[i], err)
+		}
+	}
+	return nil
+}
+
+// Unlock releases every name (each back to the depth it had before, for a
+// name the owner held already), in the reverse of the names' order, each
+// bounded by ctx as [Lease.Unlock] is. It returns nil when every release
+// succeeded, and otherwise each name's error, joined ("; "): ErrNotHeld
+// for a name whose lease was lost. A second Unlock, or one of a nil
+// MultiLease, is ErrNotHeld.
+func (m *MultiLease) Unlock(ctx context.Context) error {
+	if m == nil {
+		return opErr("unlock", "", errNilLease)
+	}
+	m.mu.Lock()
+	if m.unlocked {
+		m.mu.Unlock()
+		return opErr("unlock", strings.Join(m.names, ","), fmt.Errorf("%w: unlocked already", ErrNotHeld))
+	}
+	m.unlocked = true
+	m.mu.Unlock()
+	for _, stop := range m.stops {
+		stop()
+	}
+	m.cancel(ErrReleased)
+	var errs []error
+	for i := len(m.leases) - 1; i >= 0; i-- {
+		errs = append(errs, m.leases[i].Unlock(ctx))
+	}
+	return joinWith("; ", errs)
+}
+
+// newMultiLease makes the MultiLease of leases, one per name, taken with
+// the caller's context ctx.
+func newMultiLease(ctx context.Context, owner Owner, names []string, leases []*Lease) *MultiLease {
+	values := WithOwner(context.WithoutCancel(ctx), owner)
+	for i, l := range leases {
+		values = fence.NewContext(values, names[i], l.token)
+	}
+	done, cancel := context.WithCancelCause(context.Background())
+	m := &MultiLease{names: names, leases: leases, ctx: leaseCtx{Context: done, values: values}, cancel: cancel}
+	for i, l := range leases {
+		lc, name := l.Context(), names[i]
+		m.stops = append(m.stops, context.AfterFunc(lc, func() {
+			cancel(fmt.Errorf("lock %s: %w", quoteName(name), context.Cause(lc)))
+		}))
+	}
+	return m
+}
+
+// LockMulti locks every one of names for ctx's owner, all at once: it waits
+// (woken by each release of a name it waits for, bounded by ctx and the
+// retry strategy) until every name is free for the owner at the same time,
+// and never holds some names while it waits for others, so two calls that
+// name the same locks in opposite orders cannot deadlock. It yields to Lock
+// calls queued on its names, and among LockMulti calls the first woken to
+// run goes first: docs/design.md says why strict arrival order would need
+// the hold-and-wait this avoids. A
+// name the owner holds already is reentered, with its token, and Unlock
+// gives it back at its earlier depth. Duplicates count once; opts apply
+// to every name.
+//
+// On a standalone server or Sentinel one script checks and takes every
+// name, so a failed attempt takes nothing and spends no token. On a
+// Cluster the names of each hash slot are taken by one script, slot after
+// slot in one global order, and on Redlock name after name in sorted
+// order; an attempt refused part way gives back what it took at once
+// (docs/design.md, "Several names at once", says what another caller may
+// observe meanwhile). Either way a failed or cancelled call leaves nothing
+// held or queued.
+//
+// Its errors are Lock's; when it gives up (ctx, the retry strategy) the
+// ErrNotAcquired error is a *NotAcquiredError naming what refused last.
+// ErrInvalid for no names, more than MaxMultiNames, or a bad one.
+func (c *Client) LockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
+	return c.lockMultiOp(ctx, "lockmulti", names, opts, true)
+}
+
+// TryLockMulti locks every one of names for ctx's owner if it can do so at
+// once, as LockMulti does, without waiting; it never jumps the queue of a
+// waiting Lock call. When some name is not free for the owner it takes
+// nothing and fails with a *NotAcquiredError (errors.Is ErrNotAcquired)
+// naming them. Its other errors are LockMulti's.
+func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
+	return c.lockMultiOp(ctx, "trylockmulti", names, opts, false)
+}
+
+func (c *Client) lockMultiOp(ctx context.Context, op string, names []string, opts []CallOption, wait bool) (*MultiLease, error) {
+	m, err := c.lockMulti(ctx, names, opts, wait)
+	if err != nil {
+		return nil, opErr(op, strings.Join(sortedNames(names), ","), err)
+	}
+	return m, nil
+}
+
+// sortedNames returns names sorted, without duplicates, in a new slice.
+func sortedNames(names []string) []string {
+	s := slices.Clone(names)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// multiCall is one LockMulti or TryLockMulti: the calls of its current
+// attempt, one per name in sorted order, and what its waiting needs.
+type multiCall struct {
+	c       *Client
+	names   []string
+	owner   Owner
+	cfg     *leaseConfig
+	rs      []*call
+	id      string        // names its queue entries (scripts.WakeMember)
+	waiting bool          // LockMulti: the attempts queue to be woken
+	again   bool          // an earlier attempt may have queued the call
+	wake    chan struct{} // a release of a name it waits for, or a (re)subscription
+	be      any           // the backend's state of the wait
+}
+
+// multiResult is one all-or-nothing attempt's outcome: a grant per call,
+// or the indices of the names that refused and the least left of their
+// holders' leases (-1: none is held).
+type multiResult struct {
+	grants    []acquired
+	blocked   []int
+	holderTTL time.Duration
+}
+
+func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOption, wait bool) (*MultiLease, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, invalid("nil context")
+	}
+	names = sortedNames(names)
+	switch {
+	case len(names) == 0:
+		return nil, invalid("no names")
+	case len(names) > MaxMultiNames:
+		return nil, invalid("%d names, more than MaxMultiNames (%d)", len(names), MaxMultiNames)
+	}
+	for _, n := range names {
+		if err := c.ready(ctx, n); err != nil {
+			return nil, fmt.Errorf("name %s: %w", quoteName(n), err)
+		}
+	}
+	cfg, err := c.callConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, join(ErrNotAcquired, err)
+	}
+	owner, err := ownerFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkPolicy(ctx); err != nil {
+		return nil, err
+	}
+	m := &multiCall{c: c, names: names, owner: owner, cfg: cfg, id: c.reqID(), waiting: wait, wake: make(chan struct{}, 1)}
+	if wait {
+		if !c.track() {
+			return nil, ErrClosed
+		}
+		defer c.wg.Done()
+	}
+	defer c.be.leaveMulti(m)
+	start := time.Now()
+	var timer *time.Timer
+	var refused *NotAcquiredError // the last attempt's refusal
+	for polls := 1; ; polls++ {
+		m.rs = m.rs[:0]
+		for _, n := range names {
+			m.rs = append(m.rs, c.be.newCall(call{c: c, name: n, cfg: cfg, owner: owner, level: c.reqID()}))
+		}
+		res, err := c.be.acquireMulti(ctx, m)
+		if err != nil {
+			if refused != nil && ctxErr(ctx) != nil {
+				// The context ended during an attempt after a refusal:
+				// say what the call was waiting for.
+				return nil, join(err, refused)
+			}
+			return nil, err
+		}
+		if res.blocked == nil {
+			leases, err := c.multiLeases(ctx, m, res)
+			if err == nil {
+				for i, l := range leases {
+					c.observed(names[i], start, l, nil)
+				}
+				return newMultiLease(ctx, owner, names, leases), nil
+			}
+			if err = m.rs[0].keepWaiting(ctx, err); err != nil || !wait {
+				return nil, err
+			}
+			continue
+		}
+		refused = &NotAcquiredError{}
+		for _, i := range res.blocked {
+			refused.Names = append(refused.Names, names[i])
+		}
+		if !wait {
+			return nil, refused
+		}
+		m.again = true
+		delay := m.rs[0].pollDelay(polls, res.holderTTL)
+		if delay <= 0 {
+			return nil, fmt.Errorf("gave up after %d attempts (%v): %w", polls, cfg.retry, refused)
+		}
+		// At least every quarter of the queue's expiry, so that the
+		// entries stay (each attempt renews them).
+		delay = min(delay, (2*cfg.ttl+c.cfg.handoff)/4)
+		if timer == nil {
+			timer = time.NewTimer(delay)
+			defer timer.Stop()
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-m.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, join(refused, ctx.Err())
+		case <-c.bg.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// multiLeases makes the leases of a granted attempt; when one cannot be
+// made (too late, closed), the others are given back and the calls left
+// undone.
+func (c *Client) multiLeases(ctx context.Context, m *multiCall, res multiResult) ([]*Lease, error) {
+	leases := make([]*Lease, 0, len(m.rs))
+	for i, r := range m.rs {
+		l, err := c.newLease(ctx, r, res.grants[i])
+		if a := res.grants[i]; a.settle != nil {
+			a.settle(l)
+		}
+		if err != nil {
+			for _, l := range leases {
+				uctx, cancel := context.WithTimeout(c.bg, CleanupBudget)
+				_ = l.Unlock(uctx)
+				cancel()
+			}
+			for j := i + 1; j < len(m.rs); j++ {
+				if a := res.grants[j]; a.settle != nil {
+					a.settle(nil)
+				}
+				m.rs[j].undoInBackground()
+			}
+			return nil, err
+		}
+		leases = append(leases, l)
+	}
+	return leases, nil
+}
+
+// takeInOrder is an all-or-nothing attempt made of one acquisition per
+// name, in the order of rs: the way of a backend that cannot check several
+// names in one step (Redlock, a Ring). An attempt refused, or failed, part
+// way gives back what it took before it returns.
+func takeInOrder(ctx context.Context, be backend, m *multiCall) (multiResult, error) {
+	res := multiResult{grants: make([]acquired, len(m.rs))}
+	// What was taken is given back as an Unlock would: on Redlock a
+	// release on a majority, before the attempt returns.
+	giveBack := func(n int) {
+		for j, r := range m.rs[:n] {
+			l, err := r.c.newLease(ctx, r, res.grants[j])
+			if a := res.grants[j]; a.settle != nil {
+				a.settle(l)
+			}
+			if err == nil {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ttl)
+				err = l.Unlock(uctx)
+				cancel()
+			}
+			if err != nil {
+				r.c.debug("reentrant: giving back a name of a refused LockMulti", "name", r.name, "err", err)
+			}
+		}
+	}
+	for i, r := range m.rs {
+		a, err := be.acquire(ctx, r, false)
+		if err != nil {
+			giveBack(i)
+			return res, err
+		}
+		if !a.ok {
+			giveBack(i)
+			res.blocked, res.holderTTL = []int{i}, a.holderTTL
+			return res, nil
+		}
+		res.grants[i] = a
+	}
+	return res, nil
+}
+
+// errMultiTooDeep is the error of a LockMulti refused because the owner
+// holds one of its names at the maximum depth already.
+func errMultiTooDeep(name string, depth int64) error {
+	return fmt.Errorf("%w: name %s: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, quoteName(name), depth)
+}

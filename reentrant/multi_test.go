@@ -1,0 +1,376 @@
+package reentrant_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage/memory"
+)
+
+// multiBackend is a deployment the LockMulti tests run on: two clients
+// of it, and (for one Redis deployment) the client the raw keys are read
+// with.
+type multiBackend struct {
+	c, d *reentrant.Client
+	raw  redis.UniversalClient // nil for Redlock
+}
+
+// eachMultiBackend runs f on miniredis, the real servers and a Redlock of
+// three nodes (miniredis, and redis-server processes: eachRedlock).
+func eachMultiBackend(t *testing.T, f func(t *testing.T, b multiBackend)) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		f(t, multiBackend{c: newClient(t, be.Client), d: newClient(t, be.Client), raw: be.Client})
+	})
+	t.Run("redlock", func(t *testing.T) {
+		eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+			f(t, multiBackend{c: newRedlock(t, s.nodes), d: newRedlock(t, s.nodes)})
+		})
+	})
+}
+
+// keysLeft returns the keys of name that exist, of the lock itself and its
+// queue and strict counter (the time tokens' floor is the slot's).
+func keysLeft(t *testing.T, raw redis.UniversalClient, name string) []string {
+	t.Helper()
+	k := lua.KeysFor(prefix, name)
+	var out []string
+	for _, key := range []string{k.Lock, k.Queue, k.Counter} {
+		if raw.Exists(t.Context(), key).Val() > 0 {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// All or nothing: with b held elsewhere, TryLockMulti(a, b, c) fails
+// naming b and takes nothing; once b is free it takes all three, each with
+// its own token, and Unlock frees them.
+func TestLockMultiAllOrNothing(t *testing.T) {
+	eachMultiBackend(t, func(t *testing.T, be multiBackend) {
+		ctx, p := t.Context(), testenv.Unique(t)
+		a, b, c := p+"/a", p+"/b", p+"/c"
+		hb, err := be.d.Lock(ctx, b)
+		require.NoError(t, err)
+
+		_, err = be.c.TryLockMulti(ctx, []string{c, b, a})
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		var na *reentrant.NotAcquiredError
+		require.ErrorAs(t, err, &na)
+		require.Equal(t, []string{b}, na.Names)
+		for _, n := range []string{a, c} {
+			st, err := be.c.Inspect(ctx, n)
+			require.NoError(t, err)
+			require.False(t, st.Held, n)
+			if be.raw != nil {
+				require.Empty(t, keysLeft(t, be.raw, n), "one script: a refused try leaves no key")
+			}
+		}
+		if be.raw != nil {
+			require.Zero(t, be.raw.Exists(ctx, lua.KeysFor(prefix, b).Queue).Val(), "a try does not queue")
+		}
+
+		require.NoError(t, hb.Unlock(ctx))
+		m, err := be.c.TryLockMulti(ctx, []string{c, b, a, b})
+		require.NoError(t, err)
+		require.Equal(t, []string{a, b, c}, m.Names())
+		require.NoError(t, m.Err())
+		require.Greater(t, m.Token(b), hb.Token(), "b's token rises")
+		require.Equal(t, fence.None, m.Token(p+"/x"))
+		carried, ok := fence.FromContext(m.Context())
+		require.True(t, ok)
+		for _, n := range []string{a, b, c} {
+			require.Equal(t, m.Token(n), carried[n], "the context carries every token")
+			st, err := be.c.Inspect(ctx, n)
+			require.NoError(t, err)
+			require.True(t, st.Held)
+			require.Equal(t, m.Token(n), st.Token)
+		}
+		_, err = be.d.TryLock(ctx, a)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+
+		require.NoError(t, m.Unlock(ctx))
+		require.ErrorIs(t, m.Err(), reentrant.ErrReleased)
+		require.ErrorIs(t, context.Cause(m.Context()), reentrant.ErrReleased)
+		require.ErrorIs(t, m.Unlock(ctx), reentrant.ErrNotHeld, "a second Unlock")
+		for _, n := range []string{a, b, c} {
+			st, err := be.c.Inspect(ctx, n)
+			require.NoError(t, err)
+			require.False(t, st.Held, n)
+		}
+	})
+}
+
+// Reentry: a name the owner holds keeps its token, one level deeper, and
+// goes back to its depth at Unlock; the other names are taken fresh.
+func TestLockMultiReenters(t *testing.T) {
+	eachMultiBackend(t, func(t *testing.T, be multiBackend) {
+		ctx, p := t.Context(), testenv.Unique(t)
+		outer, err := be.c.Lock(ctx, p+"/a")
+		require.NoError(t, err)
+		m, err := be.c.LockMulti(outer.Context(), []string{p + "/a", p + "/b"})
+		require.NoError(t, err)
+		require.Equal(t, outer.Token(), m.Token(p+"/a"))
+		require.EqualValues(t, 2, m.Lease(p+"/a").Depth())
+		require.EqualValues(t, 1, m.Lease(p+"/b").Depth())
+		require.NoError(t, m.Unlock(ctx))
+		// A Redlock release returns on a majority; the last node may
+		// answer after, and Inspect reads every node that answers.
+		require.Eventually(t, func() bool {
+			st, err := be.c.Inspect(ctx, p+"/a")
+			return err == nil && st.Held && st.Depth == 1
+		}, time.Minute, 5*time.Millisecond, "back to the depth it had")
+		require.NoError(t, outer.Err())
+		st, err := be.c.Inspect(ctx, p+"/b")
+		require.NoError(t, err)
+		require.False(t, st.Held)
+		require.NoError(t, outer.Unlock(ctx))
+
+		// Past the maximum depth nothing is taken.
+		outer, err = be.c.Lock(ctx, p+"/a", reentrant.WithMaxDepth(1))
+		require.NoError(t, err)
+		_, err = be.c.LockMulti(outer.Context(), []string{p + "/a", p + "/c"}, reentrant.WithMaxDepth(1))
+		require.ErrorIs(t, err, reentrant.ErrTooDeep)
+		st, err = be.c.Inspect(ctx, p+"/c")
+		require.NoError(t, err)
+		require.False(t, st.Held)
+		require.NoError(t, outer.Unlock(ctx))
+	})
+}
+
+// Bad input is ErrInvalid, and nothing is taken.
+func TestLockMultiInvalid(t *testing.T) {
+	_, rdb := testenv.Mini(t)
+	c := newClient(t, rdb)
+	ctx := t.Context()
+	for _, names := range [][]string{nil, {}, {"a", ""}, make([]string, reentrant.MaxMultiNames+1)} {
+		if len(names) > 2 {
+			for i := range names {
+				names[i] = fmt.Sprint("n", i)
+			}
+		}
+		_, err := c.LockMulti(ctx, names)
+		require.ErrorIs(t, err, reentrant.ErrInvalid, "%d names", len(names))
+		_, err = c.TryLockMulti(ctx, names)
+		require.ErrorIs(t, err, reentrant.ErrInvalid)
+	}
+	//nolint:staticcheck // a nil context on purpose
+	_, err := c.LockMulti(nil, []string{"a"})
+	require.ErrorIs(t, err, reentrant.ErrInvalid)
+	var nilLease *reentrant.MultiLease
+	require.ErrorIs(t, nilLease.Unlock(ctx), reentrant.ErrNotHeld)
+	require.ErrorIs(t, nilLease.Err(), reentrant.ErrNotHeld)
+	st, err := c.Inspect(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+}
+
+// A waiting LockMulti is woken by the release of the name it waits for:
+// its polls are a minute apart, so only the wake message can end its wait
+// within the ceiling.
+func TestLockMultiWokenByRelease(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		ctx, p := t.Context(), testenv.Unique(t)
+		c := newClient(t, be.Client, reentrant.WithTTL(2*time.Minute))
+		d := newClient(t, be.Client)
+		hb, err := d.Lock(ctx, p+"/b")
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			m, err := c.LockMulti(ctx, []string{p + "/a", p + "/b"}, reentrant.WithRetry(reentrant.LimitRetry(reentrant.LinearBackoff(time.Minute), 10)))
+			if err == nil {
+				err = m.Unlock(context.Background())
+			}
+			got <- err
+		}()
+		queue := lua.KeysFor(prefix, p+"/b").Queue
+		require.Eventually(t, func() bool { return be.Client.ZCard(ctx, queue).Val() == 1 }, time.Minute, 5*time.Millisecond)
+		st, err := c.Inspect(ctx, p+"/a")
+		require.NoError(t, err)
+		require.False(t, st.Held, "nothing held while it waits")
+		require.NoError(t, hb.Unlock(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiting LockMulti was not woken")
+		}
+		require.Zero(t, be.Client.Exists(ctx, queue).Val())
+	})
+}
+
+// A cancelled LockMulti leaves nothing held or queued.
+func TestLockMultiCancelled(t *testing.T) {
+	eachMultiBackend(t, func(t *testing.T, be multiBackend) {
+		p := testenv.Unique(t)
+		hb, err := be.d.Lock(t.Context(), p+"/b")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		got := make(chan error, 1)
+		go func() {
+			_, err := be.c.LockMulti(ctx, []string{p + "/a", p + "/b", p + "/c"})
+			got <- err
+		}()
+		if be.raw != nil {
+			queue := lua.KeysFor(prefix, p+"/b").Queue
+			require.Eventually(t, func() bool { return be.raw.ZCard(ctx, queue).Val() == 1 }, time.Minute, 5*time.Millisecond)
+		} else {
+			time.Sleep(50 * time.Millisecond) // a few attempts
+		}
+		cancel()
+		err = <-got
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.ErrorIs(t, err, context.Canceled)
+		var na *reentrant.NotAcquiredError
+		require.ErrorAs(t, err, &na)
+		require.Equal(t, []string{p + "/b"}, na.Names)
+		for _, n := range []string{p + "/a", p + "/b", p + "/c"} {
+			st, err := be.c.Inspect(t.Context(), n)
+			require.NoError(t, err)
+			require.Zero(t, st.Waiters, n)
+			require.Equal(t, n == p+"/b", st.Held, n)
+		}
+		require.NoError(t, hb.Unlock(t.Context()))
+	})
+}
+
+// A MultiLease ends when any of its names is lost, with that name in the
+// cause.
+func TestLockMultiLoss(t *testing.T) {
+	eachMultiBackend(t, func(t *testing.T, be multiBackend) {
+		ctx, p := t.Context(), testenv.Unique(t)
+		m, err := be.c.LockMulti(ctx, []string{p + "/a", p + "/b"})
+		require.NoError(t, err)
+		_, err = be.d.ForceUnlock(ctx, p+"/b")
+		require.NoError(t, err)
+		reentrant.RenewAllNow(be.c)
+		select {
+		case <-m.Done():
+		case <-time.After(time.Minute):
+			t.Fatal("the MultiLease did not end")
+		}
+		cause := context.Cause(m.Context())
+		require.ErrorIs(t, cause, reentrant.ErrLost)
+		require.Contains(t, cause.Error(), p+"/b")
+		require.ErrorIs(t, m.Err(), reentrant.ErrLost)
+		err = m.Unlock(ctx)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		st, err := be.c.Inspect(ctx, p+"/a")
+		require.NoError(t, err)
+		require.False(t, st.Held, "Unlock releases the names still held")
+	})
+}
+
+// The order storm: goroutines lock {a,b}, {b,a} and {b,c,a} for a while.
+// No call waits past its deadline (nobody holds a name while waiting for
+// another, so nothing deadlocks), no name has two holders at once (a
+// fenced store per name refuses none of the holders' writes, and a local
+// count of holders never goes past one), and each name's tokens rise.
+func TestLockMultiOrderStorm(t *testing.T) {
+	d := 20 * time.Second
+	if testing.Short() {
+		d = 3 * time.Second
+	}
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		switch {
+		case be.Mini != nil:
+			orderStorm(t, newClient(t, be.Client), 2*time.Second)
+		case strings.HasSuffix(t.Name(), "evalsha"):
+			// The same scripts sent another way: a shorter storm.
+			orderStorm(t, newClient(t, be.Client), d/4)
+		default:
+			orderStorm(t, newClient(t, be.Client), d)
+		}
+	})
+}
+
+func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
+	p := testenv.Unique(t)
+	a, b, cc := p+"/a", p+"/b", p+"/c"
+	sets := [][]string{{a, b}, {b, a}, {b, cc, a}}
+	store := memory.New()
+	var holders sync.Map // name -> *atomic.Int32
+	for _, n := range []string{a, b, cc} {
+		holders.Store(n, new(atomic.Int32))
+	}
+	var mu sync.Mutex
+	last := map[string]fence.Token{}
+	var calls, overlaps, longest atomic.Int64
+	perCaller := make([]int, 6)
+	errs := make(chan error, 64)
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			names := sets[g%len(sets)]
+			for time.Now().Before(stop) {
+				// A deadline far above any fair wait: a deadlock would
+				// spend it all.
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				began := time.Now()
+				m, err := c.LockMulti(ctx, names)
+				cancel()
+				if w := int64(time.Since(began)); w > longest.Load() {
+					longest.Store(w) // racy max: a report, not a check
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%v: %w", names, err)
+					return
+				}
+				calls.Add(1)
+				perCaller[g]++
+				for _, n := range names {
+					h, _ := holders.Load(n)
+					if h.(*atomic.Int32).Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					tok := m.Token(n)
+					mu.Lock()
+					if tok <= last[n] {
+						errs <- fmt.Errorf("%s: token %d after %d", n, tok, last[n])
+					}
+					last[n] = tok
+					mu.Unlock()
+					if err := store.Put(context.Background(), n, []byte(names[0]), tok); err != nil {
+						errs <- fmt.Errorf("%s: a holder's write refused: %w", n, err)
+					}
+				}
+				time.Sleep(time.Millisecond)
+				for _, n := range names {
+					h, _ := holders.Load(n)
+					h.(*atomic.Int32).Add(-1)
+				}
+				if err := m.Unlock(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []string
+	for err := range errs {
+		all = append(all, err.Error())
+	}
+	require.Empty(t, all)
+	require.Zero(t, overlaps.Load(), "two holders of one name")
+	for g, n := range perCaller {
+		require.Positive(t, n, "caller %d (%v) never got its names", g, sets[g%len(sets)])
+	}
+	t.Logf("SUMMARY order-storm %d calls in %v, per caller %v, longest wait %v",
+		calls.Load(), d, perCaller, time.Duration(longest.Load()).Round(time.Millisecond))
+}

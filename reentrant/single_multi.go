@@ -1,0 +1,271 @@
+package reentrant
+
+// The single backend's LockMulti: one multi.lua call per group of names
+// that one script may touch (every name on a standalone server or
+// Sentinel, one hash slot's names on a Cluster), the groups taken in one
+// global order, and what a waiting call leaves in the queues.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/hashslot"
+	"github.com/redfence/redfence/internal/scripts"
+)
+
+// singleMulti is a waiting LockMulti's state on the single backend: the
+// notifier's waiters it registered (one per channel: the classic one, or
+// one shard channel per slot), and the queue entries it may have left.
+type singleMulti struct {
+	mu      sync.Mutex
+	waiters map[int]*waiter   // by slot; -1 for the classic channel
+	queued  map[string]string // queue key -> the entry left there
+}
+
+// multiGroups splits m's calls into the groups one script takes, in the
+// order they are taken: one group on a standalone server or Sentinel; on
+// a Cluster, one per hash slot, by rising slot, so that every caller takes
+// slots in the same order; nil where names cannot share a script (a Ring:
+// its shards are not slots).
+func (s *single) multiGroups(m *multiCall) [][]int {
+	all := make([]int, len(m.rs))
+	for i := range all {
+		all[i] = i
+	}
+	switch s.rdb.(type) {
+	case *redis.Client:
+		return [][]int{all}
+	case *redis.ClusterClient:
+	default:
+		return nil
+	}
+	slot := func(i int) int { return hashslot.Of(singleOf(m.rs[i]).keys.Lock) }
+	slices.SortStableFunc(all, func(a, b int) int { return cmp.Compare(slot(a), slot(b)) })
+	var groups [][]int
+	for i, j := 0, 0; i < len(all); i = j {
+		for j = i; j < len(all) && slot(all[j]) == slot(all[i]); j++ {
+		}
+		groups = append(groups, all[i:j])
+	}
+	return groups
+}
+
+func (s *single) acquireMulti(ctx context.Context, m *multiCall) (multiResult, error) {
+	groups := s.multiGroups(m)
+	if groups == nil {
+		return takeInOrder(ctx, s, m)
+	}
+	res := multiResult{grants: make([]acquired, len(m.rs))}
+	var taken []int
+	giveBack := func() {
+		for _, i := range taken {
+			if err := m.rs[i].undo(); err != nil {
+				s.c.debug("reentrant: giving back a name of a refused LockMulti", "name", m.rs[i].name, "err", err)
+			}
+		}
+	}
+	for _, g := range groups {
+		rep, sent, err := s.multiGroup(ctx, m, g)
+		switch {
+		case err != nil:
+			giveBack()
+			return res, err
+		case rep.TooDeep >= 0:
+			giveBack()
+			return res, errMultiTooDeep(m.names[g[rep.TooDeep]], rep.Depths[0])
+		case !rep.OK:
+			giveBack()
+			for _, j := range rep.Blocked {
+				res.blocked = append(res.blocked, g[j])
+			}
+			res.holderTTL = rep.HolderTTL
+			return res, nil
+		}
+		for j, i := range g {
+			res.grants[i] = acquired{ok: true, token: rep.Tokens[j], depth: rep.Depths[j], sent: sent}
+			taken = append(taken, i)
+		}
+	}
+	return res, nil
+}
+
+// multiGroup runs multi.lua on the names g of m, bounded by ctx as a Lock
+// attempt is (see single.acquire): an attempt whose outcome is unknown is
+// undone, and so is one whose replicas did not acknowledge it
+// (WithReplicaAck).
+func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts.MultiReply, time.Time, error) {
+	c := s.c
+	ks := make([]scripts.Keys, len(g))
+	req := scripts.MultiRequest{Owner: string(m.owner), TTL: m.cfg.ttl, Meta: m.cfg.meta, MaxDepth: m.cfg.maxDepth,
+		Tokens: s.tokens, Levels: make([]string, len(g)), Again: m.again}
+	for j, i := range g {
+		ks[j], req.Levels[j] = singleOf(m.rs[i]).keys, m.rs[i].level
+	}
+	if m.waiting {
+		member, err := s.wakeMember(ctx, m, ks[0].Lock)
+		if err != nil {
+			return scripts.MultiReply{}, time.Time{}, err
+		}
+		req.Wake, req.Queue = member, 2*m.cfg.ttl+c.cfg.handoff
+	}
+	undo := func() {
+		for _, i := range g {
+			m.rs[i].undoInBackground()
+		}
+	}
+	type reply struct {
+		rep   scripts.MultiReply
+		acked int
+		sent  time.Time
+	}
+	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
+		return retryBusy(s, ctx, func(ctx context.Context) (reply, error) {
+			sent := time.Now()
+			rep, acked, err := s.runMulti(ctx, ks, &req)
+			return reply{rep, acked, sent}, err
+		})
+	}, func(r reply, err error) {
+		if r.rep.OK || (err != nil && mayHaveRun(err, s.retries)) {
+			undo()
+		}
+	})
+	r, err := out.v, out.err
+	switch {
+	case out.ended && !out.known:
+		return r.rep, r.sent, join(ErrNotAcquired, err)
+	case out.ended:
+		if r.rep.OK || (err != nil && mayHaveRun(err, s.retries)) {
+			undo()
+		}
+		return r.rep, r.sent, join(ErrNotAcquired, ctxErr(ctx), err)
+	case err == nil && r.rep.OK && r.acked < c.cfg.ackReplicas:
+		undo()
+		return r.rep, r.sent, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	case err == nil:
+		if !r.rep.OK && m.waiting && r.rep.TooDeep < 0 {
+			s.noteQueued(m, ks, r.rep.Blocked, req.Wake)
+		}
+		return r.rep, r.sent, nil
+	case mayHaveRun(err, s.retries):
+		undo()
+		err = fmt.Errorf("outcome unknown (%w); undone in the background", err)
+	}
+	if cerr := ctxErr(ctx); cerr != nil {
+		return r.rep, r.sent, join(ErrNotAcquired, cerr, err)
+	}
+	return r.rep, r.sent, err
+}
+
+// runMulti runs multi.lua, followed by WAIT on the same connection when
+// replica acknowledgement is on and every name was taken; acked is the
+// number of replicas that acknowledged.
+func (s *single) runMulti(ctx context.Context, ks []scripts.Keys, req *scripts.MultiRequest) (scripts.MultiReply, int, error) {
+	c := s.c
+	if c.cfg.ackReplicas == 0 {
+		rep, err := scripts.Multi(ctx, s.rdb, ks, req)
+		return rep, 0, err
+	}
+	var node *redis.Client
+	switch rdb := s.rdb.(type) {
+	case *redis.Client:
+		node = rdb
+	case *redis.ClusterClient:
+		var err error
+		if node, err = rdb.MasterForKey(ctx, ks[0].Lock); err != nil {
+			return scripts.MultiReply{}, 0, err
+		}
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	rep, err := scripts.Multi(ctx, scripts.Via(conn, node), ks, req)
+	if err != nil || !rep.OK {
+		return rep, 0, err
+	}
+	n, err := conn.Do(ctx, "WAIT", c.cfg.ackReplicas, c.cfg.ackTimeout.Milliseconds()).Int()
+	if err != nil {
+		return scripts.MultiReply{}, 0, &grantedError{err}
+	}
+	return rep, n, nil
+}
+
+// state returns m's state on this backend, made on first use.
+func (s *single) multiState(m *multiCall) *singleMulti {
+	if m.be == nil {
+		m.be = &singleMulti{waiters: make(map[int]*waiter), queued: make(map[string]string)}
+	}
+	return m.be.(*singleMulti)
+}
+
+// wakeMember returns m's queue entry for the names of the group whose
+// first lock key is lockKey, registering (and subscribing) the waiter its
+// wake message reaches, once per channel.
+func (s *single) wakeMember(ctx context.Context, m *multiCall, lockKey string) (string, error) {
+	st := s.multiState(m)
+	slot := -1
+	if s.note.shards != nil && s.note.shards.on(ctx) {
+		slot = hashslot.Of(lockKey)
+	}
+	id := m.id
+	if slot >= 0 {
+		id += "/" + strconv.Itoa(slot)
+	}
+	st.mu.Lock()
+	w := st.waiters[slot]
+	st.mu.Unlock()
+	if w == nil {
+		w = &waiter{wake: m.wake}
+		if _, err := s.note.register(ctx, lockKey, "*"+id, w); err != nil {
+			return "", err
+		}
+		st.mu.Lock()
+		st.waiters[slot] = w
+		st.mu.Unlock()
+		s.note.listen(w)
+	}
+	return scripts.WakeMember(id, string(m.owner), scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0}), nil
+}
+
+// noteQueued records the queues an attempt's entry joined.
+func (s *single) noteQueued(m *multiCall, ks []scripts.Keys, blocked []int, member string) {
+	st := s.multiState(m)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, j := range blocked {
+		st.queued[ks[j].Queue] = member
+	}
+}
+
+// leaveMulti takes m's entries out of the queues they may be in, waiting at
+// most CleanupBudget/2, and unregisters its waiters. An entry left behind
+// (Redis did not answer) is harmless: the next release of its name wakes
+// nobody with it, and the queue's expiry removes it.
+func (s *single) leaveMulti(m *multiCall) {
+	st, ok := m.be.(*singleMulti)
+	if !ok {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.queued) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
+		defer cancel()
+		_ = bounded(s.c, ctx, 0, func(ctx context.Context) (struct{}, error) {
+			for queue, member := range st.queued {
+				if err := s.rdb.ZRem(ctx, queue, member).Err(); err != nil {
+					s.c.debug("reentrant: leaving a queue of a LockMulti", "queue", queue, "err", err)
+				}
+			}
+			return struct{}{}, nil
+		}, nil)
+	}
+	for _, w := range st.waiters {
+		w.stop()
+	}
+}
