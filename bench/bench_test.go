@@ -89,6 +89,13 @@ func TestWorkloads(t *testing.T) {
 			if m := got[w1+": client requests per pair"]; m.value < 2 {
 				t.Errorf("W1 client requests per pair = %.2f, want at least 2", m.value)
 			}
+			if strings.HasPrefix(sys.name, "redfence") {
+				// One script takes the three names: fewer requests than three Locks.
+				m, l := got[wm+": LockMulti: client requests per pair"], got[wm+": 3 x Lock: client requests per pair"]
+				if m.value <= 0 || m.value >= l.value {
+					t.Errorf("W1m client requests per pair: LockMulti %.2f, 3 x Lock %.2f; want fewer with LockMulti", m.value, l.value)
+				}
+			}
 			want := map[string]bool{"redfence": true, "redislock": true}[sys.name]
 			if m, ok := got[renew+": alive after 3 TTLs, Redis's view"]; ok != want {
 				t.Errorf("renewal ran: %v, want %v", ok, want)

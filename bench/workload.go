@@ -55,6 +55,7 @@ type workload struct {
 func workloads() []workload {
 	return []workload{
 		{"w1", uncontended},
+		{"w1m", lockMulti},
 		{"w2", parallel},
 		{"w3", contended},
 		{"mem", memory},
