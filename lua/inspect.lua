@@ -13,7 +13,7 @@
 --   counter       the highest token issued for the name, 0 if none was
 --                 (or the keys were lost: in time mode they expire);
 --   levels        the IDs of the live levels (empty when free);
---   waiters       the number of Lock calls queued;
+--   waiters       the number of Lock and LockMulti calls queued;
 --   last          the owner of the last ownership (the holder's, when held),
 --                 false if none;
 --   ended         a flat list token, owner, how: the ownerships known to

@@ -40,7 +40,10 @@
 -- with the depths they were granted at.
 -- Error "FOREIGN <key>" when a key holds a value this library did not
 -- write; "OVERFLOW <key>" for a token at 2^53; "ERR malformed ..." for
--- bad arguments. Nothing is written in any of these cases.
+-- bad arguments. Nothing is taken in any of these cases; an error found
+-- only while refusing (a foreign queue met by a handoff or by ZADD) may
+-- leave the writes of the refusal before it: handoffs made and entries
+-- queued, each a state the lock would reach anyway.
 local n = #KEYS / 3
 local owner, ttl, meta, member = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[6]
 local maxDepth = tonumber(ARGV[5])
@@ -82,18 +85,28 @@ for i = 1, n do
   else
     if h.q then
       -- Free, but a Lock call may wait for it: it goes first. Only
-      -- LockMulti entries (or none) among the first 64, and the name is
-      -- the call's.
-      local ws, werr = callOn('ZRANGE', queue, 0, 63)
-      if not ws then
-        return werr
-      end
-      for _, m in ipairs(ws) do
-        if not isWake(m) then
-          blocked[#blocked + 1] = i
-          handOn[#handOn + 1] = i
+      -- LockMulti entries (or none), and the name is the call's. The
+      -- queue is read a page at a time, until a Lock call's entry.
+      local from, waited = 0, false
+      while not waited do
+        local ws, werr = callOn('ZRANGE', queue, from, from + 63)
+        if not ws then
+          return werr
+        end
+        for _, m in ipairs(ws) do
+          if not isWake(m) then
+            waited = true
+            break
+          end
+        end
+        if #ws < 64 then
           break
         end
+        from = from + 64
+      end
+      if waited then
+        blocked[#blocked + 1] = i
+        handOn[#handOn + 1] = i
       end
     end
     if blocked[#blocked] ~= i then

@@ -68,7 +68,9 @@ end
 -- reply for a foreign queue, a foreign counter or a token at 2^53, with
 -- nothing written (a malformed head is put back, with its score; should it
 -- have been the queue's only member, the queue key then lacks its expiry
--- until the next waiter's poll sets it). The caller must hand the lock to
+-- until the next waiter's poll sets it) but the LockMulti entries
+-- (isWake) found ahead of it, which are taken out and woken whatever
+-- follows: waking one changes no lock. The caller must hand the lock to
 -- the waiter returned (handTo) or take it for that waiter itself. The
 -- queue is read only when h's flag q says it may hold someone; found
 -- empty, h.qEmpty asks the caller's next write to clear the flag (free

@@ -51,7 +51,9 @@ func TestClusterLockMulti(t *testing.T) {
 	t.Parallel() // see TestMain
 	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
 	cc := c.Client()
-	lc, other := newClient(t, cc), newClient(t, cc)
+	// A two-minute TTL: the waiting call polls no more often than every
+	// half minute, so only a wake message ends its wait within the ceiling.
+	lc, other := newClient(t, cc, reentrant.WithTTL(2*time.Minute)), newClient(t, cc)
 	ctx := t.Context()
 	names, twin := namesOnMasters(t, c, testenv.Unique(t))
 	all := append([]string{twin}, names...)
@@ -137,7 +139,9 @@ func TestClusterLockMultiPrimaryStopped(t *testing.T) {
 	c := redisproc.StartCluster(t, redisproc.ClusterConfig{NodeTimeout: time.Minute,
 		Args: []string{"--cluster-require-full-coverage", "no"}})
 	cc := c.Client()
-	lc := newClient(t, cc)
+	// A lease far longer than the test waits: what it finds free was
+	// given back, not expired.
+	lc := newClient(t, cc, reentrant.WithTTL(5*time.Minute))
 	ctx := t.Context()
 	names, _ := namesOnMasters(t, c, testenv.Unique(t))
 	stopped := c.MasterOf(slotOf(names[len(names)-1]))
@@ -163,7 +167,7 @@ func TestClusterLockMultiPrimaryStopped(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := lc.Inspect(ctx, names[len(names)-1])
 		return err == nil && !st.Held && st.Waiters == 0
-	}, time.Minute, 20*time.Millisecond, "undone on the primary once it answers, or expired")
+	}, time.Minute, 20*time.Millisecond, "undone on the primary once it answers")
 	m, err := lc.TryLockMulti(ctx, names)
 	require.NoError(t, err, "every name free again")
 	require.NoError(t, m.Unlock(ctx))

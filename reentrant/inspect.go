@@ -51,7 +51,8 @@ type State struct {
 	// Levels are the IDs of the hold's levels ([Lease.ID]), in no order;
 	// nil when free.
 	Levels []string
-	// Waiters is the number of Lock calls queued for the name.
+	// Waiters is the number of Lock calls queued for the name, and of
+	// LockMulti calls waiting for it among others.
 	Waiters int64
 	// Ended are the ownerships known to have ended, lowest token first:
 	// the last one while the lock is free, and the 16 most recent whose

@@ -2,6 +2,7 @@ package reentrant
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,8 +22,9 @@ const MaxMultiNames = scripts.MultiMax
 // (errors.Is); errors.As finds it to read Names.
 type NotAcquiredError struct {
 	// Names are the names that refused in the last attempt, sorted. On a
-	// Cluster or Redlock, where names are taken a slot or a name at a
-	// time, it lists the first that refused.
+	// Cluster, where names are taken a slot at a time, they are the
+	// refusing names of the first slot that refused; on Redlock and a Ring,
+	// where they are taken one at a time, the first name that refused.
 	Names []string
 }
 
@@ -47,10 +49,11 @@ type MultiLease struct {
 	leases []*Lease // one per name, in names' order
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stops  []func() bool
+	stops  []func() bool // by name: stop watching its lease
 
-	mu       sync.Mutex
-	unlocked bool
+	mu       sync.Mutex // held through an Unlock
+	released []bool     // by name: its lease was unlocked (or found not held)
+	unlocked bool       // every lease was
 }
 
 // Names returns the names held, sorted, without duplicates.
@@ -106,26 +109,42 @@ func (m *MultiLease) Err() error {
 // name the owner held already), in the reverse of the names' order, each
 // bounded by ctx as [Lease.Unlock] is. It returns nil when every release
 // succeeded, and otherwise each name's error, joined ("; "): ErrNotHeld
-// for a name whose lease was lost. A second Unlock, or one of a nil
-// MultiLease, is ErrNotHeld.
+// for a name whose lease was lost (that name counts as released). When a
+// name's release fails otherwise (ctx, Redis), that name stays held and
+// renewed, and the MultiLease live: call Unlock again, which releases only
+// the names still held. Once every name is released the context ends with
+// ErrReleased, and a further Unlock, or one of a nil MultiLease, is
+// ErrNotHeld.
 func (m *MultiLease) Unlock(ctx context.Context) error {
 	if m == nil {
 		return opErr("unlock", "", errNilLease)
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.unlocked {
-		m.mu.Unlock()
 		return opErr("unlock", strings.Join(m.names, ","), fmt.Errorf("%w: unlocked already", ErrNotHeld))
 	}
-	m.unlocked = true
-	m.mu.Unlock()
-	for _, stop := range m.stops {
-		stop()
-	}
-	m.cancel(ErrReleased)
 	var errs []error
+	left := false
 	for i := len(m.leases) - 1; i >= 0; i-- {
-		errs = append(errs, m.leases[i].Unlock(ctx))
+		if m.released[i] {
+			continue
+		}
+		// The name's own end must not end the MultiLease as a loss.
+		m.stops[i]()
+		err := m.leases[i].Unlock(ctx)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			m.released[i] = true
+		} else {
+			left = true
+			l, name := m.leases[i], m.names[i]
+			m.stops[i] = watchLease(l, name, m.cancel)
+		}
+		errs = append(errs, err)
+	}
+	if !left {
+		m.unlocked = true
+		m.cancel(ErrReleased)
 	}
 	return joinWith("; ", errs)
 }
@@ -138,19 +157,26 @@ func newMultiLease(ctx context.Context, owner Owner, names []string, leases []*L
 		values = fence.NewContext(values, names[i], l.token)
 	}
 	done, cancel := context.WithCancelCause(context.Background())
-	m := &MultiLease{names: names, leases: leases, ctx: leaseCtx{Context: done, values: values}, cancel: cancel}
+	m := &MultiLease{names: names, leases: leases, ctx: leaseCtx{Context: done, values: values}, cancel: cancel,
+		released: make([]bool, len(leases))}
 	for i, l := range leases {
-		lc, name := l.Context(), names[i]
-		m.stops = append(m.stops, context.AfterFunc(lc, func() {
-			cancel(fmt.Errorf("lock %s: %w", quoteName(name), context.Cause(lc)))
-		}))
+		m.stops = append(m.stops, watchLease(l, names[i], cancel))
 	}
 	return m
 }
 
+// watchLease ends a MultiLease (cancel) when its lease l of name ends,
+// with a cause that names it; the function returned stops watching.
+func watchLease(l *Lease, name string, cancel context.CancelCauseFunc) func() bool {
+	lc := l.Context()
+	return context.AfterFunc(lc, func() {
+		cancel(fmt.Errorf("lock %s: %w", quoteName(name), context.Cause(lc)))
+	})
+}
+
 // LockMulti locks every one of names for ctx's owner, all at once: it waits
-// (woken by each release of a name it waits for, bounded by ctx and the
-// retry strategy) until every name is free for the owner at the same time,
+// (woken by each release of a name it waits for, or on Redlock and a Ring
+// polling, bounded by ctx and the retry strategy) until every name is free for the owner at the same time,
 // and never holds some names while it waits for others, so two calls that
 // name the same locks in opposite orders cannot deadlock. It yields to Lock
 // calls queued on its names, and among LockMulti calls the first woken to
@@ -290,7 +316,10 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 				}
 				return newMultiLease(ctx, owner, names, leases), nil
 			}
-			if err = m.rs[0].keepWaiting(ctx, err); err != nil || !wait {
+			if !wait {
+				return nil, err
+			}
+			if err = m.rs[0].keepWaiting(ctx, err); err != nil {
 				return nil, err
 			}
 			continue
@@ -338,10 +367,8 @@ func (c *Client) multiLeases(ctx context.Context, m *multiCall, res multiResult)
 			a.settle(l)
 		}
 		if err != nil {
-			for _, l := range leases {
-				uctx, cancel := context.WithTimeout(c.bg, CleanupBudget)
-				_ = l.Unlock(uctx)
-				cancel()
+			for j, l := range leases {
+				l.giveBack(ctx, m.rs[j])
 			}
 			for j := i + 1; j < len(m.rs); j++ {
 				if a := res.grants[j]; a.settle != nil {
@@ -362,8 +389,9 @@ func (c *Client) multiLeases(ctx context.Context, m *multiCall, res multiResult)
 // way gives back what it took before it returns.
 func takeInOrder(ctx context.Context, be backend, m *multiCall) (multiResult, error) {
 	res := multiResult{grants: make([]acquired, len(m.rs))}
-	// What was taken is given back as an Unlock would: on Redlock a
-	// release on a majority, before the attempt returns.
+	// What was taken is given back as an Unlock would (on Redlock a
+	// release on a majority, whose late nodes the grant's settle undoes),
+	// before the attempt returns.
 	giveBack := func(n int) {
 		for j, r := range m.rs[:n] {
 			l, err := r.c.newLease(ctx, r, res.grants[j])
@@ -371,12 +399,7 @@ func takeInOrder(ctx context.Context, be backend, m *multiCall) (multiResult, er
 				a.settle(l)
 			}
 			if err == nil {
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ttl)
-				err = l.Unlock(uctx)
-				cancel()
-			}
-			if err != nil {
-				r.c.debug("reentrant: giving back a name of a refused LockMulti", "name", r.name, "err", err)
+				l.giveBack(ctx, r)
 			}
 		}
 	}
@@ -394,6 +417,28 @@ func takeInOrder(ctx context.Context, be backend, m *multiCall) (multiResult, er
 		res.grants[i] = a
 	}
 	return res, nil
+}
+
+// giveBack releases a lease of r that no caller saw (a LockMulti attempt
+// refused or failed part way), as Unlock does, bounded by one TTL; should
+// that fail, the lease ends here (nothing renews it) and r's level is
+// removed in the background.
+func (l *Lease) giveBack(ctx context.Context, r *call) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ttl)
+	err := l.Unlock(uctx)
+	cancel()
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		return
+	}
+	l.c.debug("reentrant: giving back a name of a refused LockMulti failed; undoing in the background", "name", l.name, "err", err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.unlocked {
+		l.unlocked = true
+		l.end(ErrReleased)
+		l.c.dropRef(l.own)
+		r.undoInBackground()
+	}
 }
 
 // errMultiTooDeep is the error of a LockMulti refused because the owner

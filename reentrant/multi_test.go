@@ -2,6 +2,7 @@ package reentrant_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -233,13 +234,20 @@ func TestLockMultiCancelled(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
 		require.ErrorIs(t, err, context.Canceled)
 		var na *reentrant.NotAcquiredError
-		require.ErrorAs(t, err, &na)
-		require.Equal(t, []string{p + "/b"}, na.Names)
+		if errors.As(err, &na) { // unless the cancel came during the first attempt
+			require.Equal(t, []string{p + "/b"}, na.Names)
+		}
 		for _, n := range []string{p + "/a", p + "/b", p + "/c"} {
 			st, err := be.c.Inspect(t.Context(), n)
 			require.NoError(t, err)
-			require.Zero(t, st.Waiters, n)
 			require.Equal(t, n == p+"/b", st.Held, n)
+			// Its entry leaves b's queue as the call returns, or, on a
+			// machine too slow to answer within the cleanup budget, in
+			// the background soon after.
+			require.Eventually(t, func() bool {
+				st, err := be.c.Inspect(t.Context(), n)
+				return err == nil && st.Waiters == 0
+			}, 10*time.Second, 5*time.Millisecond, n)
 		}
 		require.NoError(t, hb.Unlock(t.Context()))
 	})
@@ -293,6 +301,11 @@ func TestLockMultiOrderStorm(t *testing.T) {
 			orderStorm(t, newClient(t, be.Client), d)
 		}
 	})
+	// Redlock takes the names one at a time and gives back on a refusal.
+	t.Run("redlock", func(t *testing.T) {
+		_, nodes := redlockNodes(t, 3)
+		orderStorm(t, newRedlock(t, nodes), 3*time.Second)
+	})
 }
 
 func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
@@ -309,6 +322,12 @@ func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
 	var calls, overlaps, longest atomic.Int64
 	perCaller := make([]int, 6)
 	errs := make(chan error, 64)
+	report := func(err error) { // never blocks: past 64 errors, the rest are dropped
+		select {
+		case errs <- err:
+		default:
+		}
+	}
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for g := range 6 {
@@ -327,7 +346,7 @@ func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
 					longest.Store(w) // racy max: a report, not a check
 				}
 				if err != nil {
-					errs <- fmt.Errorf("%v: %w", names, err)
+					report(fmt.Errorf("%v: %w", names, err))
 					return
 				}
 				calls.Add(1)
@@ -340,12 +359,12 @@ func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
 					tok := m.Token(n)
 					mu.Lock()
 					if tok <= last[n] {
-						errs <- fmt.Errorf("%s: token %d after %d", n, tok, last[n])
+						report(fmt.Errorf("%s: token %d after %d", n, tok, last[n]))
 					}
 					last[n] = tok
 					mu.Unlock()
 					if err := store.Put(context.Background(), n, []byte(names[0]), tok); err != nil {
-						errs <- fmt.Errorf("%s: a holder's write refused: %w", n, err)
+						report(fmt.Errorf("%s: a holder's write refused: %w", n, err))
 					}
 				}
 				time.Sleep(time.Millisecond)
@@ -354,7 +373,7 @@ func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
 					h.(*atomic.Int32).Add(-1)
 				}
 				if err := m.Unlock(context.Background()); err != nil {
-					errs <- err
+					report(err)
 					return
 				}
 			}

@@ -64,13 +64,7 @@ func (s *single) acquireMulti(ctx context.Context, m *multiCall) (multiResult, e
 	}
 	res := multiResult{grants: make([]acquired, len(m.rs))}
 	var taken []int
-	giveBack := func() {
-		for _, i := range taken {
-			if err := m.rs[i].undo(); err != nil {
-				s.c.debug("reentrant: giving back a name of a refused LockMulti", "name", m.rs[i].name, "err", err)
-			}
-		}
-	}
+	giveBack := func() { s.undoAll(m, taken) }
 	for _, g := range groups {
 		rep, sent, err := s.multiGroup(ctx, m, g)
 		switch {
@@ -114,6 +108,9 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 			return scripts.MultiReply{}, time.Time{}, err
 		}
 		req.Wake, req.Queue = member, 2*m.cfg.ttl+c.cfg.handoff
+		// Until the reply says where the entry went, it may be in any
+		// queue of the group: leaveMulti takes it out of each.
+		s.noteQueued(m, ks, nil, member)
 	}
 	undo := func() {
 		for _, i := range g {
@@ -146,11 +143,17 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 		}
 		return r.rep, r.sent, join(ErrNotAcquired, ctxErr(ctx), err)
 	case err == nil && r.rep.OK && r.acked < c.cfg.ackReplicas:
-		undo()
-		return r.rep, r.sent, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		return r.rep, r.sent, join(
+			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
+			s.undoAll(m, g))
 	case err == nil:
-		if !r.rep.OK && m.waiting && r.rep.TooDeep < 0 {
-			s.noteQueued(m, ks, r.rep.Blocked, req.Wake)
+		if m.waiting {
+			// The entry is in the queues of the names that refused, and
+			// in no other of the group's (a take removes it).
+			s.forgetQueued(m, ks)
+			if !r.rep.OK && r.rep.TooDeep < 0 {
+				s.noteQueued(m, ks, r.rep.Blocked, req.Wake)
+			}
 		}
 		return r.rep, r.sent, nil
 	case mayHaveRun(err, s.retries):
@@ -229,21 +232,57 @@ func (s *single) wakeMember(ctx context.Context, m *multiCall, lockKey string) (
 		st.mu.Unlock()
 		s.note.listen(w)
 	}
-	return scripts.WakeMember(id, string(m.owner), scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0}), nil
+	return scripts.WakeMember(id, scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0}), nil
 }
 
-// noteQueued records the queues an attempt's entry joined.
+// noteQueued records the queues of ks that an attempt's entry may have
+// joined: those of blocked (indices into ks), or with blocked nil all.
 func (s *single) noteQueued(m *multiCall, ks []scripts.Keys, blocked []int, member string) {
 	st := s.multiState(m)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if blocked == nil {
+		for _, k := range ks {
+			st.queued[k.Queue] = member
+		}
+	}
 	for _, j := range blocked {
 		st.queued[ks[j].Queue] = member
 	}
 }
 
+// forgetQueued drops the queues of ks from m's record.
+func (s *single) forgetQueued(m *multiCall, ks []scripts.Keys) {
+	st := s.multiState(m)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, k := range ks {
+		delete(st.queued, k.Queue)
+	}
+}
+
+// undoAll undoes the calls of m at indices is at once (abandon.lua for each,
+// in parallel), within one CleanupBudget/2; what is still unconfirmed then
+// goes on in the background. It returns the undos' errors, joined.
+func (s *single) undoAll(m *multiCall, is []int) error {
+	errs := make([]error, len(is))
+	var wg sync.WaitGroup
+	for j, i := range is {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[j] = m.rs[i].undo(); errs[j] != nil {
+				s.c.debug("reentrant: giving back a name of a refused LockMulti", "name", m.rs[i].name, "err", errs[j])
+			}
+		}()
+	}
+	wg.Wait()
+	return join(errs...)
+}
+
 // leaveMulti takes m's entries out of the queues they may be in, waiting at
-// most CleanupBudget/2, and unregisters its waiters. An entry left behind
+// most CleanupBudget/2 (then going on in the background), and unregisters
+// its waiters. An entry left behind
 // (Redis did not answer) is harmless: the next release of its name wakes
 // nobody with it, and the queue's expiry removes it.
 func (s *single) leaveMulti(m *multiCall) {
@@ -256,13 +295,23 @@ func (s *single) leaveMulti(m *multiCall) {
 	if len(st.queued) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
 		defer cancel()
+		queued := st.queued
 		_ = bounded(s.c, ctx, 0, func(ctx context.Context) (struct{}, error) {
-			for queue, member := range st.queued {
-				if err := s.rdb.ZRem(ctx, queue, member).Err(); err != nil {
-					s.c.debug("reentrant: leaving a queue of a LockMulti", "queue", queue, "err", err)
-				}
+			// As in undo: a call bounded leaves running must outlive the
+			// cancel below; only the client's own timeouts bound it then.
+			if !s.c.inline(ctx) {
+				ctx = context.WithoutCancel(ctx)
 			}
-			return struct{}{}, nil
+			_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for queue, member := range queued {
+					p.ZRem(ctx, queue, member)
+				}
+				return nil
+			})
+			if err != nil {
+				s.c.debug("reentrant: leaving the queues of a LockMulti", "queues", len(queued), "err", err)
+			}
+			return struct{}{}, err
 		}, nil)
 	}
 	for _, w := range st.waiters {

@@ -27,7 +27,7 @@ type Acquired struct {
 // scripts see it.
 type Request struct {
 	Owner    string
-	Level    string        // the level ID: the request ID of one Lock call
+	Level    string        // the level ID: the request ID of one Lock call; never starting with "*", which marks a LockMulti's queue entry (WakeMember)
 	TTL      time.Duration // the lease; whole milliseconds
 	Meta     string        // metadata of a fresh ownership, "" for none; no newline
 	MaxDepth int64         // the deepest hold a reentry may make; 0: no limit

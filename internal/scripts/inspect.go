@@ -27,7 +27,7 @@ type State struct {
 	Floor     fence.Token   // the floor of the name's slot (time tokens): every fresh token is above it; None if none
 	LastOwner string        // the owner of the last ownership, the holder's when held; empty if none
 	Levels    []string      // the level IDs of the hold, in no order; nil when free
-	Waiters   int64         // Lock calls in the queue
+	Waiters   int64         // Lock and LockMulti calls in the queue
 	Ended     []Ended       // ownerships known to have ended, lowest token first
 	Forced    *Forced       // the last forced unlock of the name; nil if none is recorded
 }

@@ -47,13 +47,18 @@ type MultiReply struct {
 
 // WakeMember returns the queue entry of a LockMulti call with ID id (no
 // newline) that waits on w's channel: a release publishes "*<id> 0" there
-// instead of handing it the lock (queue.lua, isWake).
-func WakeMember(id, owner string, w Waiter) string {
+// instead of handing it the lock (queue.lua, isWake). Its owner is
+// "\x01", which no lock call's is (reentrant refuses control characters
+// in an owner): a script of an earlier version, which does not
+// know such entries, would hand the lock to it as to a Lock call, and the
+// lock, unclaimed, passes on after the entry's 1 ms claim time without
+// ever counting as the LockMulti owner's.
+func WakeMember(id string, w Waiter) string {
 	kind := "p"
 	if w.Sharded {
 		kind = "s"
 	}
-	return "*" + id + "\n1\n" + owner + "\n\n" + kind + w.Channel
+	return "*" + id + "\n1\n\x01\n\n" + kind + w.Channel
 }
 
 // Multi runs multi.lua on the names whose keys are ks (every key in one

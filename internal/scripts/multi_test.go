@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -60,7 +61,7 @@ func TestMulti(t *testing.T) {
 				defer sub.Close()
 				_, err = sub.Receive(ctx)
 				require.NoError(t, err)
-				req.Wake = scripts.WakeMember("m1", "me", scripts.Waiter{Channel: "ch:" + prefix})
+				req.Wake = scripts.WakeMember("m1", scripts.Waiter{Channel: "ch:" + prefix})
 				req.Queue = time.Minute
 				rep, err = scripts.Multi(ctx, be.Client, keys, req)
 				require.NoError(t, err)
@@ -77,6 +78,10 @@ func TestMulti(t *testing.T) {
 				require.NoError(t, err)
 				require.False(t, st.Held, "a LockMulti entry is not handed the lock")
 
+				// An entry an earlier attempt left in a's queue (its name
+				// since freed without a release that woke it) leaves with
+				// the take.
+				require.NoError(t, be.Client.ZAdd(ctx, a.Queue, redis.Z{Score: 1, Member: req.Wake}).Err())
 				req.Again = true
 				rep, err = scripts.Multi(ctx, be.Client, keys, req)
 				require.NoError(t, err)
@@ -170,5 +175,49 @@ func TestMultiCarriesTheFloor(t *testing.T) {
 		require.True(t, rep.OK)
 		require.Equal(t, []fence.Token{high + 1, high + 2, high + 3}, rep.Tokens)
 		require.Equal(t, fmt.Sprint(high+3), be.Client.Get(ctx, keys[0].Floor).Val())
+	})
+}
+
+// A release hands the lock to the first Lock call in the queue, past the
+// LockMulti entries ahead of it, each of which it wakes: the quick path of
+// the release gives way to the general one for that.
+func TestReleaseWakesMultiEntriesAndHandsToTheLockCall(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
+		ctx := context.Background()
+		prefix := "multi:" + testenv.Unique(t)
+		k := scripts.KeysFor(prefix, "b")
+		held, err := scripts.Acquire(ctx, be.Client, k, &scripts.Request{Owner: "h", Level: "h1", TTL: time.Minute})
+		require.NoError(t, err)
+		sub := be.Client.Subscribe(ctx, "ch:"+prefix)
+		defer sub.Close()
+		_, err = sub.Receive(ctx)
+		require.NoError(t, err)
+		wake := scripts.WakeMember("m1", scripts.Waiter{Channel: "ch:" + prefix})
+		other := scripts.KeysFor(prefix, "a")
+		rep, err := scripts.Multi(ctx, be.Client, []scripts.Keys{other, k}, &scripts.MultiRequest{Owner: "me", TTL: time.Minute,
+			Levels: []string{"1", "2"}, Wake: wake, Queue: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, []int{1}, rep.Blocked)
+		w := &scripts.Request{Owner: "w", Level: "w1", TTL: time.Minute, Waiter: &scripts.Waiter{Channel: "ch:" + prefix, Claim: time.Minute, Queue: time.Minute}}
+		q, err := scripts.Acquire(ctx, be.Client, k, w)
+		require.NoError(t, err)
+		require.False(t, q.OK)
+		require.Equal(t, []string{wake}, be.Client.ZRange(ctx, k.Queue, 0, 0).Val(), "the LockMulti entry first")
+
+		_, err = scripts.Release(ctx, be.Client, k, "h", held.Token, "h1", scripts.Tokens{})
+		require.NoError(t, err)
+		var got []string
+		for range 2 {
+			msg, err := sub.ReceiveMessage(ctx)
+			require.NoError(t, err)
+			got = append(got, msg.Payload)
+		}
+		require.Equal(t, "*m1 0", got[0], "the LockMulti entry woken first")
+		require.Regexp(t, `^w1 [1-9][0-9]*$`, got[1], "then the Lock call handed the lock")
+		st, err := scripts.Inspect(ctx, be.Client, k)
+		require.NoError(t, err)
+		require.True(t, st.Held)
+		require.Equal(t, "w", st.Owner)
+		require.Zero(t, be.Client.ZCard(ctx, k.Queue).Val())
 	})
 }
