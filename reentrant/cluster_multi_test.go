@@ -172,3 +172,45 @@ func TestClusterLockMultiPrimaryStopped(t *testing.T) {
 	require.NoError(t, err, "every name free again")
 	require.NoError(t, m.Unlock(ctx))
 }
+
+// LockMulti through Sentinel (go-redis's failover client): one script
+// takes every name, a refused try takes none, and a waiting call is woken
+// by the release.
+func TestSentinelLockMulti(t *testing.T) {
+	t.Parallel() // see TestMain
+	g := redisproc.StartSentinels(t, 1, 1)
+	rdb := g.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, p := t.Context(), testenv.Unique(t)
+	c := newClient(t, rdb, reentrant.WithTTL(2*time.Minute)) // polls half a minute apart: only a wake is quick
+	d := newClient(t, rdb)
+	names := []string{p + "/a", p + "/b", p + "/c"}
+	held, err := d.Lock(ctx, names[1])
+	require.NoError(t, err)
+	_, err = c.TryLockMulti(ctx, names)
+	var na *reentrant.NotAcquiredError
+	require.ErrorAs(t, err, &na)
+	require.Equal(t, []string{names[1]}, na.Names)
+	require.Empty(t, keysLeft(t, rdb, names[0]))
+	require.Empty(t, keysLeft(t, rdb, names[2]))
+
+	got := make(chan error, 1)
+	go func() {
+		m, err := c.LockMulti(ctx, names)
+		if err == nil {
+			err = m.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		st, err := c.Inspect(ctx, names[1])
+		return err == nil && st.Waiters == 1
+	}, time.Minute, 5*time.Millisecond)
+	require.NoError(t, held.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting LockMulti was not woken")
+	}
+}

@@ -287,3 +287,34 @@ func (h *scriptNames) count(cmd redis.Cmder) {
 		h.evalsha.Add(1)
 	}
 }
+
+// LockMulti with WithReplicaAck: the names are handed out only once a
+// replica has every one of them; without the acknowledgement all are
+// undone before the call returns.
+func TestReplicaAckLockMulti(t *testing.T) {
+	t.Parallel() // see TestMain
+	primary, replica := primaryWithReplica(t)
+	ctx := t.Context()
+	c := newClient(t, primary.Client(), reentrant.WithReplicaAck(1, 2*time.Second))
+	p := testenv.Unique(t)
+	names := []string{p + "/a", p + "/b", p + "/c"}
+
+	m, err := c.LockMulti(ctx, names)
+	require.NoError(t, err)
+	for _, n := range names {
+		got, err := replica.Client().HGet(ctx, lua.KeysFor(prefix, n).Lock, "t").Uint64()
+		require.NoError(t, err)
+		require.Equal(t, m.Token(n), fence.Token(got), "%s: an acknowledged token is on the replica", n)
+	}
+	require.NoError(t, m.Unlock(ctx))
+
+	replica.Isolate()
+	_, err = c.TryLockMulti(ctx, names)
+	require.ErrorIs(t, err, reentrant.ErrNotReplicated)
+	for _, n := range names {
+		st, err := c.Inspect(ctx, n)
+		require.NoError(t, err)
+		require.False(t, st.Held, "%s: an unacknowledged take is undone", n)
+	}
+	replica.Resume()
+}
