@@ -101,7 +101,7 @@ func TestClusterLockMulti(t *testing.T) {
 		t.Fatal("the waiting LockMulti was not woken")
 	}
 
-	orderStorm(t, lc, 5*time.Second)
+	orderStorm(t, lc, 3*time.Second)
 }
 
 // pauseAfterHook pauses a server once the first script call that names key

@@ -296,7 +296,7 @@ func TestLockMultiOrderStorm(t *testing.T) {
 			orderStorm(t, newClient(t, be.Client), 2*time.Second)
 		case strings.HasSuffix(t.Name(), "evalsha"):
 			// The same scripts sent another way: a shorter storm.
-			orderStorm(t, newClient(t, be.Client), d/4)
+			orderStorm(t, newClient(t, be.Client), min(d, 3*time.Second))
 		default:
 			orderStorm(t, newClient(t, be.Client), d)
 		}
@@ -304,7 +304,7 @@ func TestLockMultiOrderStorm(t *testing.T) {
 	// Redlock takes the names one at a time and gives back on a refusal.
 	t.Run("redlock", func(t *testing.T) {
 		_, nodes := redlockNodes(t, 3)
-		orderStorm(t, newRedlock(t, nodes), 3*time.Second)
+		orderStorm(t, newRedlock(t, nodes), 2*time.Second)
 	})
 }
 
