@@ -175,8 +175,8 @@ func watchLease(l *Lease, name string, cancel context.CancelCauseFunc) func() bo
 }
 
 // LockMulti locks every one of names for ctx's owner, all at once: it waits
-// (woken by each release of a name it waits for, or on Redlock and a Ring
-// polling, bounded by ctx and the retry strategy) until every name is free for the owner at the same time,
+// (woken by each release of a name it waits for, or on a Ring polling,
+// bounded by ctx and the retry strategy) until every name is free for the owner at the same time,
 // and never holds some names while it waits for others, so two calls that
 // name the same locks in opposite orders cannot deadlock. It yields to Lock
 // calls queued on its names, and among LockMulti calls the first woken to
@@ -347,6 +347,14 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 		}
 		select {
 		case <-m.wake:
+			// Every waiter of the name woke with this one: on Redlock,
+			// trying at once they would split the nodes between them (see
+			// quorum.lock); a short random delay spreads them.
+			if _, redlock := c.be.(*quorum); redlock {
+				if !sleep(ctx.Done(), spread(1)) {
+					return nil, join(refused, ctx.Err())
+				}
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, join(refused, ctx.Err())

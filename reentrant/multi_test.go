@@ -393,3 +393,35 @@ func orderStorm(t *testing.T, c *reentrant.Client, d time.Duration) {
 	t.Logf("SUMMARY order-storm %d calls in %v, per caller %v, longest wait %v",
 		calls.Load(), d, perCaller, time.Duration(longest.Load()).Round(time.Millisecond))
 }
+
+// On Redlock a waiting LockMulti listens on the wake channel of the name
+// that refused, on every node: its polls are a minute apart, so only the
+// release's message ends its wait within the ceiling.
+func TestRedlockLockMultiWokenByRelease(t *testing.T) {
+	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
+		ctx, p := t.Context(), testenv.Unique(t)
+		c, d := newRedlock(t, s.nodes), newRedlock(t, s.nodes)
+		hb, err := d.Lock(ctx, p+"/b")
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			m, err := c.LockMulti(ctx, []string{p + "/a", p + "/b"}, reentrant.WithRetry(reentrant.LinearBackoff(time.Minute)))
+			if err == nil {
+				err = m.Unlock(context.Background())
+			}
+			got <- err
+		}()
+		channel := lua.KeysFor(prefix, p+"/b").Lock + ":w"
+		require.Eventually(t, func() bool {
+			n := s.nodes[0].PubSubNumSub(ctx, channel).Val()[channel]
+			return n > 0
+		}, time.Minute, 5*time.Millisecond, "the waiter listens")
+		require.NoError(t, hb.Unlock(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the waiting LockMulti was not woken")
+		}
+	})
+}

@@ -379,11 +379,37 @@ func (q *quorum) learn(got []*nodeReply[scripts.QAcquired], p fence.Token, sent 
 // acquireMulti takes the names one after another, in sorted order, each as
 // a TryLock would on a majority: the nodes cannot check several names in
 // one step for a majority at once. A refused or failed attempt gives back
-// what it took.
+// what it took. A waiting call then listens on the wake channel of each
+// name that refused, on every node, as a waiting Lock does (see lock),
+// until leaveMulti.
 func (q *quorum) acquireMulti(ctx context.Context, m *multiCall) (multiResult, error) {
-	return takeInOrder(ctx, q, m)
+	res, err := takeInOrder(ctx, q, m)
+	if err != nil || res.blocked == nil || !m.waiting {
+		return res, err
+	}
+	listening, _ := m.be.(map[string]bool)
+	if listening == nil {
+		listening = make(map[string]bool)
+		m.be = listening
+	}
+	for _, i := range res.blocked {
+		channel := wakeChannel(quorumOf(m.rs[i]).keys)
+		if !listening[channel] {
+			listening[channel] = true
+			for _, w := range q.wakes {
+				w.add(channel, m.wake)
+			}
+		}
+	}
+	return res, nil
 }
 
-// leaveMulti has nothing to do: a Redlock LockMulti waits by polling,
-// queued nowhere.
-func (q *quorum) leaveMulti(*multiCall) {}
+// leaveMulti stops m's listening on the wake channels.
+func (q *quorum) leaveMulti(m *multiCall) {
+	listening, _ := m.be.(map[string]bool)
+	for channel := range listening {
+		for _, w := range q.wakes {
+			w.remove(channel, m.wake)
+		}
+	}
+}
