@@ -80,6 +80,7 @@ func (s *single) acquireMulti(ctx context.Context, m *multiCall) (multiResult, e
 				res.blocked = append(res.blocked, g[j])
 			}
 			res.holderTTL = rep.HolderTTL
+			s.listenMulti(m)
 			return res, nil
 		}
 		for j, i := range g {
@@ -207,8 +208,8 @@ func (s *single) multiState(m *multiCall) *singleMulti {
 }
 
 // wakeMember returns m's queue entry for the names of the group whose
-// first lock key is lockKey, registering (and subscribing) the waiter its
-// wake message reaches, once per channel.
+// first lock key is lockKey, registering the waiter its wake message
+// reaches, once per channel (listenMulti subscribes it).
 func (s *single) wakeMember(ctx context.Context, m *multiCall, lockKey string) (string, error) {
 	st := s.multiState(m)
 	slot := -1
@@ -230,9 +231,24 @@ func (s *single) wakeMember(ctx context.Context, m *multiCall, lockKey string) (
 		st.mu.Lock()
 		st.waiters[slot] = w
 		st.mu.Unlock()
-		s.note.listen(w)
 	}
 	return scripts.WakeMember(id, scripts.Waiter{Channel: w.channel, Sharded: w.slot >= 0}), nil
+}
+
+// listenMulti makes sure the channels of m's waiters are subscribed, once
+// an attempt was refused: as a Lock's (single.lock), a call that never
+// waits subscribes nothing, and a wake published before the subscription
+// is confirmed is made up for by the poke each confirmation gives.
+func (s *single) listenMulti(m *multiCall) {
+	st, ok := m.be.(*singleMulti)
+	if !ok {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, w := range st.waiters {
+		s.note.listen(w)
+	}
 }
 
 // noteQueued records the queues of ks that an attempt's entry may have
