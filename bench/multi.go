@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
-	"time"
 )
 
 const wm = "W1 LockMulti of 3 names"
@@ -53,32 +51,12 @@ func lockMulti(ctx context.Context, e *env) ([]metric, error) {
 		group string
 		f     func(context.Context) error
 	}{{wm + ": LockMulti", multi}, {wm + ": 3 x Lock", three}} {
-		for range 50 {
-			if err := v.f(ctx); err != nil {
-				return nil, err
-			}
-		}
-		w, err := begin(ctx, e)
+		ms, err := timedPairs(ctx, e, v.group, v.f)
 		if err != nil {
 			return nil, err
 		}
-		lat := make([]time.Duration, 0, e.cfg.pairs)
-		for range e.cfg.pairs {
-			t := time.Now()
-			if err := v.f(ctx); err != nil {
-				return nil, err
-			}
-			lat = append(lat, time.Since(t))
-		}
-		we, err := w.end(ctx)
-		if err != nil {
-			return nil, err
-		}
-		slices.Sort(lat)
-		p50s = append(p50s, float64(percentile(lat, 0.50)))
-		out = append(out, num(v.group, "pair latency p50", unitDur, float64(percentile(lat, 0.50))),
-			num(v.group, "pair latency p99", unitDur, float64(percentile(lat, 0.99))))
-		out = append(out, we.costs(v.group, "pair", len(lat))...)
+		p50s = append(p50s, ms[0].value) // timedPairs reports the p50 first
+		out = append(out, ms...)
 	}
 	return append(out, num(wm, "LockMulti p50 / 3 x Lock p50", unitRatio, p50s[0]/p50s[1])), nil
 }
