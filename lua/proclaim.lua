@@ -1,5 +1,6 @@
 -- proclaim: an election's writes to its term's metadata (reentrant's
--- Election), where the metadata is "<since> <seq> <value>": since the
+-- Election), where the metadata is "\29<since> <seq> <value>": the byte
+-- 0x1d (a control character, which no plain lock's metadata holds), since the
 -- server time in ms when the term began, "0" until it is stamped; seq the
 -- number of proclaims so far, so that a reader of several nodes tells the
 -- newest value (reentrant's agreedMeta).
@@ -11,11 +12,11 @@
 -- ARGV[4]  proclaim: the new value (no control character)
 --
 -- proclaim: when the ownership (owner and token) holds the lock, its
--- metadata becomes "<since> <seq + 1> <ARGV[4]>", since kept from the
+-- metadata becomes "\29<since> <seq + 1> <ARGV[4]>", since kept from the
 -- metadata it had; returns 1. Returns 0 when the ownership does not hold the lock, or
 -- its metadata is not an election's: nothing is written.
 -- stamp: when the ownership with token ARGV[2], whoever owns it, holds the
--- lock with the metadata "0 <seq> <value>", since becomes the server's clock
+-- lock with a term's metadata whose since is "0", since becomes the server's clock
 -- (ms). Returns the metadata (stamped or not; "" for none) while that
 -- ownership holds the lock, 0 otherwise. Anyone may stamp: the first
 -- stamp, by the campaign that won right after winning or by the first
@@ -34,10 +35,10 @@ end
 if not (h.held and h.ts == ARGV[2] and not h.p) then
   return 0
 end
-local since, seq, value = string.match(h.m or '', '^(%d+) (%d+) (.*)$')
+local since, seq, value = string.match(h.m or '', '^\29(%d+) (%d+) (.*)$')
 if mode == 'stamp' then
   if since == '0' then
-    h.m = dec(now) .. ' ' .. seq .. ' ' .. value
+    h.m = '\29' .. dec(now) .. ' ' .. seq .. ' ' .. value
     redis.call('HSET', KEYS[1], 'm', h.m)
   end
   return h.m or ''
@@ -45,5 +46,5 @@ end
 if h.o ~= ARGV[3] or not since then
   return 0
 end
-redis.call('HSET', KEYS[1], 'm', since .. ' ' .. dec(tonumber(seq) + 1) .. ' ' .. ARGV[4])
+redis.call('HSET', KEYS[1], 'm', '\29' .. since .. ' ' .. dec(tonumber(seq) + 1) .. ' ' .. ARGV[4])
 return 1

@@ -70,10 +70,15 @@ type Term struct {
 	lease *Lease
 }
 
+// electionMark starts an election term's metadata: a control character,
+// which WithMetadata refuses, so that no plain lock's metadata reads as a
+// term ("12 3 job" would otherwise be a term stamped at 12 ms).
+const electionMark = "\x1d"
+
 // electionMeta is the metadata of a fresh term with value:
-// "<since> <seq> <value>", since "0" until stamped, seq the number of
+// "<mark><since> <seq> <value>", since "0" until stamped, seq the number of
 // proclaims (proclaim.lua).
-func electionMeta(value string) string { return "0 0 " + value }
+func electionMeta(value string) string { return electionMark + "0 0 " + value }
 
 // electionMetaOf is a term's metadata, split; ok false for metadata that
 // is not an election's.
@@ -85,11 +90,12 @@ type electionMetaOf struct {
 }
 
 func parseElectionMeta(m string) electionMetaOf {
-	s, rest, found1 := strings.Cut(m, " ")
+	term, marked := strings.CutPrefix(m, electionMark)
+	s, rest, found1 := strings.Cut(term, " ")
 	q, v, found2 := strings.Cut(rest, " ")
 	ms, err1 := strconv.ParseInt(s, 10, 64)
 	seq, err2 := strconv.ParseInt(q, 10, 64)
-	if !found1 || !found2 || err1 != nil || err2 != nil || ms < 0 || seq < 0 {
+	if !marked || !found1 || !found2 || err1 != nil || err2 != nil || ms < 0 || seq < 0 {
 		return electionMetaOf{value: m}
 	}
 	out := electionMetaOf{seq: seq, value: v, ok: true}
@@ -97,6 +103,19 @@ func parseElectionMeta(m string) electionMetaOf {
 		out.since = time.UnixMilli(ms)
 	}
 	return out
+}
+
+// shownMeta is metadata as Inspect and List report it: a term's without
+// its mark, "<since> <seq> <value>".
+func shownMeta(m string) string { return strings.TrimPrefix(m, electionMark) }
+
+// termMetadata sets a campaign's metadata, which carries the mark that
+// WithMetadata would refuse; its value was checked (checkElectionValue).
+func termMetadata(m string) CallOption {
+	return callOption(func(l *leaseConfig) error {
+		l.meta = m
+		return nil
+	})
 }
 
 func checkElectionValue(v string) error { return checkText("election value", v, MaxElectionValueLen) }
@@ -138,7 +157,7 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		return nil, opErr(op, e.name, invalid("the context is a term's of this election, which leads already: campaign from another context"))
 	}
 	ctx = WithOwner(ctx, NewOwner())
-	opts := append(append([]CallOption(nil), e.opts...), WithMetadata(electionMeta(value)))
+	opts := append(append([]CallOption(nil), e.opts...), termMetadata(electionMeta(value)))
 	var l *Lease
 	var err error
 	if try {

@@ -2,6 +2,7 @@ package reentrant_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,9 +166,25 @@ func TestElectionEdges(t *testing.T) {
 		require.Equal(t, reentrant.Leader{Value: "plain lock", Token: l.Token()}, ld)
 		require.NoError(t, l.Unlock(ctx))
 
-		// A term as a campaign leaves it before its stamp: "0 0 <value>".
-		l, err = c.Lock(ctx, name, reentrant.WithMetadata("0 0 unstamped"))
+		// A plain lock's metadata that reads like a term ("<since> <seq>
+		// <value>") is a plain value: a term's carries a mark WithMetadata
+		// refuses.
+		for _, m := range []string{"0 0 unstamped", "12 3 job"} {
+			l, err = c.Lock(ctx, name, reentrant.WithMetadata(m))
+			require.NoError(t, err)
+			ld, err = e.Leader(ctx)
+			require.NoError(t, err)
+			require.Equal(t, reentrant.Leader{Value: m, Token: l.Token()}, ld, "a plain lock's metadata %q", m)
+			require.NoError(t, l.Unlock(ctx))
+		}
+		_, err = c.Lock(ctx, name, reentrant.WithMetadata("\x1d0 0 forged"))
+		require.ErrorIs(t, err, reentrant.ErrInvalid, "the mark is a control character")
+
+		// A term as a campaign leaves it before its stamp: the mark, then
+		// "0 0 <value>" (written here by hand).
+		l, err = c.Lock(ctx, name, reentrant.WithMetadata("plain"))
 		require.NoError(t, err)
+		require.NoError(t, b.Client.HSet(ctx, lua.KeysFor(prefix, name).Lock, "m", "\x1d0 0 unstamped").Err())
 		ld, err = e.Leader(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "unstamped", ld.Value)
@@ -175,6 +192,9 @@ func TestElectionEdges(t *testing.T) {
 		again, err := e.Leader(ctx)
 		require.NoError(t, err)
 		require.Equal(t, ld, again, "stamped once")
+		st, err := c.Inspect(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%d 0 unstamped", ld.Since.UnixMilli()), st.Meta, "Inspect shows a term without its mark")
 		require.NoError(t, l.Unlock(ctx))
 
 		for _, v := range []string{"a\nb", strings.Repeat("x", reentrant.MaxElectionValueLen+1), "\xff"} {

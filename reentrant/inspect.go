@@ -95,6 +95,7 @@ type Forced struct {
 // error when ctx ended before Redis answered, and Redis errors, wrapped.
 func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 	s, err := c.inspect(ctx, name)
+	s.Meta = shownMeta(s.Meta)
 	return s, opErr("inspect", name, err)
 }
 

@@ -76,6 +76,7 @@ func (c *Client) List(ctx context.Context) iter.Seq2[State, error] {
 					continue // free now; a later page may find it held
 				}
 				done[names[i]] = struct{}{}
+				r.v.Meta = shownMeta(r.v.Meta)
 				if stopped = !yield(r.v, nil); stopped {
 					return false
 				}

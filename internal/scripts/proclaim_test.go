@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func TestProclaim(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, be testenv.Backend) {
 		ctx := context.Background()
 		k := scripts.KeysFor("proclaim:"+testenv.Unique(t), "leader")
-		a, err := scripts.Acquire(ctx, be.Client, k, &scripts.Request{Owner: "o", Level: "l", TTL: 300 * time.Millisecond, Meta: "0 0 first"})
+		a, err := scripts.Acquire(ctx, be.Client, k, &scripts.Request{Owner: "o", Level: "l", TTL: 300 * time.Millisecond, Meta: "\x1d0 0 first"})
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		meta := func() string { return be.Client.HGet(ctx, k.Lock, "m").Val() }
@@ -33,12 +34,12 @@ func TestProclaim(t *testing.T) {
 		_, held, err := scripts.Stamp(ctx, be.Client, k, a.Token+1)
 		require.NoError(t, err)
 		require.False(t, held, "another token's term")
-		require.Equal(t, "0 0 first", meta())
+		require.Equal(t, "\x1d0 0 first", meta())
 
 		m, held, err := scripts.Stamp(ctx, be.Client, k, a.Token)
 		require.NoError(t, err)
 		require.True(t, held)
-		require.Regexp(t, regexp.MustCompile(`^[1-9][0-9]* 0 first$`), m)
+		require.Regexp(t, regexp.MustCompile(`^\x1d[1-9][0-9]* 0 first$`), m)
 		again, _, err := scripts.Stamp(ctx, be.Client, k, a.Token)
 		require.NoError(t, err)
 		require.Equal(t, m, again, "stamped once")
@@ -46,7 +47,7 @@ func TestProclaim(t *testing.T) {
 		ok, err = scripts.Proclaim(ctx, be.Client, k, "o", a.Token, "second")
 		require.NoError(t, err)
 		require.True(t, ok)
-		since := regexp.MustCompile(`^[0-9]+`).FindString(m)
+		since := regexp.MustCompile(`^\x1d[0-9]+`).FindString(m)
 		require.Equal(t, since+" 1 second", meta(), "the start kept, the count raised")
 
 		be.Expire(400 * time.Millisecond) // the lease ends; nothing settles it yet
@@ -57,15 +58,17 @@ func TestProclaim(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, held)
 
-		p := scripts.KeysFor("proclaim:"+testenv.Unique(t), "plain")
-		b, err := scripts.Acquire(ctx, be.Client, p, &scripts.Request{Owner: "o", Level: "l", TTL: time.Minute, Meta: "job 42"})
-		require.NoError(t, err)
-		ok, err = scripts.Proclaim(ctx, be.Client, p, "o", b.Token, "x")
-		require.NoError(t, err)
-		require.False(t, ok, "a plain lock's metadata is not an election's")
-		m, held, err = scripts.Stamp(ctx, be.Client, p, b.Token)
-		require.NoError(t, err)
-		require.True(t, held)
-		require.Equal(t, "job 42", m, "nothing to stamp")
+		for i, plain := range []string{"job 42", "0 0 first"} {
+			p := scripts.KeysFor("proclaim:"+testenv.Unique(t), fmt.Sprint("plain", i))
+			b, err := scripts.Acquire(ctx, be.Client, p, &scripts.Request{Owner: "o", Level: "l", TTL: time.Minute, Meta: plain})
+			require.NoError(t, err)
+			ok, err = scripts.Proclaim(ctx, be.Client, p, "o", b.Token, "x")
+			require.NoError(t, err)
+			require.False(t, ok, "a plain lock's metadata %q is not an election's", plain)
+			m, held, err = scripts.Stamp(ctx, be.Client, p, b.Token)
+			require.NoError(t, err)
+			require.True(t, held)
+			require.Equal(t, plain, m, "nothing to stamp")
+		}
 	})
 }
