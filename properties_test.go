@@ -19,8 +19,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
@@ -186,8 +186,8 @@ func (lm *lockMachine) replay(t *rapid.T) {
 		t.Skip("nothing released yet")
 	}
 	l := rapid.SampledFrom(done).Draw(t, "released lease").lease
-	n, err := lua.Release(context.Background(), lm.b.Client, lua.KeysFor(propPrefix, lm.name),
-		string(l.Owner()), l.Token(), l.ID(), lua.Tokens{})
+	n, err := scripts.Release(context.Background(), lm.b.Client, scripts.KeysFor(propPrefix, lm.name),
+		string(l.Owner()), l.Token(), l.ID(), scripts.Tokens{})
 	if err != nil {
 		t.Fatalf("replayed release: %v", err)
 	}
@@ -204,7 +204,7 @@ func (lm *lockMachine) expire(t *rapid.T) {
 		testenv.Advance(lm.b.Mini, time.Minute+time.Second)
 	} else if err := lm.b.Client.Eval(context.Background(),
 		`if redis.call('HEXISTS', KEYS[1], 'x') == 1 then redis.call('HSET', KEYS[1], 'x', '1') end`,
-		[]string{lua.KeysFor(propPrefix, lm.name).Lock}).Err(); err != nil && err.Error() != "redis: nil" {
+		[]string{scripts.KeysFor(propPrefix, lm.name).Lock}).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatalf("expire: %v", err)
 	}
 	for _, r := range lm.leases {
@@ -246,7 +246,7 @@ func (lm *lockMachine) delete(t *rapid.T) {
 	if len(lm.queue) > 0 {
 		t.Skip("waiters queued")
 	}
-	k := lua.KeysFor(propPrefix, lm.name)
+	k := scripts.KeysFor(propPrefix, lm.name)
 	if err := lm.b.Client.Del(context.Background(), k.Lock, k.Queue).Err(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
@@ -299,7 +299,7 @@ func (lm *lockMachine) check(t *rapid.T) {
 	}
 	held := lm.m.owner != -1
 	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || st.LastToken != lm.m.shown || st.Floor < lm.m.last {
-		q := lm.b.Client.ZRange(context.Background(), lua.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		q := lm.b.Client.ZRange(context.Background(), scripts.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
 		t.Fatalf("state %+v, model %+v, queue %q\nHIST %s", st, lm.m, q, strings.Join(lm.hist, "\nHIST "))
 	}
 	if held && reentrant.Owner(st.Owner) != mustOwner(lm.owners[lm.m.owner]) {
@@ -500,7 +500,7 @@ func (lm *lockMachine) result(t *rapid.T, w *waiterRec) waitResult {
 		return r
 	case <-time.After(waitCeiling):
 		st, err := lm.c.Inspect(context.Background(), lm.name)
-		q := lm.b.Client.ZRange(context.Background(), lua.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		q := lm.b.Client.ZRange(context.Background(), scripts.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
 		t.Fatalf("owner %d's Lock did not return; state %+v (%v), queue %q", w.owner, st, err, q)
 		return waitResult{}
 	}

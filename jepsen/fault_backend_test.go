@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage/redisstore"
 	"github.com/redfence/redfence/storage/sqlstore"
 )
@@ -23,7 +23,7 @@ func faultCleanRedis(t *testing.T, c faultHolderConfig) {
 	t.Cleanup(func() {
 		rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
 		defer rdb.Close()
-		k := lua.KeysFor("redfence", c.Name)
+		k := scripts.KeysFor("redfence", c.Name)
 		keys := []string{k.Lock, k.Queue}
 		if s, err := redisstore.New(rdb, redisstore.WithPrefix(c.Prefix)); err == nil {
 			for _, key := range c.Keys {

@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
@@ -159,7 +159,7 @@ func runFaultFailover(t *testing.T, scenario string, newStore func(*testing.T) s
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		v, err := c.HGet(ctx, lua.KeysFor("redfence", w.name).Lock, "t").Result()
+		v, err := c.HGet(ctx, scripts.KeysFor("redfence", w.name).Lock, "t").Result()
 		if err != nil {
 			return err.Error()
 		}

@@ -21,10 +21,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/mutant"
 	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/jepsen/internal/history"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
@@ -38,7 +38,7 @@ type linLockWorld struct {
 	opTimeout time.Duration
 	// release, when set, replaces the real release script for raw
 	// releases: the hook for a deliberately broken lock.
-	release func(ctx context.Context, k lua.Keys, owner string, t fence.Token) (int64, error)
+	release func(ctx context.Context, k scripts.Keys, owner string, t fence.Token) (int64, error)
 	// sharedOwners makes workers act in pairs for one owner, each with its
 	// own client and leases: the same owner reenters and releases from two
 	// places at once, as when an owner is handed to a worker goroutine.
@@ -274,13 +274,13 @@ func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) 
 	var n int64
 	err := k.hl.Do(history.Release{Name: name, Owner: string(k.owner), Token: t}, func() (any, error) {
 		var err error
-		keys := lua.KeysFor(reentrant.DefaultPrefix, name)
+		keys := scripts.KeysFor(reentrant.DefaultPrefix, name)
 		if k.w.release != nil {
 			n, err = k.w.release(ctx, keys, string(k.owner), t)
 		} else {
 			// A level ID nobody took: a release with the wrong token is
 			// refused before the level is looked at.
-			n, err = lua.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), lua.Tokens{})
+			n, err = scripts.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), scripts.Tokens{})
 		}
 		switch {
 		case err != nil:
@@ -407,7 +407,7 @@ func TestLinearizableCheckersCatchBrokenVariants(t *testing.T) {
 		for i := range 10 {
 			_, c := testenv.Mini(t)
 			w := linLockWorld{rdb: c, store: memory.New(), names: linLockNames(t), opTimeout: 5 * time.Second,
-				release: func(ctx context.Context, k lua.Keys, _ string, tok fence.Token) (int64, error) {
+				release: func(ctx context.Context, k scripts.Keys, _ string, tok fence.Token) (int64, error) {
 					return linOwnerBlindRelease.Run(ctx, c, []string{k.Lock}, tok.String()).Int64()
 				}}
 			run := linRunLocks(t, w, workers, ops)
@@ -457,7 +457,7 @@ func linCounterResetRun(t *testing.T, workers, ops int) ([]porcupine.Operation, 
 				// The last token is the hash's t while the lock is held,
 				// and the counter's (a released lock's record, "<t> <b>
 				// <o>") once it is released and compacted.
-				k := lua.KeysFor(reentrant.DefaultPrefix, name)
+				k := scripts.KeysFor(reentrant.DefaultPrefix, name)
 				n, _ := c.HGet(context.Background(), k.Lock, "t").Int()
 				if rec := strings.Fields(c.Get(context.Background(), k.Counter).Val()); len(rec) > 0 {
 					last, _ := strconv.Atoi(rec[0])
@@ -485,7 +485,7 @@ func linCounterResetRun(t *testing.T, workers, ops int) ([]porcupine.Operation, 
 // linQueueWaiter is every waiter's queue entry: nobody listens on its
 // channel (waiters poll), and a handed lock waits for its claim longer than
 // any run, so that nothing expires and the model applies.
-var linQueueWaiter = lua.Waiter{Channel: "jepsen:nobody", Claim: linTTL, Queue: 2 * linTTL}
+var linQueueWaiter = scripts.Waiter{Channel: "jepsen:nobody", Claim: linTTL, Queue: 2 * linTTL}
 
 // linQueueRun runs workers owners on two names for ops script runs in all
 // and returns the history. Each owner, holding nothing on a name, locks it
@@ -560,7 +560,7 @@ func (q *linQueueWorker) lock(t *testing.T, name string) {
 	}
 	in := history.QLeave{Name: name, Owner: q.owner, Level: level}
 	err := q.hc.Do(in, func() (any, error) {
-		removed, err := lua.Abandon(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), &lua.Request{Owner: q.owner, Level: level, Waiter: &linQueueWaiter})
+		removed, err := scripts.Abandon(context.Background(), q.rdb, scripts.KeysFor("jepsen-q", name), &scripts.Request{Owner: q.owner, Level: level, Waiter: &linQueueWaiter})
 		return history.LeaveResult{Removed: removed}, err
 	})
 	if err != nil {
@@ -571,14 +571,14 @@ func (q *linQueueWorker) lock(t *testing.T, name string) {
 // acquire runs the acquire script once for level and reports whether this
 // owner holds it afterwards.
 func (q *linQueueWorker) acquire(t *testing.T, name, level string, wait bool) bool {
-	var w *lua.Waiter
+	var w *scripts.Waiter
 	if wait {
 		w = &linQueueWaiter
 	}
-	var a lua.Acquired
+	var a scripts.Acquired
 	err := q.hc.Do(history.QAcquire{Name: name, Owner: q.owner, Level: level, Wait: wait}, func() (any, error) {
 		var err error
-		a, err = lua.Acquire(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), &lua.Request{Owner: q.owner, TTL: linTTL, Level: level, Waiter: w})
+		a, err = scripts.Acquire(context.Background(), q.rdb, scripts.KeysFor("jepsen-q", name), &scripts.Request{Owner: q.owner, TTL: linTTL, Level: level, Waiter: w})
 		return history.AcquireResult{Acquired: a.OK, Token: a.Token, Depth: a.Depth}, err
 	})
 	if err != nil {
@@ -598,7 +598,7 @@ func (q *linQueueWorker) release(t *testing.T, name string) {
 	l := ls[i]
 	q.held[name] = append(ls[:i:i], ls[i+1:]...)
 	err := q.hc.Do(history.QRelease{Name: name, Owner: q.owner, Level: l.id, Token: l.token}, func() (any, error) {
-		n, err := lua.Release(context.Background(), q.rdb, lua.KeysFor("jepsen-q", name), q.owner, l.token, l.id, lua.Tokens{})
+		n, err := scripts.Release(context.Background(), q.rdb, scripts.KeysFor("jepsen-q", name), q.owner, l.token, l.id, scripts.Tokens{})
 		return history.ReleaseResult{Released: n >= 0, Depth: n}, err
 	})
 	if err != nil {

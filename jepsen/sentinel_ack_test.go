@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -36,8 +36,8 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 	sentinelAckLocks(t, g, rdb, trips, "fcall")
 
 	acquire := func(t *testing.T, rdb redis.Scripter) {
-		keys := lua.KeysFor("redfence", testenv.Unique(t))
-		_, err := lua.Acquire(ctx, rdb, keys, &lua.Request{Owner: "o", Level: "l", TTL: time.Second, MaxDepth: 1})
+		keys := scripts.KeysFor("redfence", testenv.Unique(t))
+		_, err := scripts.Acquire(ctx, rdb, keys, &scripts.Request{Owner: "o", Level: "l", TTL: time.Second, MaxDepth: 1})
 		require.NoError(t, err)
 	}
 	t.Run("WAIT after the reply is caught", func(t *testing.T) {

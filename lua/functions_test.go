@@ -14,17 +14,16 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 // cycle takes and releases a fresh lock through the wrappers, and returns
 // its token.
-func cycle(t *testing.T, rdb *redis.Client, k lua.Keys, level string) {
+func cycle(t *testing.T, rdb *redis.Client, k scripts.Keys, level string) {
 	t.Helper()
-	a, err := lua.Acquire(t.Context(), rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: level})
+	a, err := scripts.Acquire(t.Context(), rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: level})
 	require.NoError(t, err)
 	require.True(t, a.OK)
-	n, err := lua.Release(t.Context(), rdb, k, "o", a.Token, level, lua.Tokens{})
+	n, err := scripts.Release(t.Context(), rdb, k, "o", a.Token, level, scripts.Tokens{})
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
@@ -63,7 +62,7 @@ func TestFunctionsLoadedOnDemand(t *testing.T) {
 	require.Empty(t, testenv.Libraries(t, rdb))
 	cycle(t, rdb, k, "l4")
 	require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, rdb), "reloaded after a restart")
-	st, err := lua.Inspect(t.Context(), rdb, k)
+	st, err := scripts.Inspect(t.Context(), rdb, k)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.LastToken, "the restart lost the counter too (no persistence)")
 	require.Zero(t, calls(t, rdb, "evalsha")+calls(t, rdb, "eval"), "no EVALSHA on a server with Functions")
@@ -85,7 +84,7 @@ func TestFunctionsFallBackToEvalSha(t *testing.T) {
 			for i := range 5 {
 				cycle(t, rdb, k, "l"+strconv.Itoa(i))
 			}
-			st, err := lua.Inspect(t.Context(), rdb, k)
+			st, err := scripts.Inspect(t.Context(), rdb, k)
 			require.NoError(t, err)
 			require.EqualValues(t, 5, st.LastToken)
 			require.Equal(t, 11, calls(t, rdb, "evalsha"), "every call as EVALSHA (and EVAL the first of each script)")
@@ -110,7 +109,7 @@ func TestTwoLibraryVersionsCoexist(t *testing.T) {
 	v, err := rdb.FCall(ctx, other+"_acquire", []string{k.Lock, k.Queue, k.Counter}, "o", 60000, "l1", "", 0, 0, "", 100).Result()
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(1), int64(1), int64(1)}, v)
-	n, err := lua.Release(ctx, rdb, k, "o", 1, "l1", lua.Tokens{})
+	n, err := scripts.Release(ctx, rdb, k, "o", 1, "l1", scripts.Tokens{})
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.ElementsMatch(t, []string{other, scripts.LibraryName()}, testenv.Libraries(t, rdb), "both libraries, neither replaced")

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/hashslot"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 var awkwardNames = []string{
@@ -22,7 +22,7 @@ var awkwardNames = []string{
 
 func TestKeysShareOneSlot(t *testing.T) {
 	for _, name := range awkwardNames {
-		k := lua.KeysFor("redfence", name)
+		k := scripts.KeysFor("redfence", name)
 		want := testenv.Slot(k.Lock)
 		for _, key := range []string{k.Queue, k.Counter} {
 			require.Equal(t, want, testenv.Slot(key), "name %q: %s and %s in different slots", name, k.Lock, key)
@@ -36,7 +36,7 @@ func TestKeysShareOneSlot(t *testing.T) {
 func TestKeysAreOneToOne(t *testing.T) {
 	seen := map[string]string{}
 	for _, name := range awkwardNames {
-		k := lua.KeysFor("p", name).Lock
+		k := scripts.KeysFor("p", name).Lock
 		if other, dup := seen[k]; dup {
 			t.Fatalf("names %q and %q share key %s", name, other, k)
 		}
@@ -52,7 +52,7 @@ func FuzzKeys(f *testing.F) {
 		if name == "" { // KeysFor wants a non-empty name
 			return
 		}
-		k := lua.KeysFor("redfence", name)
+		k := scripts.KeysFor("redfence", name)
 		want := testenv.Slot(k.Lock)
 		for _, key := range []string{k.Queue, k.Counter} {
 			if testenv.Slot(key) != want {
@@ -74,7 +74,7 @@ func TestKeysShareOneSlotOnRealCluster(t *testing.T) {
 		"--cluster-config-file", "nodes.conf"))
 	rdb := srv.Client()
 	for _, name := range awkwardNames {
-		k := lua.KeysFor("redfence", name)
+		k := scripts.KeysFor("redfence", name)
 		want, err := rdb.ClusterKeySlot(t.Context(), k.Lock).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, testenv.Slot(k.Lock), want, "CRC16 disagrees with Redis for %q", k.Lock)
@@ -98,7 +98,7 @@ func TestShardedWaiterIsToldWithSPUBLISH(t *testing.T) {
 	require.NoError(t, err)
 
 	first := r.acquire("o1", "l1", nil)
-	w := &lua.Waiter{Channel: ch, Claim: 5 * time.Second, Queue: time.Minute, Sharded: true}
+	w := &scripts.Waiter{Channel: ch, Claim: 5 * time.Second, Queue: time.Minute, Sharded: true}
 	require.False(t, r.acquire("o2", "l2", w).OK)
 	q := r.rdb.ZRange(r.ctx, r.k.Queue, 0, -1).Val()
 	require.Len(t, q, 1)

@@ -13,7 +13,6 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 // Load puts every script into the server's cache, under the SHA1 the
@@ -22,7 +21,7 @@ func TestLoad(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		require.NoError(t, lua.Load(ctx, rdb))
+		require.NoError(t, scripts.Load(ctx, rdb))
 		for _, name := range []string{"acquire", "release", "extend", "inspect", "abandon", "qacquire", "qraise", "force"} {
 			ok, err := rdb.ScriptExists(ctx, scripts.Script(name).Hash()).Result()
 			require.NoError(t, err)
@@ -31,12 +30,12 @@ func TestLoad(t *testing.T) {
 	})
 }
 
-func keys(t *testing.T) lua.Keys { return lua.KeysFor("rftest", testenv.Unique(t)) }
+func keys(t *testing.T) scripts.Keys { return scripts.KeysFor("rftest", testenv.Unique(t)) }
 
 // assertLeaseShape checks the invariant after every acquire, reentry and
 // extend in strict mode: the lease runs, and neither the hash nor the
 // counter expires.
-func assertLeaseShape(t *testing.T, rdb *redis.Client, k lua.Keys) {
+func assertLeaseShape(t *testing.T, rdb *redis.Client, k scripts.Keys) {
 	t.Helper()
 	require.Greater(t, leaseLeft(t, rdb, k), time.Duration(0), "the lease must run")
 	ttl, err := rdb.PTTL(t.Context(), k.Lock).Result()
@@ -48,9 +47,9 @@ func assertLeaseShape(t *testing.T, rdb *redis.Client, k lua.Keys) {
 }
 
 // leaseLeft is what is left of the lease of k, as inspect reads it.
-func leaseLeft(t *testing.T, rdb *redis.Client, k lua.Keys) time.Duration {
+func leaseLeft(t *testing.T, rdb *redis.Client, k scripts.Keys) time.Duration {
 	t.Helper()
-	st, err := lua.Inspect(t.Context(), rdb, k)
+	st, err := scripts.Inspect(t.Context(), rdb, k)
 	require.NoError(t, err)
 	return st.TTL
 }
@@ -63,21 +62,21 @@ func TestLargeTokensExact(t *testing.T) {
 		for _, seed := range []int64{999_999, 1 << 40, 1<<53 - 2} {
 			k := keys(t)
 			require.NoError(t, rdb.HSet(ctx, k.Lock, "t", seed).Err())
-			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 			require.NoError(t, err)
 			require.Equal(t, fence.Token(seed+1), a.Token)
-			st, err := lua.Inspect(ctx, rdb, k)
+			st, err := scripts.Inspect(ctx, rdb, k)
 			require.NoError(t, err)
 			require.Equal(t, a.Token, st.Token)
 			require.Equal(t, a.Token, st.LastToken)
-			n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", lua.Tokens{})
+			n, err := scripts.Release(ctx, rdb, k, "o", a.Token, "r", scripts.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n, "release with the exact token of seed %d", seed)
 		}
 		k := keys(t)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", strconv.FormatInt(1<<53-1, 10)).Err())
-		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
-		require.ErrorIs(t, err, lua.ErrOverflow)
+		_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+		require.ErrorIs(t, err, scripts.ErrOverflow)
 		require.Equal(t, map[string]string{"t": strconv.FormatInt(1<<53-1, 10)}, rdb.HGetAll(ctx, k.Lock).Val(),
 			"an overflowing acquire must not take the lock")
 	})
@@ -106,22 +105,25 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 			before := testenv.Snapshot(t, rdb, k.Lock)
 			calls := map[string]func() error{
 				"acquire": func() error {
-					_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
-				"release": func() error { _, err := lua.Release(ctx, rdb, k, "o", 1, "r", lua.Tokens{}); return err },
-				"extend":  func() error { _, err := lua.Extend(ctx, rdb, k, "o", 1, time.Minute, lua.Tokens{}); return err },
-				"abandon": func() error { _, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "r"}); return err },
-				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
+				"release": func() error { _, err := scripts.Release(ctx, rdb, k, "o", 1, "r", scripts.Tokens{}); return err },
+				"extend":  func() error { _, err := scripts.Extend(ctx, rdb, k, "o", 1, time.Minute, scripts.Tokens{}); return err },
+				"abandon": func() error {
+					_, err := scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "r"})
+					return err
+				},
+				"inspect": func() error { _, err := scripts.Inspect(ctx, rdb, k); return err },
 				"qacquire": func() error {
-					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
 				"qraise": func() error { _, err := scripts.QRaise(ctx, rdb, k, "o", "r", 1, false); return err },
 			}
 			for name, call := range calls {
 				err := call()
-				require.ErrorIs(t, err, lua.ErrForeign, "%s on a %s", name, plant.what)
+				require.ErrorIs(t, err, scripts.ErrForeign, "%s on a %s", name, plant.what)
 				require.ErrorContains(t, err, k.Lock)
 				var rerr redis.Error
 				require.True(t, errors.As(err, &rerr), "%s on a %s: the server's reply keeps its type", name, plant.what)
@@ -137,11 +139,11 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		require.NoError(t, rdb.ScriptFlush(ctx).Err())
-		n, err := lua.Release(ctx, rdb, k, "o", a.Token, "r", lua.Tokens{})
+		n, err := scripts.Release(ctx, rdb, k, "o", a.Token, "r", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -154,25 +156,25 @@ func TestNoScriptFallsBackToEval(t *testing.T) {
 func TestCounterOutlivesADeletedLock(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		for _, m := range []lua.Tokens{{}, timeTokens} {
-			old, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "a", TTL: time.Minute, Level: "ra", Tokens: m})
+		for _, m := range []scripts.Tokens{{}, timeTokens} {
+			old, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "a", TTL: time.Minute, Level: "ra", Tokens: m})
 			require.NoError(t, err)
 			require.True(t, old.OK)
 			require.NoError(t, rdb.Del(ctx, k.Lock).Err())
 
-			next, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "b", TTL: time.Minute, Level: "rb", Tokens: m})
+			next, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "b", TTL: time.Minute, Level: "rb", Tokens: m})
 			require.NoError(t, err)
 			require.True(t, next.OK)
 			require.Greater(t, next.Token, old.Token, "mode %+v: a DEL must not reset the counter", m)
 
-			held, err := lua.Extend(ctx, rdb, k, "a", old.Token, time.Minute, m)
+			held, err := scripts.Extend(ctx, rdb, k, "a", old.Token, time.Minute, m)
 			require.NoError(t, err)
 			require.False(t, held, "the deleted ownership cannot be extended")
-			n, err := lua.Release(ctx, rdb, k, "a", old.Token, "ra", m)
+			n, err := scripts.Release(ctx, rdb, k, "a", old.Token, "ra", m)
 			require.NoError(t, err)
 			require.EqualValues(t, -1, n, "the deleted ownership was not released by its holder")
 
-			n, err = lua.Release(ctx, rdb, k, "b", next.Token, "rb", m)
+			n, err = scripts.Release(ctx, rdb, k, "b", next.Token, "rb", m)
 			require.NoError(t, err)
 			require.Zero(t, n)
 		}
@@ -201,19 +203,19 @@ func TestForeignCounterRefused(t *testing.T) {
 			before := testenv.Snapshot(t, rdb, k.Counter)
 			calls := map[string]func() error{
 				"acquire": func() error {
-					_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
-				"inspect": func() error { _, err := lua.Inspect(ctx, rdb, k); return err },
+				"inspect": func() error { _, err := scripts.Inspect(ctx, rdb, k); return err },
 				"qacquire": func() error {
-					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
 				"qraise": func() error { _, err := scripts.QBump(ctx, rdb, k, 5); return err },
 			}
 			for name, call := range calls {
 				err := call()
-				require.ErrorIs(t, err, lua.ErrForeign, "%s on a %s", name, plant.what)
+				require.ErrorIs(t, err, scripts.ErrForeign, "%s on a %s", name, plant.what)
 				require.ErrorContains(t, err, k.Counter)
 				var rerr redis.Error
 				require.True(t, errors.As(err, &rerr), "%s: the server's reply keeps its type", name)
@@ -237,9 +239,9 @@ func TestForceEndsTheOwnershipAndHandsOn(t *testing.T) {
 		require.False(t, r.acquire("o2", "l2", w2).OK)
 
 		before := time.Now()
-		f, err := lua.Force(r.ctx, r.rdb, r.k, first.Token, "ops@host", lua.Tokens{})
+		f, err := scripts.Force(r.ctx, r.rdb, r.k, first.Token, "ops@host", scripts.Tokens{})
 		require.NoError(t, err)
-		require.Equal(t, lua.ForceResult{Ended: true}, f)
+		require.Equal(t, scripts.ForceResult{Ended: true}, f)
 		ch, msg := r.message()
 		require.Equal(t, w2.Channel, ch, "the waiter is told")
 		st := r.state()
@@ -250,31 +252,31 @@ func TestForceEndsTheOwnershipAndHandsOn(t *testing.T) {
 		require.Equal(t, first.Token, st.Forced.Token)
 		require.Equal(t, "ops@host", st.Forced.By)
 		require.WithinDuration(t, before, st.Forced.At, time.Minute)
-		require.Contains(t, st.Ended, lua.Ended{Token: first.Token, Owner: "o1", Expired: true, Forced: true})
+		require.Contains(t, st.Ended, scripts.Ended{Token: first.Token, Owner: "o1", Expired: true, Forced: true})
 
-		again, err := lua.Force(r.ctx, r.rdb, r.k, first.Token, "ops@host", lua.Tokens{})
+		again, err := scripts.Force(r.ctx, r.rdb, r.k, first.Token, "ops@host", scripts.Tokens{})
 		require.NoError(t, err)
-		require.Equal(t, lua.ForceResult{Repeat: true}, again, "a repeat changes nothing")
+		require.Equal(t, scripts.ForceResult{Repeat: true}, again, "a repeat changes nothing")
 		require.Equal(t, "o2", r.state().Owner)
 
-		held, err := lua.Extend(r.ctx, r.rdb, r.k, "o1", first.Token, time.Minute, lua.Tokens{})
+		held, err := scripts.Extend(r.ctx, r.rdb, r.k, "o1", first.Token, time.Minute, scripts.Tokens{})
 		require.NoError(t, err)
 		require.False(t, held)
 		require.EqualValues(t, -1, r.release("o1", first.Token, "l1"), "a forced ownership was not released")
 
 		// Another token than the holder's: nothing is forced.
-		other, err := lua.Force(r.ctx, r.rdb, r.k, st.Token+7, "ops", lua.Tokens{})
+		other, err := scripts.Force(r.ctx, r.rdb, r.k, st.Token+7, "ops", scripts.Tokens{})
 		require.NoError(t, err)
-		require.Equal(t, lua.ForceResult{Holder: st.Token}, other)
+		require.Equal(t, scripts.ForceResult{Holder: st.Token}, other)
 		require.Equal(t, "o2", r.state().Owner)
 
 		// The waiter claims and releases; a force of a free lock says so.
 		claimed := r.acquire("o2", "l2", w2)
 		require.True(t, claimed.OK)
 		require.Zero(t, r.release("o2", claimed.Token, "l2"))
-		free, err := lua.Force(r.ctx, r.rdb, r.k, claimed.Token, "ops", lua.Tokens{})
+		free, err := scripts.Force(r.ctx, r.rdb, r.k, claimed.Token, "ops", scripts.Tokens{})
 		require.NoError(t, err)
-		require.Equal(t, lua.ForceResult{Holder: fence.None}, free)
+		require.Equal(t, scripts.ForceResult{Holder: fence.None}, free)
 	})
 }
 
@@ -282,18 +284,18 @@ func TestForceEndsTheOwnershipAndHandsOn(t *testing.T) {
 func TestForceMalformed(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 		require.NoError(t, err)
 		before := testenv.Snapshot(t, rdb, k.Lock)
-		_, err = lua.Force(ctx, rdb, k, a.Token, "two\nlines", lua.Tokens{})
+		_, err = scripts.Force(ctx, rdb, k, a.Token, "two\nlines", scripts.Tokens{})
 		require.ErrorContains(t, err, "malformed forcer")
-		_, err = lua.Force(ctx, rdb, k, fence.None, "ops", lua.Tokens{})
+		_, err = scripts.Force(ctx, rdb, k, fence.None, "ops", scripts.Tokens{})
 		require.ErrorContains(t, err, "malformed token")
 		require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock))
 	})
 }
 
-var timeTokens = lua.Tokens{Time: true, Idle: time.Hour}
+var timeTokens = scripts.Tokens{Time: true, Idle: time.Hour}
 
 // micros is the server's clock in microseconds, as the scripts read it.
 func micros(t *testing.T, rdb *redis.Client) uint64 {
@@ -303,7 +305,7 @@ func micros(t *testing.T, rdb *redis.Client) uint64 {
 	return uint64(now.UnixMicro())
 }
 
-func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
+func counter(t *testing.T, rdb *redis.Client, k scripts.Keys) fence.Token {
 	t.Helper()
 	v, err := rdb.Get(t.Context(), k.Counter).Uint64()
 	require.NoError(t, err)
@@ -311,7 +313,7 @@ func counter(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
 }
 
 // floor is the time tokens' floor of k's slot.
-func floor(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
+func floor(t *testing.T, rdb *redis.Client, k scripts.Keys) fence.Token {
 	t.Helper()
 	v, err := rdb.Get(t.Context(), k.Floor).Uint64()
 	require.NoError(t, err)
@@ -320,14 +322,14 @@ func floor(t *testing.T, rdb *redis.Client, k lua.Keys) fence.Token {
 
 // takeAndFree acquires the free lock k for a fresh owner and releases it,
 // returning the token it got.
-func takeAndFree(t *testing.T, rdb *redis.Client, k lua.Keys, m lua.Tokens) fence.Token {
+func takeAndFree(t *testing.T, rdb *redis.Client, k scripts.Keys, m scripts.Tokens) fence.Token {
 	t.Helper()
 	level := "l" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	a, err := lua.Acquire(t.Context(), rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: level, Tokens: m})
+	a, err := scripts.Acquire(t.Context(), rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: level, Tokens: m})
 	require.NoError(t, err)
 	require.True(t, a.OK)
 	require.EqualValues(t, 1, a.Depth)
-	n, err := lua.Release(t.Context(), rdb, k, "o", a.Token, level, m)
+	n, err := scripts.Release(t.Context(), rdb, k, "o", a.Token, level, m)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	return a.Token
@@ -354,7 +356,7 @@ func TestTimeTokensFollowTheServerClock(t *testing.T) {
 			require.Greater(t, tok, last, "tokens of successive ownerships strictly increase")
 			last = tok
 		}
-		st, err := lua.Inspect(t.Context(), rdb, k)
+		st, err := scripts.Inspect(t.Context(), rdb, k)
 		require.NoError(t, err)
 		require.Equal(t, last, st.LastToken)
 
@@ -394,7 +396,7 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 
 	// The same for another name of the slot: the floor is the slot's.
 	names, _ := testenv.SameSlot("rftest", k.Name, 2)
-	other := lua.KeysFor("rftest", names[1])
+	other := scripts.KeysFor("rftest", names[1])
 	require.Equal(t, k.Floor, other.Floor)
 	require.Equal(t, after+1, takeAndFree(t, rdb, other, timeTokens), "a name of the slot goes on from the floor")
 
@@ -418,12 +420,12 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 			t.Helper()
 			return rdb.PTTL(ctx, key).Val()
 		}
-		strict := takeAndFree(t, rdb, k, lua.Tokens{})
+		strict := takeAndFree(t, rdb, k, scripts.Tokens{})
 		require.EqualValues(t, 1, strict)
 		require.Equal(t, time.Duration(-2), pttl(k.Lock), "a strict lock released cleanly keeps no hash (compacted)")
 		require.Equal(t, time.Duration(-1), pttl(k.Counter), "and its counter never expires")
 
-		m := lua.Tokens{Time: true, Idle: time.Hour, Record: 10 * time.Minute}
+		m := scripts.Tokens{Time: true, Idle: time.Hour, Record: 10 * time.Minute}
 		timed := takeAndFree(t, rdb, k, m)
 		require.Greater(t, timed, strict)
 		// Released with a minute of its lease left, less than the record
@@ -436,33 +438,33 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 
 		// Held, the hash outlives the lease by the record time, and a
 		// reentry or an extend moves it with the lease.
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: m})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "outer", Tokens: m})
 		require.NoError(t, err)
 		require.Greater(t, pttl(k.Lock), 10*time.Minute)
 		require.LessOrEqual(t, pttl(k.Lock), 11*time.Minute)
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: 10 * time.Minute, Level: "inner", Tokens: m})
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: 10 * time.Minute, Level: "inner", Tokens: m})
 		require.NoError(t, err)
 		require.Greater(t, pttl(k.Lock), 19*time.Minute, "a reentry moves the expiry with the lease")
-		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, m)
+		ok, err := scripts.Extend(ctx, rdb, k, "o", a.Token, 30*time.Minute, m)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, pttl(k.Lock), 39*time.Minute, "an extend moves it too")
 		for _, level := range []string{"inner", "outer"} {
-			_, err = lua.Release(ctx, rdb, k, "o", a.Token, level, m)
+			_, err = scripts.Release(ctx, rdb, k, "o", a.Token, level, m)
 			require.NoError(t, err)
 		}
 		require.Greater(t, pttl(k.Lock), 9*time.Minute)
 		require.LessOrEqual(t, pttl(k.Lock), 10*time.Minute, "released with more than the record time left, the hash expires its record time from now")
 		next := takeAndFree(t, rdb, k, m)
 
-		require.Equal(t, next+1, takeAndFree(t, rdb, k, lua.Tokens{}), "the strict mode goes on from a time token")
+		require.Equal(t, next+1, takeAndFree(t, rdb, k, scripts.Tokens{}), "the strict mode goes on from a time token")
 		require.Equal(t, time.Duration(-2), pttl(k.Lock), "and, released, its hash is compacted")
 		require.Equal(t, time.Duration(-1), pttl(k.Counter), "into a counter that never expires")
 
 		// Idle past the expiry, a time-mode name leaves nothing; the next
 		// token still comes out above every earlier one, from the clock.
 		k = keys(t)
-		short := lua.Tokens{Time: true, Idle: 100 * time.Millisecond}
+		short := scripts.Tokens{Time: true, Idle: 100 * time.Millisecond}
 		last := takeAndFree(t, rdb, k, short)
 		b.Expire(150 * time.Millisecond)
 		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue, k.Counter, k.Floor).Val(), "an idle hash and its floor expire")
@@ -475,11 +477,11 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 func TestReleaseFromBeforeALostHashIsNotHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		old, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: timeTokens})
+		old, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: timeTokens})
 		require.NoError(t, err)
 		require.NoError(t, rdb.Del(ctx, k.Lock).Err()) // a restart without persistence
 		takeAndFree(t, rdb, k, timeTokens)
-		n, err := lua.Release(ctx, rdb, k, "o1", old.Token, "r1", timeTokens)
+		n, err := scripts.Release(ctx, rdb, k, "o1", old.Token, "r1", timeTokens)
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n)
 	})
@@ -509,7 +511,7 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 
 		// o2 gives up before claiming: the undo hands the lock on to o3.
 		require.NoError(t, r.rdb.PExpire(r.ctx, r.k.Lock, 10*time.Second).Err())
-		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", Level: "l2", Waiter: w2, Tokens: r.tokens})
+		undone, err := scripts.Abandon(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "o2", Level: "l2", Waiter: w2, Tokens: r.tokens})
 		require.NoError(t, err)
 		require.True(t, undone)
 		_, msg = r.message()
@@ -518,7 +520,7 @@ func TestTimeTokensOnHandoff(t *testing.T) {
 		require.Greater(t, third, second)
 		require.Equal(t, third, floor(t, r.rdb, r.k))
 		require.Greater(t, r.rdb.PTTL(r.ctx, r.k.Lock).Val(), 59*time.Minute)
-		require.Equal(t, lua.Acquired{OK: true, Token: third, Depth: 1}, r.acquire("o3", "l3", w3), "the claim keeps the handed token")
+		require.Equal(t, scripts.Acquired{OK: true, Token: third, Depth: 1}, r.acquire("o3", "l3", w3), "the claim keeps the handed token")
 	})
 }
 
@@ -528,22 +530,22 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "t", "9007199254740991").Err())
-		for _, m := range []lua.Tokens{{}, timeTokens} {
-			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
-			require.ErrorIs(t, err, lua.ErrOverflow)
+		for _, m := range []scripts.Tokens{{}, timeTokens} {
+			_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
+			require.ErrorIs(t, err, scripts.ErrOverflow)
 			require.Equal(t, map[string]string{"t": "9007199254740991"}, rdb.HGetAll(ctx, k.Lock).Val())
 		}
 		// The counter key (strict) or the floor (time) at the bound, the
 		// hash gone (an operator's DEL): refused the same, nothing written.
-		for _, m := range []lua.Tokens{{}, timeTokens} {
+		for _, m := range []scripts.Tokens{{}, timeTokens} {
 			k = keys(t)
 			key := k.Counter
 			if m.Time {
 				key = k.Floor
 			}
 			require.NoError(t, rdb.Set(ctx, key, "9007199254740991", 0).Err())
-			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
-			require.ErrorIs(t, err, lua.ErrOverflow)
+			_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: m})
+			require.ErrorIs(t, err, scripts.ErrOverflow)
 			require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue).Val())
 			require.Equal(t, "9007199254740991", rdb.Get(ctx, key).Val())
 			require.NoError(t, rdb.Del(ctx, key).Err())
@@ -556,8 +558,8 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 		// 2^53 µs after 1970 is in 2255 (and miniredis's TIME overflows in 2262).
 		b.Mini.SetTime(time.Date(2260, 1, 1, 0, 0, 0, 0, time.UTC))
 		k = keys(t)
-		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: timeTokens})
-		require.ErrorIs(t, err, lua.ErrOverflow)
+		_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "l", Tokens: timeTokens})
+		require.ErrorIs(t, err, scripts.ErrOverflow)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
 	})
 }
@@ -566,7 +568,7 @@ func TestTimeTokensOverflowRefused(t *testing.T) {
 func TestMalformedTokenModeRefused(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "l"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "l"})
 		require.NoError(t, err)
 		for _, bad := range []string{"", "x", "-1", "01", "1.5", "1e3", strings.Repeat("9", 16)} {
 			err := scripts.Script("acquire").Run(ctx, rdb, []string{k.Lock, k.Queue, k.Counter}, "p", 60000, "lp", "", 0, bad).Err()
@@ -577,7 +579,7 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
 			err = scripts.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
-			st, err := lua.Inspect(ctx, rdb, k)
+			st, err := scripts.Inspect(ctx, rdb, k)
 			require.NoError(t, err)
 			require.Equal(t, "o", st.Owner, "nothing changed")
 			require.Equal(t, []string{"l"}, st.Levels)
@@ -594,21 +596,21 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 func TestForeignQueueRefusedBeforeAnyWrite(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
-		w := &lua.Waiter{Channel: "ch", Claim: time.Second, Queue: time.Minute}
+		w := &scripts.Waiter{Channel: "ch", Claim: time.Second, Queue: time.Minute}
 		for _, tc := range []struct {
 			holder string // "" for a lock never used
 			again  bool
 		}{{"", true}, {"o", true}, {"x", false}, {"x", true}} {
 			k := keys(t)
 			if tc.holder != "" {
-				a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: tc.holder, TTL: time.Minute, Level: "r1"})
+				a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: tc.holder, TTL: time.Minute, Level: "r1"})
 				require.NoError(t, err)
 				require.True(t, a.OK)
 			}
 			require.NoError(t, rdb.Set(ctx, k.Queue, "not a zset", 0).Err())
 			before := testenv.Snapshot(t, rdb, k.Lock) + testenv.Snapshot(t, rdb, k.Counter)
-			_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w, Again: tc.again})
-			require.ErrorIs(t, err, lua.ErrForeign, "%+v", tc)
+			_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w, Again: tc.again})
+			require.ErrorIs(t, err, scripts.ErrForeign, "%+v", tc)
 			require.ErrorContains(t, err, k.Queue)
 			require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock)+testenv.Snapshot(t, rdb, k.Counter),
 				"%+v: nothing written", tc)
@@ -616,12 +618,12 @@ func TestForeignQueueRefusedBeforeAnyWrite(t *testing.T) {
 		for _, holder := range []string{"", "o"} {
 			k := keys(t)
 			if holder != "" {
-				a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: holder, TTL: time.Minute, Level: "r1"})
+				a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: holder, TTL: time.Minute, Level: "r1"})
 				require.NoError(t, err)
 				require.True(t, a.OK)
 			}
 			require.NoError(t, rdb.Set(ctx, k.Queue, "not a zset", 0).Err())
-			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w})
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r2", Waiter: w})
 			require.NoError(t, err, "holder %q: a first attempt", holder)
 			require.True(t, a.OK)
 			require.Equal(t, "not a zset", rdb.Get(ctx, k.Queue).Val(), "the foreign key is left as it was")
@@ -634,14 +636,14 @@ func TestForeignQueueRefusedBeforeAnyWrite(t *testing.T) {
 func TestForeignCounterRefusedBeforeTheExpiryIsRecorded(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		require.True(t, a.OK)
 		b.Expire(60 * time.Millisecond)
 		require.NoError(t, rdb.Set(ctx, k.Counter, "not a counter", 0).Err())
 		before := testenv.Snapshot(t, rdb, k.Lock)
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
-		require.ErrorIs(t, err, lua.ErrForeign)
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
+		require.ErrorIs(t, err, scripts.ErrForeign)
 		require.ErrorContains(t, err, k.Counter)
 		require.Equal(t, before, testenv.Snapshot(t, rdb, k.Lock), "the expired ownership is not recorded")
 	})

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 // queueRig runs the scripts for one lock with waiters that listen on
@@ -19,11 +19,11 @@ type queueRig struct {
 	t   *testing.T
 	ctx context.Context
 	rdb *redis.Client
-	k   lua.Keys
+	k   scripts.Keys
 	ps  *redis.PubSub
 	// tokens is the token mode of the rig's acquires and releases: the
 	// strict counter unless a test sets it.
-	tokens lua.Tokens
+	tokens scripts.Tokens
 }
 
 func newQueueRig(t *testing.T, rdb *redis.Client) *queueRig {
@@ -35,27 +35,27 @@ func newQueueRig(t *testing.T, rdb *redis.Client) *queueRig {
 	return r
 }
 
-func (r *queueRig) waiter(owner string, claim time.Duration) *lua.Waiter {
-	return &lua.Waiter{Channel: r.k.Lock + ":ch:" + owner, Claim: claim, Queue: time.Minute}
+func (r *queueRig) waiter(owner string, claim time.Duration) *scripts.Waiter {
+	return &scripts.Waiter{Channel: r.k.Lock + ":ch:" + owner, Claim: claim, Queue: time.Minute}
 }
 
-func (r *queueRig) acquire(owner, level string, w *lua.Waiter) lua.Acquired {
+func (r *queueRig) acquire(owner, level string, w *scripts.Waiter) scripts.Acquired {
 	r.t.Helper()
-	a, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level, Waiter: w, Tokens: r.tokens})
+	a, err := scripts.Acquire(r.ctx, r.rdb, r.k, &scripts.Request{Owner: owner, TTL: time.Minute, Level: level, Waiter: w, Tokens: r.tokens})
 	require.NoError(r.t, err)
 	return a
 }
 
 func (r *queueRig) release(owner string, tok fence.Token, level string) int64 {
 	r.t.Helper()
-	n, err := lua.Release(r.ctx, r.rdb, r.k, owner, tok, level, r.tokens)
+	n, err := scripts.Release(r.ctx, r.rdb, r.k, owner, tok, level, r.tokens)
 	require.NoError(r.t, err)
 	return n
 }
 
-func (r *queueRig) state() lua.State {
+func (r *queueRig) state() scripts.State {
 	r.t.Helper()
-	st, err := lua.Inspect(r.ctx, r.rdb, r.k)
+	st, err := scripts.Inspect(r.ctx, r.rdb, r.k)
 	require.NoError(r.t, err)
 	return st
 }
@@ -111,15 +111,15 @@ func TestReleaseHandsOffFirstComeFirstServed(t *testing.T) {
 
 		// Nobody else gets in meanwhile, not even a TryLock.
 		require.False(t, r.acquire("o4", "l4", nil).OK)
-		require.Equal(t, lua.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "the claim")
+		require.Equal(t, scripts.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "the claim")
 		require.Greater(t, r.state().TTL, 5*time.Second, "a claim raises the lease to the TTL")
-		require.Equal(t, lua.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "a repeated claim")
+		require.Equal(t, scripts.Acquired{OK: true, Token: 2, Depth: 1}, r.acquire("o2", "l2", w2), "a repeated claim")
 
 		require.Zero(t, r.release("o2", 2, "l2"))
 		ch, msg = r.message()
 		require.Equal(t, w3.Channel, ch)
 		require.Equal(t, "l3 3", msg)
-		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", w3))
+		require.Equal(t, scripts.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", w3))
 		require.Zero(t, r.release("o3", 3, "l3"))
 		require.Empty(t, r.unexpected(), "no waiter, no message")
 		require.Zero(t, r.rdb.Exists(r.ctx, r.k.Queue).Val(), "free with nobody queued leaves no queue key")
@@ -135,8 +135,8 @@ func TestQueueOrderHolds(t *testing.T) {
 		r := newQueueRig(t, b.Client)
 		w1 := r.waiter("o1", 5*time.Second)
 		held := r.acquire("o1", "l1", w1)
-		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 1}, held, "a waiter that finds it free takes it at once")
-		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, r.acquire("o1", "l1b", w1), "reentry with a waiter")
+		require.Equal(t, scripts.Acquired{OK: true, Token: 1, Depth: 1}, held, "a waiter that finds it free takes it at once")
+		require.Equal(t, scripts.Acquired{OK: true, Token: 1, Depth: 2}, r.acquire("o1", "l1b", w1), "reentry with a waiter")
 		require.Zero(t, r.state().Waiters, "reentry never queues")
 
 		w2 := r.waiter("o2", 5*time.Second)
@@ -165,10 +165,10 @@ func TestUnclaimedHandoffPassesOn(t *testing.T) {
 		require.Equal(t, "o2", r.state().Owner)
 		require.False(t, r.acquire("o3", "l3", next).OK, "within the claim time the handoff stands")
 		b.Expire(80 * time.Millisecond)
-		require.Equal(t, lua.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", next),
+		require.Equal(t, scripts.Acquired{OK: true, Token: 3, Depth: 1}, r.acquire("o3", "l3", next),
 			"past the claim time the next waiter takes it, with a new token")
 		require.Zero(t, r.state().Waiters)
-		late, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "l2", Waiter: dead})
+		late, err := scripts.Acquire(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "l2", Waiter: dead})
 		require.NoError(t, err)
 		require.False(t, late.OK, "a claim after the claim time gets nothing")
 		require.EqualValues(t, 1, r.state().Waiters, "and queues again, at the back")
@@ -184,18 +184,18 @@ func TestAbandonedWaiterLeavesAndHandsOn(t *testing.T) {
 		w2, w3, w4 := r.waiter("o2", 5*time.Second), r.waiter("o3", 5*time.Second), r.waiter("o4", 5*time.Second)
 		for _, w := range []struct {
 			owner, level string
-			w            *lua.Waiter
+			w            *scripts.Waiter
 		}{{"o2", "l2", w2}, {"o3", "l3", w3}, {"o4", "l4", w4}} {
 			require.False(t, r.acquire(w.owner, w.level, w.w).OK)
 		}
-		undone, err := lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o2", Level: "l2", Waiter: w2})
+		undone, err := scripts.Abandon(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "o2", Level: "l2", Waiter: w2})
 		require.NoError(t, err)
 		require.False(t, undone, "a queued waiter holds no level")
 		require.EqualValues(t, 2, r.state().Waiters)
 
 		require.Zero(t, r.release("o1", first.Token, "l1"))
 		require.Equal(t, "o3", r.state().Owner, "the waiter that left is skipped")
-		undone, err = lua.Abandon(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o3", Level: "l3", Waiter: w3})
+		undone, err = scripts.Abandon(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "o3", Level: "l3", Waiter: w3})
 		require.NoError(t, err)
 		require.True(t, undone, "the handed level is given back")
 		st := r.state()
@@ -223,17 +223,17 @@ func TestForeignQueueRefused(t *testing.T) {
 			require.NoError(t, plant(r.k.Queue))
 			before := testenv.Snapshot(t, rdb, r.k.Queue)
 			if i == 0 {
-				_, err := lua.Acquire(ctx, rdb, r.k, &lua.Request{Owner: "o3", TTL: time.Minute, Level: "l3", Waiter: r.waiter("o3", time.Second)})
-				require.ErrorIs(t, err, lua.ErrForeign, "a waiter joining a queue of another type is refused")
+				_, err := scripts.Acquire(ctx, rdb, r.k, &scripts.Request{Owner: "o3", TTL: time.Minute, Level: "l3", Waiter: r.waiter("o3", time.Second)})
+				require.ErrorIs(t, err, scripts.ErrForeign, "a waiter joining a queue of another type is refused")
 			}
-			_, err := lua.Release(ctx, rdb, r.k, "o1", held.Token, "l1", lua.Tokens{})
-			require.ErrorIs(t, err, lua.ErrForeign)
+			_, err := scripts.Release(ctx, rdb, r.k, "o1", held.Token, "l1", scripts.Tokens{})
+			require.ErrorIs(t, err, scripts.ErrForeign)
 			require.ErrorContains(t, err, r.k.Queue)
 			require.Equal(t, "o1", rdb.HGet(ctx, r.k.Lock, "o").Val(), "a refused release frees nothing")
 			require.NotEmpty(t, rdb.HGet(ctx, r.k.Lock, "x").Val(), "a refused release frees nothing")
 			if i == 0 {
-				_, err = lua.Inspect(ctx, rdb, r.k)
-				require.ErrorIs(t, err, lua.ErrForeign, "inspect refuses a queue of another type too")
+				_, err = scripts.Inspect(ctx, rdb, r.k)
+				require.ErrorIs(t, err, scripts.ErrForeign, "inspect refuses a queue of another type too")
 			}
 			require.Equal(t, before, testenv.Snapshot(t, rdb, r.k.Queue))
 		}
@@ -304,7 +304,7 @@ func TestReentryLeavesTheQueueAfterADeletedHash(t *testing.T) {
 		require.False(t, r.acquire("o", "ra", w).OK, "o's call A queues")
 		require.NoError(t, b.Client.Del(r.ctx, r.k.Lock).Err()) // the operator
 		require.True(t, r.acquire("o", "rb", nil).OK, "o's call B takes the free lock")
-		again, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "ra",
+		again, err := scripts.Acquire(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "ra",
 			Waiter: w, Again: true}) // A polls: a reentry
 		require.NoError(t, err)
 		require.True(t, again.OK)
@@ -329,9 +329,9 @@ func TestReentryCommands(t *testing.T) {
 		t.Helper()
 		return testenv.ScriptCommands(mon.Lines(), r.k.Lock, r.k.Queue, r.k.Counter)
 	}
-	attempt := func(level string, again bool) lua.Acquired {
+	attempt := func(level string, again bool) scripts.Acquired {
 		t.Helper()
-		a, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "o", TTL: time.Minute, Level: level,
+		a, err := scripts.Acquire(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: level,
 			Waiter: r.waiter("o", time.Second), Again: again})
 		require.NoError(t, err)
 		return a
@@ -341,11 +341,11 @@ func TestReentryCommands(t *testing.T) {
 	require.Equal(t, []string{"HGETALL", "GET", "HSET", "SET"}, commands(), "a first attempt's take of a name never used")
 
 	inner := attempt("inner", false)
-	require.Equal(t, lua.Acquired{OK: true, Token: first.Token, Depth: 2}, inner)
+	require.Equal(t, scripts.Acquired{OK: true, Token: first.Token, Depth: 2}, inner)
 	require.Equal(t, []string{"HGETALL", "HSET"}, commands(), "the commands of a first attempt's reentry on the lock's keys")
 
 	again := attempt("again", true)
-	require.Equal(t, lua.Acquired{OK: true, Token: first.Token, Depth: 3}, again)
+	require.Equal(t, scripts.Acquired{OK: true, Token: first.Token, Depth: 3}, again)
 	require.Equal(t, []string{"HGETALL", "ZREM", "HSET"}, commands(), "a later attempt's reentry leaves the queue")
 
 	// An operator's DEL of the hash drops the flag q and leaves the queue,
@@ -355,7 +355,7 @@ func TestReentryCommands(t *testing.T) {
 	require.False(t, r.acquire("p", "waiting", other).OK)
 	require.NoError(t, rdb.Del(r.ctx, r.k.Lock).Err())
 	commands()
-	taken, err := lua.Acquire(r.ctx, r.rdb, r.k, &lua.Request{Owner: "p", TTL: time.Minute, Level: "waiting",
+	taken, err := scripts.Acquire(r.ctx, r.rdb, r.k, &scripts.Request{Owner: "p", TTL: time.Minute, Level: "waiting",
 		Waiter: other, Again: true})
 	require.NoError(t, err)
 	require.True(t, taken.OK)

@@ -10,7 +10,6 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 func TestQuorumPhases(t *testing.T) {
@@ -18,7 +17,7 @@ func TestQuorumPhases(t *testing.T) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		q := func(owner, level string) scripts.QAcquired {
 			before := micros(t, rdb)
-			a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
+			a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: owner, TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			if a.Pending {
 				// The node's clock, for the client's token rule.
@@ -35,39 +34,39 @@ func TestQuorumPhases(t *testing.T) {
 			require.NoError(t, err)
 			return ok
 		}
-		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"),
+		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"),
 			"a fresh take on an empty node is pending with counter 0")
-		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"), "a repeat")
+		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 0, Depth: 1}, Pending: true}, q("o1", "r1"), "a repeat")
 		require.False(t, q("o2", "r9").OK, "held pending by another owner")
 		require.False(t, raise("o2", "r9", 5), "only the holder raises")
 		require.False(t, raise("o1", "rX", 5), "only the holder's level raises")
 		require.True(t, raise("o1", "r1", 5))
 		require.True(t, raise("o1", "r1", 5), "a repeated raise")
 		require.False(t, raise("o1", "r1", 6), "a raised hold is not raised again")
-		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 2}}, q("o1", "r2"), "a reentry keeps the token")
+		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 5, Depth: 2}}, q("o1", "r2"), "a reentry keeps the token")
 
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.True(t, st.Held)
 		require.EqualValues(t, 5, st.Token)
 
 		// release.lua and extend.lua work per node once t is the token.
-		held, err := lua.Extend(ctx, rdb, k, "o1", 5, time.Minute, lua.Tokens{})
+		held, err := scripts.Extend(ctx, rdb, k, "o1", 5, time.Minute, scripts.Tokens{})
 		require.NoError(t, err)
 		require.True(t, held)
 		for _, lv := range []string{"r2", "r1"} {
-			_, err := lua.Release(ctx, rdb, k, "o1", 5, lv, lua.Tokens{})
+			_, err := scripts.Release(ctx, rdb, k, "o1", 5, lv, scripts.Tokens{})
 			require.NoError(t, err)
 		}
 		a := q("o2", "r3")
-		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
+		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
 			"the next take reads the counter")
 		require.False(t, raise("o2", "r3", 5), "a node never lowers or repeats its counter")
 		bumped, err := scripts.QBump(ctx, rdb, k, 12)
 		require.NoError(t, err)
 		require.False(t, bumped, "a bump never touches a held lock")
 		require.True(t, raise("o2", "r3", 9))
-		_, err = lua.Release(ctx, rdb, k, "o2", 9, "r3", lua.Tokens{})
+		_, err = scripts.Release(ctx, rdb, k, "o2", 9, "r3", scripts.Tokens{})
 		require.NoError(t, err)
 		for _, c := range []struct {
 			tok  int
@@ -85,10 +84,10 @@ func TestQuorumPhases(t *testing.T) {
 func TestQuorumPendingUndone(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		r := &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}
+		r := &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}
 		_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
-		undone, err := lua.Abandon(ctx, rdb, k, r)
+		undone, err := scripts.Abandon(ctx, rdb, k, r)
 		require.NoError(t, err)
 		require.True(t, undone)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a pending hold that created the hash leaves nothing")
@@ -101,17 +100,17 @@ func TestQuorumPendingUndone(t *testing.T) {
 		ok, err := scripts.QRaise(ctx, rdb, k, "o1", "r1", 3, false)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = lua.Release(ctx, rdb, k, "o1", 3, "r1", lua.Tokens{})
+		_, err = scripts.Release(ctx, rdb, k, "o1", 3, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		r.Level, r.TTL = "r2", 20*time.Millisecond
 		_, err = scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond) // TIME is the real clock on miniredis too
-		a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
+		a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
 		require.NoError(t, err)
 		require.True(t, a.OK && a.Pending)
 		require.EqualValues(t, 3, a.Token)
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		for _, e := range st.Ended {
 			require.False(t, e.Expired && e.Owner == "o1" && e.Token == 3, "the expired pending hold was recorded as ownership %v", e)
@@ -128,7 +127,7 @@ func TestQuorumRaiseHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		take := func(level string) {
-			a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
+			a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o1", TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			require.True(t, a.OK && a.Pending)
 		}
@@ -145,7 +144,7 @@ func TestQuorumRaiseHeld(t *testing.T) {
 		require.False(t, raise("r2", 7, false), "a fresh token must be above the counter")
 		require.False(t, raise("r2", 6, true), "never below the counter, held or not")
 		require.True(t, raise("r2", 7, true), "the ownership's own token, which the counter holds already")
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending)
 		require.EqualValues(t, 7, st.Token)
@@ -171,11 +170,11 @@ func TestJoiningNodeVotesForNobody(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		node := scripts.Node{Joined: scripts.JoinedKey(testenv.Unique(t)), Rejoin: 300 * time.Millisecond}
-		req := &lua.Request{Owner: "o", TTL: time.Minute, Level: "r"}
+		req := &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"}
 		start := time.Now()
 		a, err := scripts.QAcquire(ctx, rdb, k, node, req)
 		require.NoError(t, err)
-		require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{HolderTTL: 300 * time.Millisecond}, Joining: true}, a, "found empty: joining")
+		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{HolderTTL: 300 * time.Millisecond}, Joining: true}, a, "found empty: joining")
 		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Counter).Val(), "nothing but the record is written")
 		since, err := rdb.Get(ctx, node.Joined).Int64()
 		require.NoError(t, err)
@@ -200,7 +199,7 @@ func TestJoiningNodeVotesForNobody(t *testing.T) {
 		other := scripts.Node{Joined: scripts.JoinedKey(testenv.Unique(t) + "x"), Rejoin: time.Second}
 		require.NoError(t, rdb.Set(ctx, other.Joined, "soon", 0).Err())
 		_, err = scripts.QAcquire(ctx, rdb, keys(t), other, req)
-		require.ErrorIs(t, err, lua.ErrForeign)
+		require.ErrorIs(t, err, scripts.ErrForeign)
 		require.Equal(t, "soon", rdb.Get(ctx, other.Joined).Val())
 	})
 }
@@ -213,8 +212,8 @@ func TestJoiningNodeVotesForNobody(t *testing.T) {
 func TestQuorumProposal(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
-		take := func(k lua.Keys, owner, level string, p fence.Token) scripts.QAcquired {
-			a, err := scripts.QAcquirePropose(ctx, rdb, k, joined(t, rdb), &lua.Request{Owner: owner, TTL: time.Minute, Level: level}, p)
+		take := func(k scripts.Keys, owner, level string, p fence.Token) scripts.QAcquired {
+			a, err := scripts.QAcquirePropose(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: owner, TTL: time.Minute, Level: level}, p)
 			require.NoError(t, err)
 			return a
 		}
@@ -222,19 +221,19 @@ func TestQuorumProposal(t *testing.T) {
 		// the span a node takes (5 ms either way), on name k, again (the
 		// pending take abandoned) if the script ran too late for it on a
 		// loaded machine.
-		proposeNow := func(k lua.Keys, owner, level string) fence.Token {
+		proposeNow := func(k scripts.Keys, owner, level string) fence.Token {
 			for range 100 {
 				p := fence.Token(micros(t, rdb) + 2500)
 				a := take(k, owner, level, p)
 				if a.Proposed {
 					require.Positive(t, a.Micros, "the node's clock")
 					a.Micros = 0
-					require.Equal(t, scripts.QAcquired{Acquired: lua.Acquired{OK: true, Token: p, Depth: 1}, Proposed: true}, a)
+					require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: p, Depth: 1}, Proposed: true}, a)
 					return p
 				}
 				require.True(t, a.OK && a.Pending, "%+v", a)
 				require.Greater(t, a.Micros, uint64(p+fence.Token(scripts.MaxLead.Microseconds())), "refused for its clock only")
-				_, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: owner, Level: level})
+				_, err := scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: owner, Level: level})
 				require.NoError(t, err)
 			}
 			t.Fatal("no proposal reached the node within 2.5 ms in 100 tries")
@@ -244,12 +243,12 @@ func TestQuorumProposal(t *testing.T) {
 		k := keys(t)
 		p := proposeNow(k, "o1", "r1")
 		require.Equal(t, p, counter(t, rdb, k), "the counter is the token")
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending)
 		require.Equal(t, p, st.Token)
 		require.False(t, take(k, "o2", "r2", p+10).OK, "held by another owner: refused, proposal or not")
-		left, err := lua.Release(ctx, rdb, k, "o1", p, "r1", lua.Tokens{})
+		left, err := scripts.Release(ctx, rdb, k, "o1", p, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, left, "released per node like a raised hold")
 
@@ -265,14 +264,14 @@ func TestQuorumProposal(t *testing.T) {
 			{"behind the clock", fence.Token(micros(t, rdb) - uint64(time.Second.Microseconds()))},
 			{"an hour ahead", fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))},
 		} {
-			kc := lua.KeysFor("rftest", testenv.Unique(t)+"-"+c.what)
+			kc := scripts.KeysFor("rftest", testenv.Unique(t)+"-"+c.what)
 			a = take(kc, "o1", "r1", c.p)
 			require.True(t, a.OK && a.Pending && !a.Proposed, "a proposal %s is not taken", c.what)
 			require.Zero(t, rdb.Exists(ctx, kc.Counter).Val(), "no counter raised")
 		}
 
 		// A hold that took a proposal the client did not choose.
-		kp := lua.KeysFor("rftest", testenv.Unique(t)+"-from")
+		kp := scripts.KeysFor("rftest", testenv.Unique(t)+"-from")
 		p = proposeNow(kp, "o1", "r1")
 		from := func(tok, p fence.Token) bool {
 			ok, err := scripts.QRaiseFrom(ctx, rdb, kp, "o1", "r1", tok, p)
@@ -287,13 +286,13 @@ func TestQuorumProposal(t *testing.T) {
 		require.True(t, from(p+5, p))
 		require.True(t, from(p+5, p), "a repeated raise")
 		require.Equal(t, p+5, counter(t, rdb, kp))
-		st, err = lua.Inspect(ctx, rdb, kp)
+		st, err = scripts.Inspect(ctx, rdb, kp)
 		require.NoError(t, err)
 		require.Equal(t, p+5, st.Token)
 
 		// "held" raises a lower hold of the ownership (a reentry that met
 		// the proposal before its raise), above the counter only.
-		kh := lua.KeysFor("rftest", testenv.Unique(t)+"-held")
+		kh := scripts.KeysFor("rftest", testenv.Unique(t)+"-held")
 		p = proposeNow(kh, "o1", "r1")
 		require.Equal(t, p, take(kh, "o1", "r2", fence.None).Token, "a reentry answers the hold's token")
 		held := func(tok fence.Token) bool {
@@ -305,7 +304,7 @@ func TestQuorumProposal(t *testing.T) {
 		require.True(t, held(p+9))
 		require.Equal(t, p+9, counter(t, rdb, kh))
 
-		_, err = scripts.QAcquirePropose(ctx, rdb, keys(t), joined(t, rdb), &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}, scripts.MaxToken)
+		_, err = scripts.QAcquirePropose(ctx, rdb, keys(t), joined(t, rdb), &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "r1"}, scripts.MaxToken)
 		require.ErrorIs(t, err, scripts.ErrOverflow)
 	})
 }
@@ -320,13 +319,13 @@ func TestReleaseWakes(t *testing.T) {
 		defer sub.Close()
 		_, err := sub.Receive(ctx)
 		require.NoError(t, err)
-		for _, m := range []lua.Tokens{{}, timeTokens} {
-			r := &lua.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: m}
-			a, err := lua.Acquire(ctx, rdb, k, r)
+		for _, m := range []scripts.Tokens{{}, timeTokens} {
+			r := &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: m}
+			a, err := scripts.Acquire(ctx, rdb, k, r)
 			require.NoError(t, err)
 			r2 := *r
 			r2.Level = "r2"
-			_, err = lua.Acquire(ctx, rdb, k, &r2)
+			_, err = scripts.Acquire(ctx, rdb, k, &r2)
 			require.NoError(t, err)
 			left, err := scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r2", m, wake)
 			require.NoError(t, err)

@@ -8,27 +8,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 func TestRepeatedRequestsApplyOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		run := func(level string) lua.Acquired {
-			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: level})
+		run := func(level string) scripts.Acquired {
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			assertLeaseShape(t, rdb, k)
 			return a
 		}
 		first := run("r1")
-		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 1}, first)
+		require.Equal(t, scripts.Acquired{OK: true, Token: 1, Depth: 1}, first)
 		require.Equal(t, first, run("r1"), "a repeated fresh acquire must not take a new token")
-		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"))
-		require.Equal(t, lua.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"), "a repeated reentry must not count twice")
+		require.Equal(t, scripts.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"))
+		require.Equal(t, scripts.Acquired{OK: true, Token: 1, Depth: 2}, run("r2"), "a repeated reentry must not count twice")
 
 		rel := func(level string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o1", first.Token, level, lua.Tokens{})
+			n, err := scripts.Release(ctx, rdb, k, "o1", first.Token, level, scripts.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
@@ -37,25 +37,25 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.EqualValues(t, 0, rel("r1"))
 		require.EqualValues(t, 0, rel("r1"), "a repeated full release must still report success")
 		require.EqualValues(t, 0, rel("r5"), "the release of an ownership that ended by release is taken for a repeat")
-		n, err := lua.Release(ctx, rdb, k, "o1", first.Token+1, "r5", lua.Tokens{})
+		n, err := scripts.Release(ctx, rdb, k, "o1", first.Token+1, "r5", scripts.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n, "a token never issued is not held")
 
 		// Someone else takes the lock; the old full release, repeated, must
 		// still answer as before and must not touch the new holder.
-		other, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r6"})
+		other, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r6"})
 		require.NoError(t, err)
 		require.Equal(t, fence.Token(2), other.Token)
 		require.EqualValues(t, 0, rel("r1"))
 		// ...even after that other owner fully released in turn: an
 		// ownership that ended by release answers its releases as done.
-		n, err = lua.Release(ctx, rdb, k, "o2", other.Token, "r6", lua.Tokens{})
+		n, err = scripts.Release(ctx, rdb, k, "o2", other.Token, "r6", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
-		other, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r6b"})
+		other, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r6b"})
 		require.NoError(t, err)
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.Equal(t, "o2", st.Owner)
 		require.EqualValues(t, 1, st.Depth)
@@ -71,39 +71,39 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		expire := func() { b.Expire(60 * time.Millisecond) }
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		expire()
-		n, err := lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		n, err := scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n, "the lease ran out before the release")
-		b2, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
+		b2, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
 		require.NoError(t, err)
 		require.True(t, b2.OK)
-		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n, "a retry, after another ownership began")
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
-		require.Equal(t, []lua.Ended{{Token: a.Token, Owner: "o1", Expired: true}}, st.Ended)
+		require.Equal(t, []scripts.Ended{{Token: a.Token, Owner: "o1", Expired: true}}, st.Ended)
 
 		// Expired without a release: another owner's acquire records it.
 		k = keys(t)
-		a, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
+		a, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: 50 * time.Millisecond, Level: "r1"})
 		require.NoError(t, err)
 		expire()
-		b2, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
+		b2, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r2"})
 		require.NoError(t, err)
 		require.Equal(t, a.Token+1, b2.Token)
-		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n)
-		n, err = lua.Release(ctx, rdb, k, "o2", b2.Token, "r2", lua.Tokens{})
+		n, err = scripts.Release(ctx, rdb, k, "o2", b2.Token, "r2", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
-		st, err = lua.Inspect(ctx, rdb, k)
+		st, err = scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
-		require.Equal(t, []lua.Ended{{Token: a.Token, Owner: "o1", Expired: true}, {Token: b2.Token, Owner: "o2"}}, st.Ended)
+		require.Equal(t, []scripts.Ended{{Token: a.Token, Owner: "o1", Expired: true}, {Token: b2.Token, Owner: "o2"}}, st.Ended)
 	})
 }
 
@@ -113,18 +113,18 @@ func TestExpiredRecordsBounded(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		for i := range 20 {
-			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: fmt.Sprint("r", i)})
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: fmt.Sprint("r", i)})
 			require.NoError(t, err)
 			require.True(t, a.OK)
 			require.NoError(t, rdb.HSet(ctx, k.Lock, "x", "1").Err()) // its lease ran out long ago
 		}
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.Len(t, st.Ended, 17, "16 recorded and the last, not yet")
 		require.EqualValues(t, 4, st.Ended[0].Token)
 		require.Len(t, rdb.HKeys(ctx, k.Lock).Val(), 16+6, "16 records, w, t, b, o, x and one level")
 		for tok := range fence.Token(20) {
-			n, err := lua.Release(ctx, rdb, k, "o", tok+1, fmt.Sprint("r", tok), lua.Tokens{})
+			n, err := scripts.Release(ctx, rdb, k, "o", tok+1, fmt.Sprint("r", tok), scripts.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, -1, n, "token %d expired", tok+1)
 		}
@@ -139,24 +139,24 @@ func TestExpiredRecordsBounded(t *testing.T) {
 func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		outer, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "outer"})
+		outer, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "outer"})
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner"})
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "inner"})
 		require.NoError(t, err)
 		rel := func(level string) int64 {
-			n, err := lua.Release(ctx, rdb, k, "o", outer.Token, level, lua.Tokens{})
+			n, err := scripts.Release(ctx, rdb, k, "o", outer.Token, level, scripts.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
 		require.EqualValues(t, 1, rel("inner"))
-		again, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
+		again, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, again.Depth)
 		require.EqualValues(t, 2, rel("inner"), "the retry of a release already applied changes nothing")
-		replayed, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
+		replayed, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "inner2"})
 		require.NoError(t, err)
 		require.Equal(t, again, replayed, "a repeated reentry answers the depth it was granted, not today's")
-		busy, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "other", TTL: time.Minute, Level: "x"})
+		busy, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "other", TTL: time.Minute, Level: "x"})
 		require.NoError(t, err)
 		require.False(t, busy.OK, "the lock is still held at depth 2")
 		require.EqualValues(t, 1, rel("inner2"))
@@ -167,36 +167,36 @@ func TestRetriedPartialReleaseAfterReentryAppliesOnce(t *testing.T) {
 func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		_, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a1"})
+		_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "a1"})
 		require.NoError(t, err)
-		undone, err := lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a1"})
+		undone, err := scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "a1"})
 		require.NoError(t, err)
 		require.True(t, undone)
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.Empty(t, st.Owner, "an abandoned fresh acquisition frees the lock")
 
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a2"})
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "a2"})
 		require.NoError(t, err)
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a3"})
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "a3"})
 		require.NoError(t, err)
 		for _, c := range []struct{ owner, req string }{{"x", "a3"}, {"o", "nope"}} {
-			undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: c.owner, Level: c.req})
+			undone, err = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: c.owner, Level: c.req})
 			require.NoError(t, err)
 			require.False(t, undone, "%v: not a level of this owner", c)
 		}
-		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a3"})
+		undone, err = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "a3"})
 		require.NoError(t, err)
 		require.True(t, undone)
-		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a3"})
+		undone, err = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "a3"})
 		require.NoError(t, err)
 		require.False(t, undone, "a repeated abandon must not undo twice")
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Minute, Level: "a4"})
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "a4"})
 		require.NoError(t, err)
-		undone, err = lua.Abandon(ctx, rdb, k, &lua.Request{Owner: "o", Level: "a2"})
+		undone, err = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "a2"})
 		require.NoError(t, err)
 		require.True(t, undone, "a level is undone by its ID even after later reentries")
-		st, err = lua.Inspect(ctx, rdb, k)
+		st, err = scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Depth)
 		require.EqualValues(t, 2, st.LastToken, "the counter is never rolled back")
@@ -208,16 +208,16 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 func TestExtendNeverShortens(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Hour, Level: "outer"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Hour, Level: "outer"})
 		require.NoError(t, err)
-		ok, err := lua.Extend(ctx, rdb, k, "o", a.Token, time.Second, lua.Tokens{})
+		ok, err := scripts.Extend(ctx, rdb, k, "o", a.Token, time.Second, scripts.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute, "a shorter extend must not shorten")
-		_, err = lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o", TTL: time.Second, Level: "inner"})
+		_, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Second, Level: "inner"})
 		require.NoError(t, err)
 		require.Greater(t, leaseLeft(t, rdb, k), 59*time.Minute, "a reentry with a shorter TTL must not shorten")
-		ok, err = lua.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour, lua.Tokens{})
+		ok, err = scripts.Extend(ctx, rdb, k, "o", a.Token, 2*time.Hour, scripts.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Greater(t, leaseLeft(t, rdb, k), 119*time.Minute, "a longer extend lengthens")
@@ -227,11 +227,11 @@ func TestExtendNeverShortens(t *testing.T) {
 func TestOwnerAndTokenChecked(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o1", TTL: time.Minute, Level: "a1"})
+		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "a1"})
 		require.NoError(t, err)
 
 		// A second owner is refused and told the holder's remaining TTL.
-		busy, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: "o2", TTL: time.Minute, Level: "a2"})
+		busy, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "a2"})
 		require.NoError(t, err)
 		require.False(t, busy.OK)
 		require.Greater(t, busy.HolderTTL, 50*time.Second)
@@ -240,14 +240,14 @@ func TestOwnerAndTokenChecked(t *testing.T) {
 			owner string
 			tok   fence.Token
 		}{{"o2", a.Token}, {"o1", a.Token + 1}, {"o1", a.Token - 1}} {
-			ok, err := lua.Extend(ctx, rdb, k, c.owner, c.tok, time.Hour, lua.Tokens{})
+			ok, err := scripts.Extend(ctx, rdb, k, c.owner, c.tok, time.Hour, scripts.Tokens{})
 			require.NoError(t, err)
 			require.False(t, ok, "extend by %v", c)
-			n, err := lua.Release(ctx, rdb, k, c.owner, c.tok, "x"+c.owner+c.tok.String(), lua.Tokens{})
+			n, err := scripts.Release(ctx, rdb, k, c.owner, c.tok, "x"+c.owner+c.tok.String(), scripts.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, -1, n, "release by %v", c)
 		}
-		ok, err := lua.Extend(ctx, rdb, k, "o1", a.Token, time.Hour, lua.Tokens{})
+		ok, err := scripts.Extend(ctx, rdb, k, "o1", a.Token, time.Hour, scripts.Tokens{})
 		require.NoError(t, err)
 		require.True(t, ok)
 		assertLeaseShape(t, rdb, k)
@@ -266,14 +266,14 @@ func TestCleanReleaseCompactsTheLock(t *testing.T) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		acquire := func(owner, level string) fence.Token {
 			t.Helper()
-			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: time.Minute, Level: level})
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: owner, TTL: time.Minute, Level: level})
 			require.NoError(t, err)
 			require.True(t, a.OK)
 			return a.Token
 		}
 		release := func(owner string, tok fence.Token, level string) int64 {
 			t.Helper()
-			n, err := lua.Release(ctx, rdb, k, owner, tok, level, lua.Tokens{})
+			n, err := scripts.Release(ctx, rdb, k, owner, tok, level, scripts.Tokens{})
 			require.NoError(t, err)
 			return n
 		}
@@ -281,11 +281,11 @@ func TestCleanReleaseCompactsTheLock(t *testing.T) {
 		require.Zero(t, release("o1", first, "r1"))
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a clean release leaves no hash")
 		require.Equal(t, "1 1 o1", rdb.Get(ctx, k.Counter).Val())
-		st, err := lua.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		st.Floor = 0 // the slot's, which other tests' names of the slot may have raised
-		require.Equal(t, lua.State{Name: k.Name, LastToken: first, LastOwner: "o1",
-			Ended: []lua.Ended{{Token: first, Owner: "o1"}}}, st, "inspect reads the record as the hash it replaced")
+		require.Equal(t, scripts.State{Name: k.Name, LastToken: first, LastOwner: "o1",
+			Ended: []scripts.Ended{{Token: first, Owner: "o1"}}}, st, "inspect reads the record as the hash it replaced")
 
 		require.Zero(t, release("o1", first, "r1"), "a retried release is answered released")
 		require.EqualValues(t, -1, release("o2", first, "r1"), "by its own owner only")
@@ -314,53 +314,53 @@ func TestCleanReleaseCompactsTheLock(t *testing.T) {
 func TestCompactionKeepsWhatItCannotRecord(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
-		take := func(k lua.Keys, owner, level string, ttl time.Duration, m lua.Tokens) lua.Acquired {
+		take := func(k scripts.Keys, owner, level string, ttl time.Duration, m scripts.Tokens) scripts.Acquired {
 			t.Helper()
-			a, err := lua.Acquire(ctx, rdb, k, &lua.Request{Owner: owner, TTL: ttl, Level: level, Tokens: m})
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: owner, TTL: ttl, Level: level, Tokens: m})
 			require.NoError(t, err)
 			require.True(t, a.OK)
 			return a
 		}
 
 		k := keys(t) // expired, then another ownership released cleanly
-		take(k, "o1", "r1", 50*time.Millisecond, lua.Tokens{})
+		take(k, "o1", "r1", 50*time.Millisecond, scripts.Tokens{})
 		b.Expire(60 * time.Millisecond)
-		a := take(k, "o2", "r2", time.Minute, lua.Tokens{})
-		n, err := lua.Release(ctx, rdb, k, "o2", a.Token, "r2", lua.Tokens{})
+		a := take(k, "o2", "r2", time.Minute, scripts.Tokens{})
+		n, err := scripts.Release(ctx, rdb, k, "o2", a.Token, "r2", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Contains(t, rdb.HKeys(ctx, k.Lock).Val(), "e:1", "an expiry record keeps the hash")
 
 		k = keys(t) // forced
-		a = take(k, "o1", "r1", time.Minute, lua.Tokens{})
-		_, err = lua.Force(ctx, rdb, k, a.Token, "ops", lua.Tokens{})
+		a = take(k, "o1", "r1", time.Minute, scripts.Tokens{})
+		_, err = scripts.Force(ctx, rdb, k, a.Token, "ops", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Contains(t, rdb.HKeys(ctx, k.Lock).Val(), "f", "a forced unlock keeps the hash")
 
 		k = keys(t) // time tokens
 		a = take(k, "o1", "r1", time.Minute, timeTokens)
-		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", timeTokens)
+		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", timeTokens)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "a time-mode hash stays, to expire")
 
 		k = keys(t) // a counter set by hand above the last token
-		a = take(k, "o1", "r1", time.Minute, lua.Tokens{})
+		a = take(k, "o1", "r1", time.Minute, scripts.Tokens{})
 		require.NoError(t, rdb.Set(ctx, k.Counter, "100", 0).Err())
-		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Equal(t, "100", rdb.Get(ctx, k.Counter).Val(), "a higher counter is put back")
 		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "and the hash kept")
-		require.EqualValues(t, 101, take(k, "o2", "r2", time.Minute, lua.Tokens{}).Token)
+		require.EqualValues(t, 101, take(k, "o2", "r2", time.Minute, scripts.Tokens{}).Token)
 
 		k = keys(t) // a b set by hand above the last token
-		a = take(k, "o1", "r1", time.Minute, lua.Tokens{})
+		a = take(k, "o1", "r1", time.Minute, scripts.Tokens{})
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "b", "5").Err())
-		n, err = lua.Release(ctx, rdb, k, "o1", a.Token, "r1", lua.Tokens{})
+		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Equal(t, "1", rdb.Get(ctx, k.Counter).Val(), "no record that would read as foreign")
-		require.EqualValues(t, 2, take(k, "o2", "r2", time.Minute, lua.Tokens{}).Token)
+		require.EqualValues(t, 2, take(k, "o2", "r2", time.Minute, scripts.Tokens{}).Token)
 	})
 }

@@ -16,8 +16,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/metrics"
 	"github.com/redfence/redfence/reentrant"
 )
@@ -150,7 +150,7 @@ func TestLockEvents(t *testing.T) {
 		held, err := c.Lock(ctx, "b")
 		require.NoError(t, err)
 		eventually(t, "a renewal", func() bool { return rec.count(reentrant.Renewed) > 0 })
-		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, "b").Lock).Err())
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, "b").Lock).Err())
 		eventually(t, "the loss of b", func() bool { return rec.count(reentrant.Lost) == 1 })
 		require.ErrorIs(t, held.Err(), reentrant.ErrLost)
 

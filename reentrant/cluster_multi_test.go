@@ -14,14 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/hashslot"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
 // slotOf is the Cluster slot of name's lock keys.
-func slotOf(name string) int { return hashslot.Of(lua.KeysFor(prefix, name).Lock) }
+func slotOf(name string) int { return hashslot.Of(scripts.KeysFor(prefix, name).Lock) }
 
 // namesOnMasters returns one name under p per primary of c, ordered by
 // slot (the order LockMulti takes them in), and a second name in the slot
@@ -145,7 +145,7 @@ func TestClusterLockMultiPrimaryStopped(t *testing.T) {
 	ctx := t.Context()
 	names, _ := namesOnMasters(t, c, testenv.Unique(t))
 	stopped := c.MasterOf(slotOf(names[len(names)-1]))
-	cc.AddHook(&pauseAfterHook{key: lua.KeysFor(prefix, names[0]).Lock, pause: stopped.Pause})
+	cc.AddHook(&pauseAfterHook{key: scripts.KeysFor(prefix, names[0]).Lock, pause: stopped.Pause})
 
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

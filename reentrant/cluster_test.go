@@ -22,7 +22,6 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -143,7 +142,7 @@ func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, shard
 	owner := map[string]*redisproc.Server{}
 	for i := 0; len(names) < perMaster*len(c.Masters()); i++ {
 		name := fmt.Sprintf("wait{%d}", i)
-		m := c.MasterOf(hashslot.Of(lua.KeysFor(prefix, name).Lock))
+		m := c.MasterOf(hashslot.Of(scripts.KeysFor(prefix, name).Lock))
 		if r.handoffs[m] < perMaster {
 			r.handoffs[m]++
 			names = append(names, name)
@@ -179,7 +178,7 @@ func runClusterHandoffs(t *testing.T, c *redisproc.Cluster, perMaster int, shard
 	// so that only a lost message could make a handoff wait for a poll.
 	slots := map[int]bool{}
 	for _, name := range names {
-		slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
+		slot := hashslot.Of(scripts.KeysFor(prefix, name).Lock)
 		if !slots[slot] {
 			slots[slot] = true
 			r.slots[owner[name]]++
@@ -336,7 +335,7 @@ func testClusterThousandNames(t *testing.T, p scriptPath) {
 	owner := map[int]*redisproc.Server{}
 	perMaster := map[*redisproc.Server]int{}
 	for _, name := range names {
-		slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
+		slot := hashslot.Of(scripts.KeysFor(prefix, name).Lock)
 		if owner[slot] == nil {
 			owner[slot] = c.MasterOf(slot)
 		}
@@ -414,7 +413,7 @@ func testClusterThousandNames(t *testing.T, p scriptPath) {
 		require.Zero(t, cachedScripts(t, m))
 	}
 	for _, name := range names {
-		if owner[hashslot.Of(lua.KeysFor(prefix, name).Lock)] == m {
+		if owner[hashslot.Of(scripts.KeysFor(prefix, name).Lock)] == m {
 			l, err := lc.Lock(ctx, name)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(ctx))
@@ -545,7 +544,7 @@ func testClusterHandoffDuringMoveIsPolled(t *testing.T, p scriptPath) {
 	holder := newClient(t, c.Client())
 	waiter := newClient(t, c.Client())
 	name := fmt.Sprintf("polled{%d}", time.Now().UnixNano())
-	slot := hashslot.Of(lua.KeysFor(prefix, name).Lock)
+	slot := hashslot.Of(scripts.KeysFor(prefix, name).Lock)
 	from := c.MasterOf(slot)
 	to := c.Masters()[0]
 	if to == from {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // The errors of this package. Test them with errors.Is; each method's doc
@@ -91,12 +91,12 @@ var (
 	// key, or a name collision across prefixes. The call changed nothing,
 	// and no lock call on that name succeeds until the key is removed. It
 	// is scripts.ErrForeign, so either may be tested.
-	ErrForeign = lua.ErrForeign
+	ErrForeign = scripts.ErrForeign
 
 	// ErrOverflow reports a name whose next token would reach 2^53, which
 	// the scripts cannot represent exactly: no token is issued. It is
 	// scripts.ErrOverflow.
-	ErrOverflow = lua.ErrOverflow
+	ErrOverflow = scripts.ErrOverflow
 )
 
 // heldHereHint says why a lock call was refused when its own Client holds

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/hashslot"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -141,7 +141,7 @@ func TestFloorIsShardedBySlot(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c := newClient(t, b.Client)
 		names, _ := testenv.SameSlot(prefix, testenv.Unique(t), 2)
-		k0, k1 := lua.KeysFor(prefix, names[0]), lua.KeysFor(prefix, names[1])
+		k0, k1 := scripts.KeysFor(prefix, names[0]), scripts.KeysFor(prefix, names[1])
 		require.Equal(t, k0.Floor, k1.Floor)
 		require.Equal(t, hashslot.Of(k0.Lock), hashslot.Of(k0.Floor), "the floor shares the slot of the name's keys")
 		first := issue(t, c, names[0], 1)

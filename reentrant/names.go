@@ -12,7 +12,7 @@ const MaxPrefixLen = 256
 // CheckName reports why name cannot be a lock name (an error wrapping
 // [ErrInvalid]), or nil. Any non-empty
 // string of up to MaxNameLen bytes is a valid name, braces included. Every
-// call of this package that takes a name checks it so, up front; lua.KeysFor,
+// call of this package that takes a name checks it so, up front; scripts.KeysFor,
 // which builds the keys, does not.
 func CheckName(name string) error { return pkgErr("", checkName(name)) }
 

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/netfault"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/redisstore"
 )
@@ -259,7 +259,7 @@ func TestForeignLockKeyRefusedWithItsType(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
 		c, name := newClient(t, rdb), testenv.Unique(t)
-		k := lua.KeysFor(prefix, name)
+		k := scripts.KeysFor(prefix, name)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "h", "10", "t", "10", "v", "record").Err())
 		for _, call := range []func() error{
 			func() error { _, err := c.TryLock(ctx, name); return err },
@@ -352,7 +352,7 @@ func TestEvictionPolicyChecked(t *testing.T) {
 			}
 			require.ErrorIs(t, err, reentrant.ErrEvictionPolicy)
 			require.ErrorContains(t, err, c.policy)
-			require.Zero(t, rdb.Exists(t.Context(), lua.KeysFor(prefix, "n").Lock).Val(), "nothing may be written")
+			require.Zero(t, rdb.Exists(t.Context(), scripts.KeysFor(prefix, "n").Lock).Val(), "nothing may be written")
 			// With time tokens (the default) an evicted key is a lost one,
 			// which the clock covers: no check.
 			_, err = newClient(t, rdb).TryLock(t.Context(), "t")

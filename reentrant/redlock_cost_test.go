@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -99,12 +99,12 @@ func TestRedlockProposalRefused(t *testing.T) {
 		// loaded machine); then the token is above node 0's counter. Both
 		// are right; the test waits for a name that took the first way.
 		var name string
-		var k lua.Keys
+		var k scripts.Keys
 		var first fence.Token
 		for try := 0; ; try++ {
 			require.Less(t, try, 20, "no acquisition took the proposal on nodes 1 and 2")
 			name = fmt.Sprintf("%s-%d", testenv.Unique(t), try)
-			k = lua.KeysFor(prefix, name)
+			k = scripts.KeysFor(prefix, name)
 			require.NoError(t, s.nodes[0].Set(ctx, k.Counter, ahead.String(), 0).Err())
 			l, err := c.Lock(ctx, name, long)
 			require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 				// pending: its level goes with the acquisition or the
 				// release, not with the lease's end.
 				require.Eventually(t, func() bool {
-					st, err := lua.Inspect(ctx, rdb, k)
+					st, err := scripts.Inspect(ctx, rdb, k)
 					return err == nil && !st.Held
 				}, time.Minute, 5*time.Millisecond, "node %d is free", i)
 			}
@@ -133,7 +133,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 		tok := l.Token()
 		for i, rdb := range s.nodes {
 			require.Eventually(t, func() bool {
-				st, err := lua.Inspect(ctx, rdb, k)
+				st, err := scripts.Inspect(ctx, rdb, k)
 				return err == nil && st.Held && st.Token == tok && !st.Pending
 			}, time.Minute, 5*time.Millisecond, "node %d holds the token", i)
 		}
@@ -145,7 +145,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 		for i, rdb := range s.nodes {
 			// Unlock returns once a majority released; the rest follow.
 			require.Eventually(t, func() bool {
-				st, err := lua.Inspect(ctx, rdb, k)
+				st, err := scripts.Inspect(ctx, rdb, k)
 				return err == nil && !st.Held && st.LastToken == tok
 			}, time.Minute, 5*time.Millisecond, "node %d is free, its last token the lease's", i)
 		}

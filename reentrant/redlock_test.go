@@ -20,7 +20,6 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -127,7 +126,7 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 						// nodes, before late grants waited for their lease
 						// (TestRedlockLateGrants): say what each node held.
 						for j, node := range s.nodes {
-							st, ierr := lua.Inspect(t.Context(), node, lua.KeysFor(prefix, name))
+							st, ierr := scripts.Inspect(t.Context(), node, scripts.KeysFor(prefix, name))
 							t.Logf("node %d: %+v %v", j, st, ierr)
 						}
 						t.Logf("lease: token %d owner %s", l.Token(), l.Owner())
@@ -237,7 +236,7 @@ func TestRedlockLossReported(t *testing.T) {
 		// one left says held, a majority says gone.
 		holders := func() (in []int) {
 			for i, n := range s.nodes {
-				st, err := lua.Inspect(t.Context(), n, lua.KeysFor(prefix, name))
+				st, err := scripts.Inspect(t.Context(), n, scripts.KeysFor(prefix, name))
 				if err == nil && st.Held && st.Token == l.Token() {
 					in = append(in, i)
 				}
@@ -365,7 +364,7 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 		for _, how := range []string{"unlock", "force"} {
 			t.Run(how, func(t *testing.T) {
 				name := testenv.Unique(t)
-				channel := lua.KeysFor(prefix, name).Lock + ":w"
+				channel := scripts.KeysFor(prefix, name).Lock + ":w"
 				listeners := func() (n int64) {
 					for _, rdb := range s.nodes {
 						m, err := rdb.PubSubNumSub(t.Context(), channel).Result()
@@ -435,7 +434,7 @@ func holdGrants(t *testing.T, node redis.UniversalClient) (*heldGrants, redis.Un
 	rdb := redis.NewClient(o)
 	t.Cleanup(func() { _ = rdb.Close() })
 	// Every call an FCALL (or EVALSHA) that runs: no load to tell apart.
-	require.NoError(t, lua.Load(t.Context(), rdb))
+	require.NoError(t, scripts.Load(t.Context(), rdb))
 	isGrant := func(cmds []redis.Cmder, pipe bool) bool {
 		return !pipe && scripts.Runs("qacquire", cmds[0].Args())
 	}
@@ -499,22 +498,22 @@ func (h *heldGrants) arm(t *testing.T) (release func()) {
 // and as the demo's reentry timing out on 3).
 func TestRedlockLateGrants(t *testing.T) {
 	const ttl = 30 * time.Second // the window (the grants' deadline) is far off
-	state := func(t *testing.T, node redis.UniversalClient, name string) lua.State {
-		st, err := lua.Inspect(t.Context(), node, lua.KeysFor(prefix, name))
+	state := func(t *testing.T, node redis.UniversalClient, name string) scripts.State {
+		st, err := scripts.Inspect(t.Context(), node, scripts.KeysFor(prefix, name))
 		require.NoError(t, err)
 		return st
 	}
-	awaitState := func(t *testing.T, node redis.UniversalClient, name, want string, ok func(lua.State) bool) {
+	awaitState := func(t *testing.T, node redis.UniversalClient, name, want string, ok func(scripts.State) bool) {
 		t.Helper()
-		var st lua.State
+		var st scripts.State
 		if !testenv.Await(10*time.Second, func() bool { st = state(t, node, name); return ok(st) }) {
 			t.Fatalf("the late node never came to %s: %+v", want, st)
 		}
 	}
-	heldBy := func(tok fence.Token, depth int64) func(lua.State) bool {
-		return func(st lua.State) bool { return st.Held && !st.Pending && st.Token == tok && st.Depth == depth }
+	heldBy := func(tok fence.Token, depth int64) func(scripts.State) bool {
+		return func(st scripts.State) bool { return st.Held && !st.Pending && st.Token == tok && st.Depth == depth }
 	}
-	free := func(st lua.State) bool { return !st.Held }
+	free := func(st scripts.State) bool { return !st.Held }
 
 	eachRedlock(t, 3, func(t *testing.T, s redlockSet) {
 		h, late := holdGrants(t, s.nodes[2])
@@ -579,12 +578,12 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		h, late := holdGrants(t, s.nodes[2])
 		c := newRedlock(t, []redis.UniversalClient{s.nodes[0], s.nodes[1], late}, reentrant.WithTTL(30*time.Second))
 		name := testenv.Unique(t)
-		k := lua.KeysFor(prefix, name)
+		k := scripts.KeysFor(prefix, name)
 		outer, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
 		for i, node := range s.nodes {
 			require.True(t, testenv.Await(10*time.Second, func() bool {
-				st, err := lua.Inspect(t.Context(), node, k)
+				st, err := scripts.Inspect(t.Context(), node, k)
 				return err == nil && st.Held && !st.Pending && st.Token == outer.Token()
 			}), "node %d never held the token", i)
 		}
@@ -600,7 +599,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, err, "one holding node and one whose counter is the token make a majority")
 		require.Equal(t, outer.Token(), inner.Token())
 		require.Equal(t, int64(2), inner.Depth())
-		st, err := lua.Inspect(t.Context(), s.nodes[0], k)
+		st, err := scripts.Inspect(t.Context(), s.nodes[0], k)
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending && st.Token == outer.Token(), "node 0 holds the token again: %+v", st)
 
@@ -608,7 +607,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, outer.Unlock(t.Context()))
 		for i, node := range s.nodes {
 			require.True(t, testenv.Await(10*time.Second, func() bool {
-				st, err := lua.Inspect(t.Context(), node, k)
+				st, err := scripts.Inspect(t.Context(), node, k)
 				return err == nil && !st.Held
 			}), "node %d still holds the lock", i)
 		}
@@ -754,9 +753,9 @@ func TestRedlockRestartEmptyBehindAPartition(t *testing.T) {
 			first = l.Token()
 			require.NoError(t, l.Unlock(t.Context()))
 		}
-		require.Empty(t, nodes[2].Get(t.Context(), lua.KeysFor(prefix, name).Counter).Val(), "C never saw a token")
+		require.Empty(t, nodes[2].Get(t.Context(), scripts.KeysFor(prefix, name).Counter).Val(), "C never saw a token")
 		srvs[1].Crash(0)
-		require.Empty(t, nodes[1].Get(t.Context(), lua.KeysFor(prefix, name).Counter).Val(), "B restarted empty")
+		require.Empty(t, nodes[1].Get(t.Context(), scripts.KeysFor(prefix, name).Counter).Val(), "B restarted empty")
 		time.Sleep(wait)
 		l, err := noA.Lock(t.Context(), name)
 		require.NoError(t, err)

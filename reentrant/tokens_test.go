@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
 )
@@ -71,7 +71,7 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				srv := redisproc.Start(t)
 				c, name := newClient(t, srv.Client(), mode.opts...), testenv.Unique(t)
 				before := issue(t, c, name, 5)
-				k := lua.KeysFor(prefix, name)
+				k := scripts.KeysFor(prefix, name)
 				require.NoError(t, srv.Client().Del(t.Context(), k.Lock, k.Queue, k.Counter, k.Floor).Err())
 				checkAfterLoss(t, mode.name, before, firstAfter(t, c, name))
 			})
@@ -86,7 +86,7 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				primary.Kill()
 				replica.Resume()
 				replica.Promote()
-				got, err := lua.Inspect(t.Context(), replica.Client(), lua.KeysFor(prefix, name))
+				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.KeysFor(prefix, name))
 				require.NoError(t, err)
 				require.Less(t, got.LastToken, before, "the promoted replica must have missed tokens")
 				after := newClient(t, replica.Client(), mode.opts...)
@@ -124,7 +124,7 @@ func TestEveryKeyExpires(t *testing.T) {
 			l, err := lc.Lock(t.Context(), name)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(t.Context()))
-			k := lua.KeysFor(prefix, name)
+			k := scripts.KeysFor(prefix, name)
 			within := func(key string, want time.Duration) {
 				t.Helper()
 				ttl := b.Client.PTTL(t.Context(), key).Val()
@@ -168,7 +168,7 @@ func TestEveryKeyExpires(t *testing.T) {
 		// last.
 		lc, name := newClient(t, b.Client, reentrant.WithCounterIdleExpiry(time.Hour)), testenv.Unique(t)
 		last := issue(t, lc, name, 3)
-		k := lua.KeysFor(prefix, name)
+		k := scripts.KeysFor(prefix, name)
 		testenv.Advance(b.Mini, reentrant.DefaultTTL+reentrant.DefaultRecordExpiry+time.Millisecond)
 		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter).Val())
 		require.EqualValues(t, 1, b.Client.Exists(t.Context(), k.Floor).Val())
@@ -261,7 +261,7 @@ func deletedByHand(t *testing.T, rdb redis.UniversalClient) {
 	require.NoError(t, err)
 	require.NoError(t, store.Put(ctx, "resource", []byte("a1"), first.Token()))
 
-	k := lua.KeysFor(prefix, name)
+	k := scripts.KeysFor(prefix, name)
 	require.NoError(t, rdb.Del(ctx, k.Lock, k.Queue).Err())
 
 	second, err := b.TryLock(ctx, name)
@@ -383,7 +383,7 @@ func TestLossSaysWhy(t *testing.T) {
 		c := newClient(t, b.Client, operatorLease...)
 		l, err := c.Lock(ctx, testenv.Unique(t))
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, l.Name()).Lock).Err())
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, l.Name()).Lock).Err())
 		err = awaitLoss(t, l)
 		require.ErrorIs(t, err, reentrant.ErrGone)
 		require.ErrorIs(t, err, reentrant.ErrLost)
@@ -423,7 +423,7 @@ func TestForcedLeaseSaysWhoForcedIt(t *testing.T) {
 		// Deleted by hand, not forced: the cause says what it cannot tell.
 		l, err = c.Lock(ctx, name)
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, lua.KeysFor(prefix, name).Lock).Err())
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, name).Lock).Err())
 		require.ErrorIs(t, l.Extend(ctx, time.Minute), reentrant.ErrNotHeld)
 		require.ErrorContains(t, l.Err(), "expired, taken, forced or deleted")
 	})

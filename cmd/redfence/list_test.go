@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -84,8 +84,8 @@ func TestList(t *testing.T) {
 
 		// Another program's value under the prefix: reported on stderr,
 		// exit status 1, the locks still listed.
-		require.NoError(t, b.Client.Set(t.Context(), lua.KeysFor(prefix, "theirs").Lock, "v", 0).Err())
-		t.Cleanup(func() { b.Client.Del(t.Context(), lua.KeysFor(prefix, "theirs").Lock) })
+		require.NoError(t, b.Client.Set(t.Context(), scripts.KeysFor(prefix, "theirs").Lock, "v", 0).Err())
+		t.Cleanup(func() { b.Client.Del(t.Context(), scripts.KeysFor(prefix, "theirs").Lock) })
 		views, code, errOut = listJSON(t, "--redis", addr, "--prefix", prefix)
 		require.Equal(t, exitFailure, code)
 		require.Contains(t, errOut, `"theirs"`)

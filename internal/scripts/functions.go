@@ -34,7 +34,7 @@ import (
 // miniredis, FUNCTION or FCALL renamed away or denied by an ACL) is
 // remembered per client, which then sends EVALSHA as before.
 
-// lib is the Functions library Install built.
+// lib is the Functions library install built.
 var lib struct {
 	name string // redfence_<version>
 	src  string // "#!lua name=..." and the code

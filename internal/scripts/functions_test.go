@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/internal/scripts"
-	_ "github.com/redfence/redfence/lua" // installs the scripts
 )
 
 // The library is named after its code's SHA1 and registers one function

@@ -8,7 +8,7 @@ import (
 // runs it, the script the wrappers run now, and a swap for a modified copy
 // (see internal/testkit/mutant). To the module's users the scripts are fixed.
 
-// Source returns the named script's source as Install built it: the
+// Source returns the named script's source as install built it: the
 // helpers it calls, then its own file, comments left out.
 func Source(name string) string { return get(name).src }
 
@@ -30,16 +30,13 @@ func Swap(name, src string) (restore func()) {
 func get(name string) *script {
 	for i := range scripts {
 		if scripts[i].name == name {
-			if scripts[i].src == "" {
-				panic("scripts: " + name + " is not installed (is package lua imported?)")
-			}
 			return &scripts[i]
 		}
 	}
 	panic("scripts: no script " + name)
 }
 
-// LibrarySource returns the Functions library as Install built it:
+// LibrarySource returns the Functions library as install built it:
 // "#!lua name=<LibraryName()>" and its code.
 func LibrarySource() string { return lib.src }
 

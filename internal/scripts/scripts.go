@@ -1,9 +1,9 @@
 // Package scripts is the Go side of the lock scripts whose source is package
-// lua's: the typed wrappers, the reply parsers, and a way in for the
-// module's tests. Package lua embeds the .lua files and hands them over
-// with [Install] when it is initialised, then re-exports what a caller of
-// the scripts needs; the lock client (package reentrant) calls this package
-// for the rest: the Redlock phases ([QAcquire], [QRaise], [QBump]), the
+// lua's (the .lua files it embeds): the typed wrappers, the reply parsers,
+// and a way in for the module's tests. The scripts are built from lua.FS
+// when this package is initialised. The lock client (package reentrant)
+// calls the wrappers: the single-node ones ([Acquire], [Release], ...),
+// the Redlock phases ([QAcquire], [QRaise], [QBump]), the
 // replica-acknowledged acquisition ([AcquireAcked]) and the renewer's
 // pipelined [ExtendBatch]. Being internal, none of that is a promise to
 // the module's users.
@@ -11,8 +11,7 @@
 // Each wrapper sends FCALL of the Functions library where the server has
 // Functions (functions.go), else EVALSHA, falling back to EVAL when the
 // server answers NOSCRIPT (after SCRIPT FLUSH or a restart). A script
-// refuses a key it did
-// not write with [ErrForeign], and changes nothing.
+// refuses a key it did not write with [ErrForeign], and changes nothing.
 package scripts
 
 import (
@@ -25,9 +24,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/lua"
 )
 
-// The scripts, built once per process by Install: the helpers the script
+// The scripts, built once per process by install: the helpers the script
 // calls (from lib.lua, the lock hash and the tokens; queue.lua, the wait
 // queue; quick.lua, the quick paths of the common states), then the
 // script's own file, without comments (assemble), so the helpers that
@@ -48,7 +49,7 @@ var (
 type script struct {
 	name  string
 	s     **redis.Script // the variable the wrappers run
-	src   string         // set by Install
+	src   string         // set by install
 	hash  any            // (*s).Hash() as a command argument, made once
 	fn    string         // its function in the library: redfence_<version>_<name>
 	fnArg any            // fn as a command argument, made once
@@ -69,11 +70,13 @@ var scripts = []script{
 	{name: "multi", s: &multiScript},
 }
 
-// Install builds every script from the .lua files in src: lib.lua,
-// queue.lua and quick.lua, then one file per script, named after it. Package lua calls it
-// from init with its embedded files, once, before any wrapper can run; a
+func init() { install(lua.FS) }
+
+// install builds every script from the .lua files in src: lib.lua,
+// queue.lua and quick.lua, then one file per script, named after it. init
+// calls it with package lua's files, once, before any wrapper can run; a
 // file missing from src is a build defect, and panics.
-func Install(src fs.FS) {
+func install(src fs.FS) {
 	read := func(name string) string {
 		b, err := fs.ReadFile(src, name)
 		if err != nil {
@@ -269,7 +272,7 @@ func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, argv []any) (
 	return cmd.Result()
 }
 
-// installed returns the entry of s, a script Install built.
+// installed returns the entry of s, a script install built.
 func installed(s *redis.Script) *script {
 	for i := range scripts {
 		if *scripts[i].s == s {
@@ -279,5 +282,5 @@ func installed(s *redis.Script) *script {
 	panic("scripts: a script not installed")
 }
 
-// sourceOf returns the source Install built s from.
+// sourceOf returns the source install built s from.
 func sourceOf(s *redis.Script) string { return installed(s).src }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/storage/redisstore"
 )
 
 // backends runs fn against miniredis and, when configured, a real Redis.
@@ -23,7 +23,7 @@ func backends(t *testing.T, fn func(t *testing.T, c *redis.Client)) {
 }
 
 // TestForeignValue: a key holding something this package did not write is
-// reported by name for every method, as lua.ErrForeign wrapping the
+// reported by name for every method, as redisstore.ErrForeign wrapping the
 // server's reply, and left exactly as it was.
 func TestForeignValue(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
@@ -52,7 +52,7 @@ func TestForeignValue(t *testing.T) {
 			_, errs["Get"] = s.Get(ctx, key)
 			_, errs["Highest"] = s.Highest(ctx, key)
 			for op, err := range errs {
-				if !errors.Is(err, lua.ErrForeign) || !strings.Contains(err.Error(), rk) {
+				if !errors.Is(err, redisstore.ErrForeign) || !strings.Contains(err.Error(), rk) {
 					t.Errorf("%s: %s = %v; want ErrForeign naming %q", name, op, err, rk)
 				}
 				if rerr := redis.Error(nil); !errors.As(err, &rerr) {

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 	"github.com/redfence/redfence/storage/storagetest"
@@ -45,7 +45,7 @@ func TestClusterRecordsSpreadAndMove(t *testing.T) {
 		require.NoError(t, s.Put(ctx, key, []byte(key), 5))
 		rk, err := s.Key(key)
 		require.NoError(t, err)
-		require.Equal(t, hashslot.Of(lua.KeysFor("redfence", key).Lock), hashslot.Of(rk), "a record shares its lock's slot")
+		require.Equal(t, hashslot.Of(scripts.KeysFor("redfence", key).Lock), hashslot.Of(rk), "a record shares its lock's slot")
 	}
 	for _, m := range c.Masters() {
 		n, err := m.Client().DBSize(ctx).Result()

@@ -12,15 +12,15 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 )
 
 // lockCollision reports which key of the lock k the store key rk would
-// overwrite, or "" if none. Every string field of lua.Keys is compared, by
+// overwrite, or "" if none. Every string field of scripts.Keys is compared, by
 // reflection, so a key the lock's layout gains later is checked as well.
 //
 // Why no store key can ever collide, whatever the prefixes, names and keys:
@@ -32,7 +32,7 @@ import (
 // first '{' opens the tag and the first '}' after it closes it. Reading a
 // key that way recovers its suffix after the tag unambiguously, and ":rec"
 // is none of the lock's suffixes: not "", ":q" or ":t". Two keys with different suffixes are different strings.
-func lockCollision(rk string, k lua.Keys) string {
+func lockCollision(rk string, k scripts.Keys) string {
 	v := reflect.ValueOf(k)
 	for i := range v.NumField() {
 		if f := v.Field(i); f.Kind() == reflect.String && f.String() == rk {
@@ -79,7 +79,7 @@ func checkApart(t *testing.T, lockPrefix, name, storePrefix, key string) {
 	if !ok {
 		return
 	}
-	if what := lockCollision(rk, lua.KeysFor(lockPrefix, name)); what != "" {
+	if what := lockCollision(rk, scripts.KeysFor(lockPrefix, name)); what != "" {
 		t.Fatalf("store key %q (prefix %q, key %q) is the lock's %s (prefix %q, name %q)",
 			rk, storePrefix, key, what, lockPrefix, name)
 	}
@@ -155,14 +155,14 @@ func TestLockBesideRecordRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := testenv.Unique(t)
-	k := lua.KeysFor(prefix, name)
+	k := scripts.KeysFor(prefix, name)
 	rk := mustKey(t, s, name)
 	t.Cleanup(func() { cleanupKeys(t, c.Options().Addr, k.Lock, k.Queue, rk) })
 
 	if err := s.Put(ctx, name, []byte("v10"), 10); err != nil {
 		t.Fatal(err)
 	}
-	a, err := lua.Acquire(ctx, c, k, &lua.Request{Owner: "some-owner", TTL: 200 * time.Millisecond, Level: "req-1"})
+	a, err := scripts.Acquire(ctx, c, k, &scripts.Request{Owner: "some-owner", TTL: 200 * time.Millisecond, Level: "req-1"})
 	if err != nil || !a.OK {
 		t.Fatalf("acquire = %+v, %v", a, err)
 	}
@@ -179,7 +179,7 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	// The lease runs out, and another owner takes the lock, which records
 	// the first ownership as expired.
 	time.Sleep(250 * time.Millisecond)
-	b, err := lua.Acquire(ctx, c, k, &lua.Request{Owner: "other-owner", TTL: time.Second, Level: "req-2"})
+	b, err := scripts.Acquire(ctx, c, k, &scripts.Request{Owner: "other-owner", TTL: time.Second, Level: "req-2"})
 	if err != nil || !b.OK || b.Token != a.Token+1 {
 		t.Fatalf("acquire after the lease ran out = %+v, %v; want token %d", b, err, a.Token+1)
 	}
@@ -199,10 +199,10 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	if rec, err := s.Get(ctx, name); err != nil || string(rec.Value) != "v10b" || rec.Token != 10 {
 		t.Fatalf("Get after the stale Put = %q@%d, %v; want v10b@10", rec.Value, rec.Token, err)
 	}
-	if n, err := lua.Release(ctx, c, k, "other-owner", b.Token, "req-2", lua.Tokens{}); err != nil || n != 0 {
+	if n, err := scripts.Release(ctx, c, k, "other-owner", b.Token, "req-2", scripts.Tokens{}); err != nil || n != 0 {
 		t.Fatalf("release = %d, %v; want 0", n, err)
 	}
-	st, err := lua.Inspect(ctx, c, k)
+	st, err := scripts.Inspect(ctx, c, k)
 	if err != nil || st.LastToken != b.Token {
 		t.Fatalf("the lock's counter reads %+v, %v; want %d, untouched by the store", st, err, b.Token)
 	}

@@ -7,13 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/lua"
 	"github.com/redfence/redfence/storage"
 )
 
 // Get returns key's value and the token that wrote it. It returns an error
 // wrapping storage.ErrNotFound if key has no value, storage.ErrInvalid for a
-// bad key, [lua.ErrForeign] if the Redis key holds something else, or the
+// bad key, [ErrForeign] if the Redis key holds something else, or the
 // Redis or context error, wrapped.
 func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	r, err := s.read(ctx, key, "value")
@@ -65,7 +64,7 @@ func (s *Store) read(ctx context.Context, key, mode string) (reply, error) {
 // A nil value is stored as an empty one. Put returns nil when the write was
 // applied; an error wrapping fence.ErrStale (a *fence.StaleError with the
 // current highest) or fence.ErrNoToken when the rule refused it and nothing
-// changed; storage.ErrInvalid for a bad key; [lua.ErrForeign] if the Redis
+// changed; storage.ErrInvalid for a bad key; [ErrForeign] if the Redis
 // key holds something else; or the Redis or context error, wrapped. After a
 // Redis or context error the write may or may not have been applied, never
 // half: re-running it with the same token is safe.
@@ -118,12 +117,12 @@ func (s *Store) write(ctx context.Context, op, key string, t fence.Token, value 
 }
 
 // opErr wraps err, the error of op on key. A script's refusal of a foreign
-// value, the error reply "FOREIGN <key> holds <what>", is [lua.ErrForeign],
+// value, the error reply "FOREIGN <key> holds <what>", is [ErrForeign],
 // as a lock script's is, and keeps the server's reply: errors.As finds the
 // redis.Error.
 func opErr(op, key string, err error) error {
 	if redis.HasErrorPrefix(err, "FOREIGN") {
-		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, lua.ErrForeign, err)
+		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, ErrForeign, err)
 	}
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }

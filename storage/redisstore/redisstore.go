@@ -8,7 +8,7 @@
 // so a paused writer's late Put is still refused.
 //
 // The key sits inside a Redis Cluster hash tag with '%', '{' and '}'
-// escaped (as %25, %7B, %7D; [lua.HashTag], the tag of lock names too), so
+// escaped (as %25, %7B, %7D, the tag of lock names too), so
 // any key, braces included, maps to one well-formed tag and every script
 // touches a single slot. The escaping is injective: two different keys never
 // share a record.
@@ -45,11 +45,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/storage"
 )
 
 var _ storage.Store = (*Store)(nil)
+
+// ErrForeign reports a record's Redis key holding something this package
+// did not write (a string, a list, a hash with other fields): nothing was
+// read or changed. It is the error redfence's lock scripts refuse their
+// keys with, reentrant.ErrForeign, so either may be tested.
+var ErrForeign = scripts.ErrForeign
 
 // DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
 // Keys are limited to storage.MaxKeyLen bytes, as in every adapter;
@@ -109,7 +115,7 @@ func New(c redis.Scripter, opts ...Option) (*Store, error) {
 }
 
 // recordSuffix follows the hash tag of every record. A lock's keys end
-// their tag with "", ":t" or ":q" (package lua);
+// their tag with "", ":t" or ":q" (lua/lib.lua);
 // without a suffix of its own a record would be the very key of the lock
 // hash when prefixes and names coincide, and taking the lock would wipe it.
 const recordSuffix = ":rec"
@@ -122,5 +128,5 @@ func (s *Store) Key(key string) (string, error) {
 	if err := storage.CheckKey(key); err != nil {
 		return "", fmt.Errorf("redisstore: %w", err)
 	}
-	return s.prefix + ":" + lua.HashTag(key) + recordSuffix, nil
+	return s.prefix + ":" + scripts.HashTag(key) + recordSuffix, nil
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/redfence/redfence/internal/scripts"
-	_ "github.com/redfence/redfence/lua" // installs the scripts
 )
 
 // ReplayedReleaseTakesALevel brings back the bug of the count-based release

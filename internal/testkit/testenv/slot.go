@@ -6,7 +6,7 @@ import (
 
 	"github.com/redfence/redfence/internal/hashslot"
 
-	"github.com/redfence/redfence/lua"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // Slot is Redis Cluster's key slot of key, [hashslot.Of]: CRC16-XMODEM
@@ -31,11 +31,11 @@ func Tag(key string) string {
 // made from it, whose keys all hash to one Cluster slot, and that slot: a
 // test of what happens to every lock of a slot (a move, a failover).
 func SameSlot(prefix, base string, n int) ([]string, int) {
-	slot := hashslot.Of(lua.KeysFor(prefix, base).Lock)
+	slot := hashslot.Of(scripts.KeysFor(prefix, base).Lock)
 	names := []string{base}
 	for i := 0; len(names) < n; i++ {
 		name := base + "-" + strconv.Itoa(i)
-		if hashslot.Of(lua.KeysFor(prefix, name).Lock) == slot {
+		if hashslot.Of(scripts.KeysFor(prefix, name).Lock) == slot {
 			names = append(names, name)
 		}
 	}
@@ -48,7 +48,7 @@ func SameSlot(prefix, base string, n int) ([]string, int) {
 func NameWhere(prefix, base string, ok func(slot int) bool) string {
 	for i := 0; ; i++ {
 		name := base + "-" + strconv.Itoa(i)
-		if ok(hashslot.Of(lua.KeysFor(prefix, name).Lock)) {
+		if ok(hashslot.Of(scripts.KeysFor(prefix, name).Lock)) {
 			return name
 		}
 	}

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/lua"
 )
 
 // TestSlot checks Slot against the Redis Cluster specification's check
@@ -36,9 +36,9 @@ func TestSameSlotAndNameWhere(t *testing.T) {
 	for _, n := range names {
 		require.False(t, seen[n], "names repeat: %v", names)
 		seen[n] = true
-		require.Equal(t, slot, testenv.Slot(lua.KeysFor("p", n).Lock), n)
+		require.Equal(t, slot, testenv.Slot(scripts.KeysFor("p", n).Lock), n)
 	}
 	want := (slot + 1) % 16384
 	n := testenv.NameWhere("p", "base", func(s int) bool { return s%8 == want%8 })
-	require.Equal(t, want%8, testenv.Slot(lua.KeysFor("p", n).Lock)%8)
+	require.Equal(t, want%8, testenv.Slot(scripts.KeysFor("p", n).Lock)%8)
 }

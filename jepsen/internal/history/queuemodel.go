@@ -11,7 +11,7 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
-// QAcquire is one run of the acquire script (lua.Acquire) by Owner for the
+// QAcquire is one run of the acquire script (scripts.Acquire) by Owner for the
 // level Level: a TryLock, a reentry, the first attempt of a Lock, or one of
 // its polls. With Wait the caller joins the wait queue, or stays in it,
 // when it does not get the lock.
