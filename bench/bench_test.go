@@ -96,6 +96,15 @@ func TestWorkloads(t *testing.T) {
 					t.Errorf("W1m client requests per pair: LockMulti %.2f, 3 x Lock %.2f; want fewer with LockMulti", m.value, l.value)
 				}
 			}
+			if sys.name == "redfence" {
+				// The split: calls that run nothing cost less than calls
+				// that run the commands, alone or with redfence's checks.
+				shipped, alone, empty := got[ws+": script time per pair, redfence's acquire and release"],
+					got[ws+": script time per pair, the same commands alone"], got[ws+": script time per pair, two calls that run nothing"]
+				if empty.value <= 0 || alone.value <= empty.value || shipped.value <= empty.value {
+					t.Errorf("W1s script time per pair: redfence %v, its commands alone %v, empty calls %v; want all > 0, the empty calls least", shipped.value, alone.value, empty.value)
+				}
+			}
 			want := map[string]bool{"redfence": true, "redislock": true}[sys.name]
 			if m, ok := got[renew+": alive after 3 TTLs, Redis's view"]; ok != want {
 				t.Errorf("renewal ran: %v, want %v", ok, want)

@@ -45,7 +45,7 @@ func bench() int {
 	flag.IntVar(&cfg.leases, "leases", 10000, "renewal: leases held at once")
 	flag.DurationVar(&cfg.renewTTL, "renew-ttl", 2*time.Second, "renewal: the lease, renewed every third of it")
 	flag.BoolVar(&cfg.linger, "linger", true, "memory: wait until released state that expires later has expired, for systems that have such state, and measure again")
-	wl := flag.String("workloads", "w1,w1m,w2,w3,mem,renew", "workloads to run, comma-separated")
+	wl := flag.String("workloads", "w1,w1m,w1s,w2,w3,mem,renew", "workloads to run, comma-separated")
 	sl := flag.String("systems", "floor,fenced-multi,fenced-lua,redislock,redsync,redfence,redfence-strict", "systems to run, comma-separated; floor always runs")
 	nodes := flag.Int("nodes", 1, "independent masters to start (1, or an odd number from 3): above 1, redfence runs as a Redlock (NewRedlock) and redsync on every node, floor stays on the first node as the baseline, redislock, memory and renewal are left out")
 	addr := flag.String("addr", "", "use the redis-server at this address instead of starting one; it must be empty and it will be FLUSHALLed, so give only a server you own")

@@ -56,6 +56,7 @@ func workloads() []workload {
 	return []workload{
 		{"w1", uncontended},
 		{"w1m", lockMulti},
+		{"w1s", split},
 		{"w2", parallel},
 		{"w3", contended},
 		{"mem", memory},

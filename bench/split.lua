@@ -1,0 +1,33 @@
+#!lua name=redfence_bench_split
+-- split: what the split workload (split.go) compares redfence's scripts
+-- with, on the same server in the same run. take and release run exactly
+-- the commands of redfence's quick paths for an uncontended pair with its
+-- default time tokens, on a name whose record lives (lua/quick.lua's
+-- quickTake and quickRelease: HGETALL, TIME, SET ... PX ... GET, HSET,
+-- PEXPIRE; then HGETALL, TIME, HDEL), with only the Lua that their
+-- arguments need and none of the checks; empty runs nothing. All three
+-- take the keys and arguments redfence's acquire and release take, so
+-- that the differences are the checks and the commands.
+--
+-- KEYS[1] the lock hash, KEYS[3] the floor; ARGV as lua/acquire.lua's
+-- (take) and lua/release.lua's (release).
+redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
+  redis.call('HGETALL', KEYS[1])
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local ts = string.format('%d', us)
+  redis.call('SET', KEYS[3], ts, 'PX', 604800000, 'GET')
+  local lease = tonumber(ARGV[2])
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', ts, 'x', string.format('%d', math.floor(us / 1000) + lease), 'l:' .. ARGV[3], '1')
+  redis.call('PEXPIRE', KEYS[1], lease + 60000)
+  return {1, us, 1}
+end)
+redis.register_function('redfence_bench_split_release', function(KEYS, ARGV)
+  redis.call('HGETALL', KEYS[1])
+  redis.call('TIME')
+  redis.call('HDEL', KEYS[1], 'x', 'l:' .. ARGV[3])
+  return 0
+end)
+redis.register_function('redfence_bench_split_empty', function(KEYS, ARGV)
+  return 0
+end)
