@@ -10,7 +10,11 @@
 -- that the differences are the checks and the commands.
 --
 -- KEYS[1] the lock hash, KEYS[3] the floor; ARGV as lua/acquire.lua's
--- (take) and lua/release.lua's (release).
+-- (take) and lua/release.lua's (release). The expiries are redfence's
+-- defaults (the floor 7 days, the record 1 minute), written as constants;
+-- split.go gives the hash the b field redfence's first take writes. A
+-- lease above the record time would make redfence's release run a
+-- PEXPIRE the probe's does not: the bench's leases are shorter.
 redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
   redis.call('HGETALL', KEYS[1])
   local t = redis.call('TIME')

@@ -90,12 +90,12 @@ var (
 	// queue) holding a value redfence did not write: another program's
 	// key, or a name collision across prefixes. The call changed nothing,
 	// and no lock call on that name succeeds until the key is removed. It
-	// is scripts.ErrForeign, so either may be tested.
+	// is the same value as redisstore.ErrForeign, which a fenced store's
+	// foreign record key reports, so either may be tested.
 	ErrForeign = scripts.ErrForeign
 
 	// ErrOverflow reports a name whose next token would reach 2^53, which
-	// the scripts cannot represent exactly: no token is issued. It is
-	// scripts.ErrOverflow.
+	// the scripts cannot represent exactly: no token is issued.
 	ErrOverflow = scripts.ErrOverflow
 )
 
