@@ -94,12 +94,7 @@ func TestClusterLockMulti(t *testing.T) {
 		return err == nil && st.Waiters == 1
 	}, time.Minute, 5*time.Millisecond)
 	require.NoError(t, held.Unlock(ctx))
-	select {
-	case err := <-got:
-		require.NoError(t, err, "woken on the shard channel of the released name")
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiting LockMulti was not woken")
-	}
+	requireWoken(t, got, "woken on the shard channel of the released name")
 
 	orderStorm(t, lc, 3*time.Second)
 }
@@ -207,10 +202,5 @@ func TestSentinelLockMulti(t *testing.T) {
 		return err == nil && st.Waiters == 1
 	}, time.Minute, 5*time.Millisecond)
 	require.NoError(t, held.Unlock(ctx))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiting LockMulti was not woken")
-	}
+	requireWoken(t, got)
 }
