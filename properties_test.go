@@ -37,7 +37,12 @@ type lockModel struct {
 	depth int
 	token fence.Token
 	last  fence.Token // the highest token issued: the slot's floor is at least it
-	shown fence.Token // the last token Inspect reports: last, none once the hash was deleted
+	shown fence.Token // the last token Inspect reports: last, or stowed once the hash was deleted
+	// stowed is the token of the last ownership whose release stowed the
+	// lock (its hash deleted, its record kept in a shared record hash,
+	// which a DEL of the lock's keys leaves): what Inspect reports after
+	// such a DEL. None while no release has stowed.
+	stowed fence.Token
 }
 
 // waiterRec is a Lock call waiting in the lock's queue, in a goroutine of
@@ -120,7 +125,7 @@ func (lm *lockMachine) acquire(t *rapid.T, try bool) {
 		if l.Token() <= lm.m.last {
 			t.Fatalf("fresh acquisition got token %d, not above the last issued %d", l.Token(), lm.m.last)
 		}
-		lm.m = lockModel{owner: o, depth: 1, token: l.Token(), last: l.Token(), shown: l.Token()}
+		lm.m = lockModel{owner: o, depth: 1, token: l.Token(), last: l.Token(), shown: l.Token(), stowed: lm.m.stowed}
 	} else {
 		if l.Token() != lm.m.token {
 			t.Fatalf("reentry got token %d, want the ownership's %d", l.Token(), lm.m.token)
@@ -156,8 +161,14 @@ func (lm *lockMachine) unlock(t *rapid.T) {
 	}
 	r.live, r.released = false, true
 	if lm.m.depth--; lm.m.depth == 0 {
+		ended := lm.m.token
 		lm.m.owner, lm.m.token = -1, fence.None
 		lm.handOff(t)
+		// Released with nothing else to keep, the lock is stowed: the
+		// model follows the script's choice, which Inspect then shows.
+		if lm.m.owner == -1 && lm.b.Client.Exists(context.Background(), scripts.SharedKeysFor(propPrefix, lm.name).Lock).Val() == 0 {
+			lm.m.stowed = ended
+		}
 	}
 }
 
@@ -186,7 +197,7 @@ func (lm *lockMachine) replay(t *rapid.T) {
 		t.Skip("nothing released yet")
 	}
 	l := rapid.SampledFrom(done).Draw(t, "released lease").lease
-	n, err := scripts.Release(context.Background(), lm.b.Client, scripts.KeysFor(propPrefix, lm.name),
+	n, err := scripts.Release(context.Background(), lm.b.Client, scripts.SharedKeysFor(propPrefix, lm.name),
 		string(l.Owner()), l.Token(), l.ID(), scripts.Tokens{})
 	if err != nil {
 		t.Fatalf("replayed release: %v", err)
@@ -204,7 +215,7 @@ func (lm *lockMachine) expire(t *rapid.T) {
 		testenv.Advance(lm.b.Mini, time.Minute+time.Second)
 	} else if err := lm.b.Client.Eval(context.Background(),
 		`if redis.call('HEXISTS', KEYS[1], 'x') == 1 then redis.call('HSET', KEYS[1], 'x', '1') end`,
-		[]string{scripts.KeysFor(propPrefix, lm.name).Lock}).Err(); err != nil && err.Error() != "redis: nil" {
+		[]string{scripts.SharedKeysFor(propPrefix, lm.name).Lock}).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatalf("expire: %v", err)
 	}
 	for _, r := range lm.leases {
@@ -239,21 +250,23 @@ func (lm *lockMachine) write(t *rapid.T) {
 
 // delete is an operator's DEL of the lock's keys (the hash and the queue),
 // what every Redis-lock tutorial shows for a stuck lock. The ownership is
-// gone, and the counter is not: the next ownership gets a higher token.
+// gone, and the floor is not: the next ownership gets a higher token. The
+// record of the last stowed ownership, a field of a shared hash, stays:
+// Inspect shows it.
 // With waiters queued, their places would go too and their order with
 // them; the model's queue cannot say what follows, so it is not done then.
 func (lm *lockMachine) delete(t *rapid.T) {
 	if len(lm.queue) > 0 {
 		t.Skip("waiters queued")
 	}
-	k := scripts.KeysFor(propPrefix, lm.name)
+	k := scripts.SharedKeysFor(propPrefix, lm.name)
 	if err := lm.b.Client.Del(context.Background(), k.Lock, k.Queue).Err(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	for _, r := range lm.leases {
 		r.live = false
 	}
-	lm.m.owner, lm.m.depth, lm.m.token, lm.m.shown = -1, 0, fence.None, fence.None
+	lm.m.owner, lm.m.depth, lm.m.token, lm.m.shown = -1, 0, fence.None, lm.m.stowed
 }
 
 // force is ForceUnlock: the holder's ownership ends, whoever holds it, and
@@ -299,7 +312,7 @@ func (lm *lockMachine) check(t *rapid.T) {
 	}
 	held := lm.m.owner != -1
 	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || st.LastToken != lm.m.shown || st.Floor < lm.m.last {
-		q := lm.b.Client.ZRange(context.Background(), scripts.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		q := lm.b.Client.ZRange(context.Background(), scripts.SharedKeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
 		t.Fatalf("state %+v, model %+v, queue %q\nHIST %s", st, lm.m, q, strings.Join(lm.hist, "\nHIST "))
 	}
 	if held && reentrant.Owner(st.Owner) != mustOwner(lm.owners[lm.m.owner]) {
@@ -454,7 +467,7 @@ func (lm *lockMachine) handOff(t *rapid.T) {
 		t.Fatalf("handoff gave owner %s token %d depth %d; want owner %d, a token above %d, depth 1",
 			r.lease.Owner(), r.lease.Token(), r.lease.Depth(), w.owner, lm.m.last)
 	}
-	lm.m = lockModel{owner: w.owner, depth: 1, token: r.lease.Token(), last: r.lease.Token(), shown: r.lease.Token()}
+	lm.m = lockModel{owner: w.owner, depth: 1, token: r.lease.Token(), last: r.lease.Token(), shown: r.lease.Token(), stowed: lm.m.stowed}
 	lm.hist = append(lm.hist, fmt.Sprintf("  handoff owner %d token %d level %s", w.owner, r.lease.Token(), r.lease.ID()))
 	lm.leases = append(lm.leases, &leaseRec{owner: w.owner, lease: r.lease, live: true})
 	lm.awaitWaiters(t)
@@ -500,7 +513,7 @@ func (lm *lockMachine) result(t *rapid.T, w *waiterRec) waitResult {
 		return r
 	case <-time.After(waitCeiling):
 		st, err := lm.c.Inspect(context.Background(), lm.name)
-		q := lm.b.Client.ZRange(context.Background(), scripts.KeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		q := lm.b.Client.ZRange(context.Background(), scripts.SharedKeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
 		t.Fatalf("owner %d's Lock did not return; state %+v (%v), queue %q", w.owner, st, err, q)
 		return waitResult{}
 	}

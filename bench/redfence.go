@@ -49,15 +49,16 @@ func redfenceVariant(name string, opts []reentrant.ClientOption) system {
 			}
 			return &redfenceLocker{c}, nil
 		},
-		// With its default time tokens, a release leaves the name's lock
-		// hash (last token, owner, first token of its incarnation) until
-		// DefaultRecordExpiry after its lease's end, and one floor per hash slot for
-		// DefaultCounterIdleExpiry (7 days), too long for the memory
-		// workload to wait: the row after the record expiry shows what the
-		// floors cost per name.
-		linger:     reentrant.DefaultRecordExpiry,
+		// With its default time tokens, a release stows the name: its
+		// record (last token, owner) is a field of a record hash shared
+		// by the names of its floor, which expires one to two
+		// DefaultRecordExpiry after the release, and the floors (1,024 on
+		// one server) live DefaultCounterIdleExpiry (7 days), too long
+		// for the memory workload to wait: the row after the records
+		// expired shows what the floors cost per name.
+		linger:     2 * reentrant.DefaultRecordExpiry,
 		idleExpiry: 0,
-		kept:       "the name's record (1 min after its lease), one floor per hash slot (7 days)",
+		kept:       "the name's record, a field of a shared hash (1 to 2 min), and 1,024 shared floors (7 days)",
 	}
 }
 

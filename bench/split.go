@@ -72,12 +72,6 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 		{"the same commands alone", probe("redfence_bench_split_take", "redfence_bench_split_release")},
 		{"two calls that run nothing", probe("redfence_bench_split_empty", "redfence_bench_split_empty")},
 	}
-	// The probe's hash gets the b field a first take gives redfence's
-	// (the first token of its incarnation), which the probe's take does
-	// not write: its HGETALLs then read as many fields as redfence's.
-	if err := e.rdb.HSet(ctx, keys[0], "b", "1795834268917355").Err(); err != nil {
-		return nil, fmt.Errorf("split: %w", err)
-	}
 	for _, k := range kinds {
 		for range 50 { // warm up: connections, the library, the records
 			if err := k.f(ctx); err != nil {

@@ -2,19 +2,19 @@
 -- split: what the split workload (split.go) compares redfence's scripts
 -- with, on the same server in the same run. take and release run exactly
 -- the commands of redfence's quick paths for an uncontended pair with its
--- default time tokens, on a name whose record lives (lua/quick.lua's
--- quickTake and quickRelease: HGETALL, TIME, SET ... PX ... GET, HSET,
--- PEXPIRE; then HGETALL, TIME, HDEL), with only the Lua that their
--- arguments need and none of the checks; empty runs nothing. All three
--- take the keys and arguments redfence's acquire and release take, so
--- that the differences are the checks and the commands.
+-- default time tokens, on a name released before (lua/quick.lua's
+-- quickTake and quickRelease, which stows: HGETALL, TIME, SET ... PX ...
+-- GET, HSET, PEXPIRE; then HGETALL, TIME, EXISTS, HSET of the record,
+-- DEL), with only the Lua that their arguments need and none of the
+-- checks; empty runs nothing. All three take the keys and arguments
+-- redfence's acquire and release take, so that the differences are the
+-- checks and the commands.
 --
 -- KEYS[1] the lock hash, KEYS[3] the floor; ARGV as lua/acquire.lua's
 -- (take) and lua/release.lua's (release). The expiries are redfence's
--- defaults (the floor 7 days, the record 1 minute), written as constants;
--- split.go gives the hash the b field redfence's first take writes. A
--- lease above the record time would make redfence's release run a
--- PEXPIRE the probe's does not: the bench's leases are shorter.
+-- defaults (the floor 7 days, the record 1 minute), written as constants.
+-- The record goes to the floor's r0 record hash, as a name released
+-- again in the same generation: a field already there, so no expiry.
 redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
   redis.call('HGETALL', KEYS[1])
   local t = redis.call('TIME')
@@ -22,14 +22,16 @@ redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
   local ts = string.format('%d', us)
   redis.call('SET', KEYS[3], ts, 'PX', 604800000, 'GET')
   local lease = tonumber(ARGV[2])
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', ts, 'x', string.format('%d', math.floor(us / 1000) + lease), 'l:' .. ARGV[3], '1')
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', ts, 'x', string.format('%d', math.floor(us / 1000) + lease), 'l:' .. ARGV[3], '1', 'b', ts)
   redis.call('PEXPIRE', KEYS[1], lease + 60000)
   return {1, us, 1}
 end)
 redis.register_function('redfence_bench_split_release', function(KEYS, ARGV)
   redis.call('HGETALL', KEYS[1])
   redis.call('TIME')
-  redis.call('HDEL', KEYS[1], 'x', 'l:' .. ARGV[3])
+  redis.call('EXISTS', KEYS[1] .. ':t')
+  redis.call('HSET', string.sub(KEYS[3], 1, -2) .. 'r0', string.sub(KEYS[1], 10), ARGV[2] .. ' ' .. ARGV[1])
+  redis.call('DEL', KEYS[1])
   return 0
 end)
 redis.register_function('redfence_bench_split_empty', function(KEYS, ARGV)

@@ -41,6 +41,17 @@ if KEYS[4] then
     return ferr
   end
 end
+if not h.exists and KEYS[4] then
+  -- A stowed incarnation (time tokens): its record, while it lives.
+  local r, rerr = recordFor(KEYS[1], KEYS[4], nil)
+  if r == nil then
+    return rerr
+  end
+  if r then
+    h.exists, h.t, h.ts, h.o, h.b = true, r.t, r.ts, r.o, r.b
+    c = math.max(c, r.t)
+  end
+end
 local n, nerr = callOn('ZCARD', KEYS[2])
 if not n then
   return nerr

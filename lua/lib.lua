@@ -2,9 +2,11 @@
 --
 -- A lock name N has these keys, all in one Cluster slot:
 --   P:{S}:f  with time tokens (the default), the floor: a string, the
---            highest token issued for any name of the slot (canonical
---            decimal), where {S} is a hash tag of N's slot; every name of
---            the slot shares it, so it costs nothing per name. It expires
+--            highest token issued for any name that shares it (canonical
+--            decimal), where {S} is a hash tag of N's slot (a Cluster) or
+--            of that slot modulo 1,024 (one server: the client's choice,
+--            internal/scripts/keys.go); its names share it, so it costs
+--            nothing per name. It expires
 --            <idle> ms after the last token written to it: a clock stepped
 --            back by less than that since then repeats no token once the
 --            floor is gone. Deleting a lock (DEL P:{N}) does not reset it,
@@ -22,6 +24,9 @@
 --            key per released name instead of two.
 --            The scripts call the key the client passes (P:{N}:t or the
 --            floor) the counter, h.ckey.
+--   P:{S}:r0, P:{S}:r1  with time tokens, the record hashes beside the
+--            floor: the records of stowed locks (see "Records of released
+--            names" below), named from the floor key the client passes.
 --   P:{N}:q  the wait queue (queue.lua)
 --   P:{N}    the lock hash, the state of the current or last ownership:
 --   t       the token of the last ownership of this incarnation of the hash
@@ -59,8 +64,9 @@
 --           costs no queue command.
 -- In strict mode neither the hash nor the counter expires. In time mode
 -- the hash expires <record> ms after its lease ends, or after the release
--- when more of the lease than that was left (passOn), and the floor
--- <idle> ms after its last token.
+-- when more of the lease than that was left (passOn), unless a clean
+-- release stows it (deletes it, its record kept in a record hash for one
+-- to two record times); the floor expires <idle> ms after its last token.
 --
 -- Retries. A request go-redis retries may run twice. Each level is taken
 -- and released by the one request that names its ID, so a repeat finds its
@@ -389,6 +395,203 @@ local function setCounter(h, ts, mode)
   end
 end
 
+-- Records of released names (time tokens). A released name whose hash
+-- would keep nothing but t, b and o (stow's conditions) is written as one
+-- field of a shared record hash, and its hash deleted: a released name then
+-- costs no key of its own. The record hashes sit beside the floor the
+-- client passes (P:{S}:f): P:{S}:r0 and P:{S}:r1, in the floor's slot, so
+-- a script that is given the floor stays in one slot. Time is cut into
+-- generations of the record time (h.rec, W ms): a record written in
+-- generation g goes to r<g mod 2>, which expires at the end of generation
+-- g + 1 (PEXPIREAT (g + 2)·W − 1). A record so lives W to 2W, as a kept
+-- hash did, and a record hash holds at most two generations' records, the
+-- ones it is then written with, never older ones: r<g mod 2> of g − 2 has
+-- expired when g starts. The field is the lock key from its first "{" (the
+-- name's tag: prefixes hold no brace), the value
+--   <t> <o>            the last ownership's token and owner, when the
+--                      incarnation began with it; else <t>/<b> <o>
+--   then \t<d>[/<e>]   the incarnation before it, when the same record
+--                      hash held its record and the value stays within
+--                      64 bytes (Redis's listpack limit): it ended with
+--                      token t − d by release, and began e below that
+--                      (none: with it). recordFor reads any number of
+--                      these; putRecord writes one, which a two-finds
+--                      parse of the record it replaces gives cheaply.
+-- Owners hold no control character, so the tab separates them. The next
+-- take of the name starts a new incarnation (b = its token) and reads no
+-- record; its stow keeps the record it replaces as the earlier
+-- incarnation. So a release retried after another owner took and released
+-- the lock is still answered "released" (after two or more, "not held",
+-- the cautious answer), and an ownership whose hash an operator deleted is
+-- in no incarnation: its release is answered "not held".
+
+-- recordBuckets returns the two record hashes beside the floor ckey,
+-- r0 and r1; nil when ckey is not a floor (strict mode, or a key a test
+-- gave).
+local function recordBuckets(ckey)
+  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' then
+    return nil
+  end
+  local base = string.sub(ckey, 1, -2)
+  return base .. 'r0', base .. 'r1'
+end
+
+-- recordField is the field of key's record: the key from its first "{".
+local function recordField(key)
+  local i = string.find(key, '{', 1, true)
+  if i then
+    return string.sub(key, i)
+  end
+  return key
+end
+
+-- parseRecord reads a record value: {t, ts, b, o, rest} (rest: the
+-- earlier incarnations, "" for none), or nil when malformed.
+local function parseRecord(v)
+  local head, rest = v, ''
+  local tab = string.find(v, '\t', 1, true)
+  if tab then
+    head, rest = string.sub(v, 1, tab - 1), string.sub(v, tab)
+  end
+  local ts, bs, o = string.match(head, '^([1-9][0-9]*)/([1-9][0-9]*) (.+)$')
+  if not ts then
+    ts, o = string.match(head, '^([1-9][0-9]*) (.+)$')
+    bs = ts
+  end
+  if not ts or not canonical(ts) or not canonical(bs) or tonumber(bs) > tonumber(ts) then
+    return nil
+  end
+  return {t = tonumber(ts), ts = ts, b = tonumber(bs), o = o, rest = rest}
+end
+
+-- earlier returns the earlier incarnations of record r, newest first, as
+-- {t, b} pairs (numbers); nil when malformed.
+local function earlier(r)
+  local out, at = {}, 1
+  while at <= #r.rest do
+    local d, e, nxt = string.match(r.rest, '^\t([1-9][0-9]*)/?([0-9]*)()', at)
+    if not d then
+      return nil
+    end
+    local t = r.t - tonumber(d)
+    local b = t
+    if e ~= '' then
+      b = t - tonumber(e)
+    end
+    if t < 1 or b < 1 then
+      return nil
+    end
+    out[#out + 1] = {t, b}
+    at = nxt
+  end
+  return out
+end
+
+-- putRecord writes the record of key's ownership ts (incarnation b, a
+-- string, owner o) beside the floor ckey at server time now (ms) for a
+-- record time of rec ms, after the name's record the same record hash
+-- held, if any, which becomes the earlier incarnation of the value. The
+-- record hash gets its expiry with the first field it holds (PEXPIREAT …
+-- NX): a field already there was written in this generation, after the
+-- hash got it, and the hash r<g mod 2> of generation g − 2 expired as g
+-- began. Two edges, both leaving a record shorter-lived, never a hash
+-- without an expiry: clients with different record times share the
+-- hashes, and the first writer's expiry stands; and Redis checks expiries
+-- against the time a script started, so a script that starts before a
+-- generation's first ms and reads TIME in it may write into the hash of
+-- g − 2 in the microseconds before it expires. A record that expires early
+-- makes a retried release answer "not held", the cautious answer, and
+-- Inspect forget the last owner. true when written; false, having written
+-- nothing, when ckey is not a floor, the record hash is not a hash, or the
+-- name has a strict counter (its hash is then kept, as before stowing).
+local function putRecord(key, ckey, ts, b, o, now, rec)
+  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' or not rec or rec <= 0 then
+    return false
+  end
+  local g = math.floor(now / rec)
+  local bucket = string.sub(ckey, 1, -2) .. 'r' .. dec(g % 2)
+  if redis.call('EXISTS', key .. ':t') == 1 then
+    -- The name has a strict counter (P:{N}:t): a strict client (one of an
+    -- earlier version in a rolling upgrade) may take it next, and it reads
+    -- the hash's t, not the records, to go on above the time tokens.
+    return false
+  end
+  local field = recordField(key)
+  local old = redis.pcall('HGET', bucket, field)
+  if type(old) == 'table' then
+    return false
+  end
+  local v = ts .. ' ' .. o
+  if b ~= ts then
+    v = ts .. '/' .. b .. ' ' .. o
+  end
+  if old then
+    -- The record this one replaces becomes its earlier incarnation: its
+    -- t and b, read with two finds (no pattern), if the value stays
+    -- within 64 bytes. Only the one: what a value of that size holds.
+    local sep = string.find(old, '[ /]')
+    local ot = sep and tonumber(string.sub(old, 1, sep - 1))
+    local nt = tonumber(ts)
+    if ot and ot >= 1 and ot < tonumber(b) then
+      local part = '\t' .. dec(nt - ot)
+      if string.byte(old, sep) == 47 then -- '/': the incarnation's b
+        local sp = string.find(old, ' ', sep, true)
+        local ob = sp and tonumber(string.sub(old, sep + 1, sp - 1))
+        if ob and ob >= 1 and ob < ot then
+          part = part .. '/' .. dec(ot - ob)
+        end
+      end
+      if #v + #part <= 64 then
+        v = v .. part
+      end
+    end
+  end
+  if redis.call('HSET', bucket, field, v) == 1 then
+    redis.call('PEXPIREAT', bucket, (g + 2) * rec - 1, 'NX')
+  end
+  return true
+end
+
+-- recordFor reads the records of key's name beside the floor ckey: with
+-- t, the incarnation that
+-- holds token t ({t, b, o}; o false for an earlier incarnation, whose
+-- owner is not recorded); with t nil, the latest record; false when there
+-- is none; nil plus "FOREIGN <key>" for a record hash that is not a hash
+-- or a record that does not parse.
+local function recordFor(key, ckey, t)
+  local r0, r1 = recordBuckets(ckey)
+  if not r0 then
+    return false
+  end
+  local field, best = recordField(key), false
+  for _, bucket in ipairs({r0, r1}) do
+    local v, err = callOn('HGET', bucket, field)
+    if v == nil then
+      return nil, err
+    end
+    if v then
+      local r = parseRecord(v)
+      local prev = r and earlier(r)
+      if not prev then
+        return foreign(bucket)
+      end
+      if t then
+        if r.b <= t and t <= r.t then
+          return r
+        end
+        for _, p in ipairs(prev) do
+          if p[2] <= t and t <= p[1] then
+            return {t = p[1], b = p[2], o = false}
+          end
+        end
+      elseif not best or r.t > best.t then
+        best = r
+      end
+    end
+  end
+  return best
+end
+
 -- take gives the lock of h to owner: token t (from freshToken, so above
 -- the counter), depth 1 at level (a field name), the lease ending at x
 -- (ms), metadata meta ("" for none); the counter becomes t. The caller has
@@ -501,6 +704,26 @@ local function compact(key, h, mode)
   end
   redis.call('DEL', key)
   h.compact, h.x, h.held, h.levels, h.depth, h.m, h.o, h.q, h.qEmpty, h.c = true, nil, false, {}, 0, nil, nil, nil, nil, h.t
+  return true
+end
+
+-- stow frees the lock h at the release of its last level with time tokens
+-- when its hash would keep nothing but t, b and o (as compact: no y,
+-- expired or forced record, no w, nobody queued, no pending hold): the
+-- record goes to the shared record hash (putRecord) and the hash is
+-- deleted. A retried release, Inspect and a lost lease's cause then read
+-- the record (recordFor), and the next take starts a new incarnation. true
+-- when stowed; false, having written nothing, otherwise.
+local function stow(key, h, now)
+  if h.y or h.f or h.w or h.p or (h.q and not h.qEmpty) or next(h.expired)
+      or not h.ckey or not h.ts or not h.b or h.b < 1 or h.b > h.t or not h.o then
+    return false
+  end
+  if not putRecord(key, h.ckey, h.ts, dec(h.b), h.o, now, h.rec) then
+    return false
+  end
+  redis.call('DEL', key)
+  h.exists, h.x, h.held, h.levels, h.depth, h.m, h.q, h.qEmpty = false, nil, false, {}, 0, nil, nil, nil
   return true
 end
 

@@ -30,7 +30,7 @@ func TestLoad(t *testing.T) {
 	})
 }
 
-func keys(t *testing.T) scripts.Keys { return scripts.KeysFor("rftest", testenv.Unique(t)) }
+func keys(t *testing.T) scripts.Keys { return scripts.KeysFor("rflua", testenv.Unique(t)) }
 
 // assertLeaseShape checks the invariant after every acquire, reentry and
 // extend in strict mode: the lease runs, and neither the hash nor the
@@ -395,8 +395,8 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 	require.Equal(t, t0.Add(time.Second).UnixMicro()+1, int64(after), "the floor outlives a DEL of the lock")
 
 	// The same for another name of the slot: the floor is the slot's.
-	names, _ := testenv.SameSlot("rftest", k.Name, 2)
-	other := scripts.KeysFor("rftest", names[1])
+	names, _ := testenv.SameSlot("rflua", k.Name, 2)
+	other := scripts.KeysFor("rflua", names[1])
 	require.Equal(t, k.Floor, other.Floor)
 	require.Equal(t, after+1, takeAndFree(t, rdb, other, timeTokens), "a name of the slot goes on from the floor")
 
@@ -407,13 +407,20 @@ func TestTimeTokensSurviveAClockStepWhileTheCounterLives(t *testing.T) {
 	require.EqualValues(t, t0.Add(-time.Hour).UnixMicro(), takeAndFree(t, rdb, k, timeTokens))
 }
 
-// In time mode the hash expires its record time after the lease ends (or
-// after the release, when more than the record time was left), refreshed
-// by every write, and the slot's floor its
+// In time mode a held lock's hash expires its record time after the lease
+// ends, refreshed by every write; a clean release stows it (its record
+// lives one to two record times in a shared record hash), and the slot's floor its
 // idle time after the last token; in the strict mode neither the hash nor
 // the name's counter expires, and a strict client's write removes the
 // expiry an earlier version's time-mode client set (y).
 func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
+	next1 := func(t *testing.T, rdb *redis.Client, k scripts.Keys) fence.Token {
+		t.Helper()
+		tok := takeAndFree(t, rdb, k, scripts.Tokens{})
+		require.Equal(t, time.Duration(-2), rdb.PTTL(t.Context(), k.Lock).Val(), "released, a strict hash is compacted")
+		require.Equal(t, time.Duration(-1), rdb.PTTL(t.Context(), k.Counter).Val(), "into a counter that never expires")
+		return tok
+	}
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb, k := t.Context(), b.Client, keys(t)
 		pttl := func(key string) time.Duration {
@@ -428,11 +435,19 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 		m := scripts.Tokens{Time: true, Idle: time.Hour, Record: 10 * time.Minute}
 		timed := takeAndFree(t, rdb, k, m)
 		require.Greater(t, timed, strict)
-		// Released with a minute of its lease left, less than the record
-		// time: the hash keeps the expiry the lease gave it, the record
-		// time after the lease's end (no PEXPIRE on the release).
-		require.Greater(t, pttl(k.Lock), 10*time.Minute, "a time-mode hash carries the record expiry, from its lease's end")
-		require.LessOrEqual(t, pttl(k.Lock), 11*time.Minute)
+		require.Greater(t, pttl(k.Lock), 10*time.Minute, "a name with a strict counter keeps its hash, for a strict client to go on from")
+		require.Equal(t, next1(t, rdb, k), timed+1, "and a strict client does")
+
+		k = keys(t)
+		timed = takeAndFree(t, rdb, k, m)
+		// Released cleanly, a time-mode lock is stowed: its hash goes, and
+		// its record is a field of a shared record hash that lives one to
+		// two record times.
+		require.Equal(t, time.Duration(-2), pttl(k.Lock), "a time-mode lock released cleanly keeps no hash (stowed)")
+		rk := k.Records()
+		recTTL := max(pttl(rk[0]), pttl(rk[1]))
+		require.Greater(t, recTTL, 9*time.Minute, "its record lives at least the record time")
+		require.LessOrEqual(t, recTTL, 20*time.Minute, "and at most twice it")
 		require.Greater(t, pttl(k.Floor), 59*time.Minute, "the floor the idle expiry")
 		require.LessOrEqual(t, pttl(k.Floor), time.Hour)
 
@@ -453,21 +468,16 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 			_, err = scripts.Release(ctx, rdb, k, "o", a.Token, level, m)
 			require.NoError(t, err)
 		}
-		require.Greater(t, pttl(k.Lock), 9*time.Minute)
-		require.LessOrEqual(t, pttl(k.Lock), 10*time.Minute, "released with more than the record time left, the hash expires its record time from now")
-		next := takeAndFree(t, rdb, k, m)
-
-		require.Equal(t, next+1, takeAndFree(t, rdb, k, scripts.Tokens{}), "the strict mode goes on from a time token")
-		require.Equal(t, time.Duration(-2), pttl(k.Lock), "and, released, its hash is compacted")
-		require.Equal(t, time.Duration(-1), pttl(k.Counter), "into a counter that never expires")
+		require.Equal(t, time.Duration(-2), pttl(k.Lock), "released with more than the record time left, the hash is stowed too")
 
 		// Idle past the expiry, a time-mode name leaves nothing; the next
 		// token still comes out above every earlier one, from the clock.
 		k = keys(t)
 		short := scripts.Tokens{Time: true, Idle: 100 * time.Millisecond}
 		last := takeAndFree(t, rdb, k, short)
-		b.Expire(150 * time.Millisecond)
-		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue, k.Counter, k.Floor).Val(), "an idle hash and its floor expire")
+		b.Expire(250 * time.Millisecond) // the record lives up to two record times (100 ms each)
+		rk = k.Records()
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue, k.Counter, k.Floor, rk[0], rk[1]).Val(), "an idle hash, its record and its floor expire")
 		require.Greater(t, takeAndFree(t, rdb, k, short), last)
 	})
 }

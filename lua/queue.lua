@@ -131,7 +131,7 @@ local function passOn(lock, queue, h, mode, us, now, expired)
   if w == nil then
     return nil, err
   end
-  if not w and not expired and compact(lock, h, mode) then
+  if not w and not expired and (compact(lock, h, mode) or (mode > 0 and stow(lock, h, now))) then
     return true
   end
   -- A release with time tokens leaves the record with the expiry the

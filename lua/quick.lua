@@ -344,8 +344,8 @@ end
 -- quickRelease is release.lua for the last level of a live ownership
 -- whose hash holds nothing else (o, t, x, b, the level, maybe m and q):
 -- with nobody queued it frees the lock (strict: compacts it as compact
--- would; time tokens: leaves the record o, t, b to expire as passOn
--- would) and publishes an empty message on wake unless that is nil, with
+-- would; time tokens: stows it as stow would, or where that cannot be
+-- done leaves the record o, t, b in the hash to expire as passOn would) and publishes an empty message on wake unless that is nil, with
 -- q set quickHandOn hands it on, and it returns 0; nil in any other case
 -- (see above for the writes it may then have undone).
 local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
@@ -372,7 +372,9 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
   if q then
     return quickHandOn(lock, queue, ckey, r, tn, level, m, now, us, mode, rec)
   end
-  if mode > 0 then
+  if mode > 0 and not putRecord(lock, ckey, t, b, o, now, rec) then
+    -- Not stowed (a strict counter, a foreign record hash): the hash
+    -- keeps the record, with the expiry the lease gave it.
     if m then
       redis.call('HDEL', lock, 'x', level, 'm')
     else
@@ -385,21 +387,23 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
       redis.pcall('PUBLISH', wake, '')
     end
     return 0
-  end
-  local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
-  if old ~= t and old ~= false then
-    -- Not the counter take left, nor none (deleted by hand): compact's
-    -- rule, a counter at or below t is replaced. Otherwise (a server
-    -- before 6.2 refused the GET, a counter set above t or foreign) it is
-    -- put back and the general path decides, as it would have.
-    local c = type(old) == 'string' and parseCounter(old)
-    if not c or c > tonumber(t) then
-      if type(old) == 'string' then
-        redis.call('SET', ckey, old)
+  elseif mode == 0 then
+    local old = redis.pcall('SET', ckey, t .. ' ' .. b .. ' ' .. o, 'GET')
+    if old ~= t and old ~= false then
+      -- Not the counter take left, nor none (deleted by hand): compact's
+      -- rule, a counter at or below t is replaced. Otherwise (a server
+      -- before 6.2 refused the GET, a counter set above t or foreign) it
+      -- is put back and the general path decides, as it would have.
+      local c = type(old) == 'string' and parseCounter(old)
+      if not c or c > tonumber(t) then
+        if type(old) == 'string' then
+          redis.call('SET', ckey, old)
+        end
+        return nil, r
       end
-      return nil, r
     end
   end
+  -- Stowed (time tokens) or compacted (strict): the hash goes.
   redis.call('DEL', lock)
   if wake then
     redis.pcall('PUBLISH', wake, '')

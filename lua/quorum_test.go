@@ -158,7 +158,7 @@ func TestQuorumRaiseHeld(t *testing.T) {
 // at once.
 func joined(t *testing.T, rdb *redis.Client) scripts.Node {
 	t.Helper()
-	n := scripts.Node{Joined: scripts.JoinedKey("rftest"), Rejoin: time.Minute}
+	n := scripts.Node{Joined: scripts.JoinedKey("rflua"), Rejoin: time.Minute}
 	require.NoError(t, rdb.Set(t.Context(), n.Joined, "1", 0).Err())
 	return n
 }
@@ -264,14 +264,14 @@ func TestQuorumProposal(t *testing.T) {
 			{"behind the clock", fence.Token(micros(t, rdb) - uint64(time.Second.Microseconds()))},
 			{"an hour ahead", fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))},
 		} {
-			kc := scripts.KeysFor("rftest", testenv.Unique(t)+"-"+c.what)
+			kc := scripts.KeysFor("rflua", testenv.Unique(t)+"-"+c.what)
 			a = take(kc, "o1", "r1", c.p)
 			require.True(t, a.OK && a.Pending && !a.Proposed, "a proposal %s is not taken", c.what)
 			require.Zero(t, rdb.Exists(ctx, kc.Counter).Val(), "no counter raised")
 		}
 
 		// A hold that took a proposal the client did not choose.
-		kp := scripts.KeysFor("rftest", testenv.Unique(t)+"-from")
+		kp := scripts.KeysFor("rflua", testenv.Unique(t)+"-from")
 		p = proposeNow(kp, "o1", "r1")
 		from := func(tok, p fence.Token) bool {
 			ok, err := scripts.QRaiseFrom(ctx, rdb, kp, "o1", "r1", tok, p)
@@ -292,7 +292,7 @@ func TestQuorumProposal(t *testing.T) {
 
 		// "held" raises a lower hold of the ownership (a reentry that met
 		// the proposal before its raise), above the counter only.
-		kh := scripts.KeysFor("rftest", testenv.Unique(t)+"-held")
+		kh := scripts.KeysFor("rflua", testenv.Unique(t)+"-held")
 		p = proposeNow(kh, "o1", "r1")
 		require.Equal(t, p, take(kh, "o1", "r2", fence.None).Token, "a reentry answers the hold's token")
 		held := func(tok fence.Token) bool {

@@ -25,7 +25,8 @@
 -- ran out (the lock is then freed and handed on, if that was not done yet),
 -- the lock is held by another owner, the ownership was forced
 -- (force.lua), the token is not one this incarnation of the hash issued
--- (its hash was deleted), or it is too old to tell (lib.lua). The reply for an ownership that has ended
+-- (its hash was deleted) nor one a living record of a stowed incarnation
+-- (lib.lua) holds, or it is too old to tell (lib.lua). The reply for an ownership that has ended
 -- trusts the caller to have held it: it does not check the owner of any
 -- but the last ownership.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write;
@@ -73,8 +74,20 @@ if h.x and h.ts == ARGV[2] then
 end
 
 -- The ownership has ended (or never was): by release, unless it expired or
--- is not of this incarnation.
+-- is not of this incarnation. With time tokens, an ownership of an
+-- incarnation that was stowed (no hash, or one of a later incarnation) is
+-- answered by that incarnation's record, when it lives.
 local t = tonumber(ARGV[2])
+if mode > 0 and (not h.exists or (h.b and t < h.b)) then
+  local r, rerr = recordFor(KEYS[1], KEYS[3], t)
+  if r == nil then
+    return rerr
+  end
+  if r and (t < r.t or r.o == false or r.o == ARGV[1]) then
+    return 0
+  end
+  return -1
+end
 if not h.exists or t > h.t or (h.b and t < h.b) or (h.w and t <= h.w)
     or h.expired[ARGV[2]] or (t == h.t and h.o ~= ARGV[1]) then
   return -1

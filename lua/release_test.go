@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -342,7 +343,18 @@ func TestCompactionKeepsWhatItCannotRecord(t *testing.T) {
 		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", timeTokens)
 		require.NoError(t, err)
 		require.Zero(t, n)
-		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "a time-mode hash stays, to expire")
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a time-mode hash is stowed")
+		rk := k.Records()
+		require.EqualValues(t, 1, rdb.Exists(ctx, rk[0], rk[1]).Val(), "into one record hash")
+
+		k = keys(t) // time tokens, an expiry record in the hash
+		first := take(k, "o1", "r1", 50*time.Millisecond, timeTokens)
+		b.Expire(60 * time.Millisecond)
+		a = take(k, "o2", "r2", time.Minute, timeTokens)
+		n, err = scripts.Release(ctx, rdb, k, "o2", a.Token, "r2", timeTokens)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Contains(t, rdb.HKeys(ctx, k.Lock).Val(), fmt.Sprint("e:", first.Token), "an expiry record keeps a time-mode hash too")
 
 		k = keys(t) // a counter set by hand above the last token
 		a = take(k, "o1", "r1", time.Minute, scripts.Tokens{})
@@ -362,5 +374,91 @@ func TestCompactionKeepsWhatItCannotRecord(t *testing.T) {
 		require.Zero(t, n)
 		require.Equal(t, "1", rdb.Get(ctx, k.Counter).Val(), "no record that would read as foreign")
 		require.EqualValues(t, 2, take(k, "o2", "r2", time.Minute, scripts.Tokens{}).Token)
+	})
+}
+
+// With time tokens a clean release stows the lock: its hash goes and its
+// record joins a shared record hash, after the records of the name's
+// earlier incarnations that hash held. So a release retried after other
+// owners took and released the lock is still answered as the first, while
+// its incarnation is in the record (its own, and the one before it); an ownership whose hash an operator deleted is in no
+// incarnation, so its release is answered "not held".
+func TestStowedRecordsAnswerRetries(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		take := func(k scripts.Keys, owner, level string) scripts.Acquired {
+			t.Helper()
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: owner, TTL: time.Minute, Level: level, Tokens: timeTokens})
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			return a
+		}
+		release := func(k scripts.Keys, owner string, a scripts.Acquired, level string) int64 {
+			t.Helper()
+			n, err := scripts.Release(ctx, rdb, k, owner, a.Token, level, timeTokens)
+			require.NoError(t, err)
+			return n
+		}
+
+		k := keys(t)
+		a := take(k, "oA", "lA")
+		require.Zero(t, release(k, "oA", a, "lA"))
+		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "stowed")
+		bb := take(k, "oB", "lB")
+		require.Equal(t, fmt.Sprint(bb.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "B's take starts an incarnation")
+		require.Zero(t, release(k, "oA", a, "lA"), "A's retry while B holds: released")
+		require.Zero(t, release(k, "oB", bb, "lB"))
+		require.Zero(t, release(k, "oA", a, "lA"), "A's retry after B released too: still released")
+		require.Zero(t, release(k, "oB", bb, "lB"), "B's retry: released")
+		require.EqualValues(t, -1, release(k, "oX", bb, "lB"), "the last ownership's token with another owner: not held")
+		st, err := scripts.Inspect(ctx, rdb, k)
+		require.NoError(t, err)
+		require.Equal(t, bb.Token, st.LastToken, "Inspect reads the record")
+		require.Equal(t, "oB", st.LastOwner)
+		// More owners, each taking and releasing: the record keeps the
+		// incarnation before its own, within 64 bytes.
+		var held []scripts.Acquired
+		owner := func(i int) string { return fmt.Sprintf("owner-%02d-%s", i, strings.Repeat("x", 13)) } // 22 bytes, as NewOwner's
+		for i := range 8 {
+			c := take(k, owner(i), "l")
+			require.Zero(t, release(k, owner(i), c, "l"))
+			held = append(held, c)
+		}
+		var v string
+		for _, r := range k.Records() {
+			if got, err := rdb.HGet(ctx, r, k.RecordField()).Result(); err == nil {
+				v = got
+			}
+		}
+		require.LessOrEqual(t, len(v), 64, "a record stays a listpack value: %q", v)
+		n := strings.Count(v, "\t")
+		require.Equal(t, 1, n, "the record keeps the incarnation before its own: %q", v)
+		for back := 1; back <= n; back++ {
+			i := len(held) - 1 - back
+			require.Zero(t, release(k, owner(i), held[i], "l"), "an incarnation %d back: released", back)
+		}
+		i := len(held) - 2 - n
+		require.EqualValues(t, -1, release(k, owner(i), held[i], "l"), "one more back, no longer in the record: not held, the cautious answer")
+
+		k = keys(t) // an operator deletes a held lock's hash
+		a = take(k, "oA", "lA")
+		require.Zero(t, release(k, "oA", a, "lA"))
+		c := take(k, "oC", "lC")
+		require.NoError(t, rdb.Del(ctx, k.Lock).Err())
+		bb = take(k, "oB", "lB")
+		require.Zero(t, release(k, "oB", bb, "lB"))
+		require.EqualValues(t, -1, release(k, "oC", c, "lC"), "C's hold was deleted: not held")
+		require.Zero(t, release(k, "oA", a, "lA"), "A's incarnation is still recorded")
+
+		k = keys(t) // a record hash holding foreign data is left alone
+		rk := k.Records()
+		require.NoError(t, rdb.Set(ctx, rk[0], "x", 0).Err())
+		require.NoError(t, rdb.Set(ctx, rk[1], "x", 0).Err())
+		a = take(k, "oA", "lA")
+		require.Zero(t, release(k, "oA", a, "lA"))
+		require.EqualValues(t, 1, rdb.Exists(ctx, k.Lock).Val(), "not stowed: the hash keeps the record")
+		require.Equal(t, "x", rdb.Get(ctx, rk[0]).Val())
+		require.Zero(t, release(k, "oA", a, "lA"), "and answers a retry")
+		require.NoError(t, rdb.Del(ctx, rk[0], rk[1]).Err())
 	})
 }

@@ -379,18 +379,24 @@ func testClusterThousandNames(t *testing.T, p scriptPath) {
 	for i, m := range c.Masters() {
 		keys, err := m.Client().Keys(ctx, "*").Result()
 		require.NoError(t, err)
-		var records, floors int
+		var records, recordHashes, floors int
 		for _, k := range keys {
-			if strings.HasSuffix(k, ":f") {
+			switch {
+			case strings.HasSuffix(k, ":f"):
 				floors++
-			} else {
-				records++
+			case strings.HasSuffix(k, ":r0") || strings.HasSuffix(k, ":r1"):
+				recordHashes++
+				records += int(m.Client().HLen(ctx, k).Val())
+				assert.Equal(t, m.Client().Eval(ctx, "return redis.call('TYPE', KEYS[1])['ok']", []string{k}).Val(), "hash")
+			default:
+				assert.Fail(t, "unexpected key", "primary %d: %s: a released name keeps no key of its own, nor a queue", i, k)
 			}
 		}
 		assert.Positive(t, perMaster[m], "primary %d got no name", i)
-		assert.EqualValues(t, perMaster[m], records, "primary %d keeps one key per released name (its record), no queue", i)
+		assert.EqualValues(t, perMaster[m], records, "primary %d keeps one record per released name, in its slot's record hash", i)
 		assert.Positive(t, floors, "primary %d keeps the floors of its names' slots", i)
 		assert.LessOrEqual(t, floors, perMaster[m], "primary %d: at most one floor per name's slot", i)
+		assert.LessOrEqual(t, recordHashes, 2*floors, "primary %d: the record hashes are beside the floors, two per slot at most", i)
 		counts = append(counts, fmt.Sprint(perMaster[m]))
 		if p.functions {
 			assert.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, m.Client()), "primary %d has the library", i)

@@ -35,11 +35,12 @@ const (
 	DefaultHandoffTimeout = time.Second
 
 	// DefaultCounterIdleExpiry is how long, with time tokens (the
-	// default), the floor of a name's hash slot outlives the last token
-	// issued in the slot: a server clock stepped back by less
-	// than this after the floor is gone still issues no repeated token.
-	// The floor is one key per slot, whatever the number of names, so a
-	// long idle time costs no memory per name (docs/safety.md).
+	// default), a name's floor outlives the last token issued through
+	// it: a server clock stepped back by less than this after the floor
+	// is gone still issues no repeated token. The floors are at most
+	// 1,024 keys per prefix on one server (16,384 on a Cluster), whatever
+	// the number of names, so a long idle time costs no memory per name
+	// (docs/safety.md).
 	DefaultCounterIdleExpiry = 7 * 24 * time.Hour
 	// MinCounterIdleExpiry rides out NTP steps and a failover's skew.
 	MinCounterIdleExpiry = time.Hour
@@ -74,6 +75,7 @@ type config struct {
 	ackReplicas   int
 	ackTimeout    time.Duration
 	allowEviction bool
+	slotLocal     bool // WithSlotLocalKeys
 	handoff       time.Duration
 	tokens        tokenMode     // WithTimeTokens, WithStrictTokens, or neither
 	counterIdle   time.Duration // WithCounterIdleExpiry, or its default

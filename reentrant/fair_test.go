@@ -475,7 +475,7 @@ func TestPollTakingADeletedLockLeavesTheQueue(t *testing.T) {
 			got <- result{l, err}
 		}()
 		queued(t, holder, name, 1)
-		k := scripts.KeysFor(prefix, name)
+		k := scripts.SharedKeysFor(prefix, name)
 		require.NoError(t, b.Client.Del(ctx, k.Lock).Err()) // the operator
 		var r result
 		select {

@@ -40,9 +40,10 @@ type State struct {
 	// that got no majority raised a minority's counters with its proposed
 	// token (docs/deployments.md).
 	LastToken fence.Token
-	// Floor is, with time tokens (the default), the floor of the name's
-	// hash slot: the highest token issued for any name of the slot in the
-	// counter idle time, which every fresh token for the name passes;
+	// Floor is, with time tokens (the default), the name's floor (shared
+	// by the names of 16 hash slots on one server, of one on a Cluster):
+	// the highest token issued through it in the counter idle time, which
+	// every fresh token for the name passes;
 	// fence.None if there is none (strict tokens, or none was issued).
 	Floor fence.Token
 	// LastOwner is the owner of the last ownership, the holder's when the

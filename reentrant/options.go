@@ -174,8 +174,9 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 
 // WithTimeTokens asks for time tokens, the default (client only): every
 // fresh token is max(counter + 1, the server's time in
-// microseconds), where the counter is a floor shared by the names of one
-// hash slot, and every key the lock writes expires. While the floor
+// microseconds), where the counter is a floor shared by the names of 16
+// hash slots on one server (of one slot on a Cluster, or with
+// WithSlotLocalKeys), and every key the lock writes expires. While the floor
 // lives, tokens increase exactly as a counter's; once Redis loses it (a
 // FLUSHALL, a restart without persistence, a failover to a replica that
 // missed writes, an eviction, a DEL, the idle expiry), tokens go on from
@@ -210,8 +211,9 @@ func tokenOption(m tokenMode) ClientOption {
 	})
 }
 
-// WithCounterIdleExpiry sets how long, with time tokens (the default), the
-// floor of a hash slot outlives the last token issued in it
+// WithCounterIdleExpiry sets how long, with time tokens (the default), a
+// floor (shared by the names of 16 hash slots on one server, of one on a
+// Cluster) outlives the last token issued through it
 // (client only; default DefaultCounterIdleExpiry, 7 days): the largest
 // backward step of the server's clock that still repeats no token once
 // the floor is gone. It must be whole milliseconds from
@@ -315,16 +317,42 @@ func WithRetry(s RetryStrategy) CallOption {
 	})
 }
 
-// WithRecordExpiry sets how long, with time tokens (the default), a
-// name's lock hash outlives its lease (client only; default
-// DefaultRecordExpiry, 1 minute): the end of its lease, or the release when
-// more than the record expiry was left of the lease, so a released name's
-// hash lives from one to two record expiries after the release. While it lives, a retried release is
-// answered as the first, Inspect names the last owner, and a lease lost
-// to a forced unlock or an expiry says so; afterwards the name leaves no
-// key of its own, and a release or Inspect finds nothing. It must be whole
-// milliseconds from MinRecordExpiry to the counter idle expiry; ErrInvalid
-// otherwise, and beside WithStrictTokens.
+// WithSlotLocalKeys keeps every key a lock's scripts touch in the slot of
+// the lock's name, as on a Redis Cluster (client only). Use it for a
+// server behind a proxy that routes commands by key slot and refuses a
+// script whose keys span slots (a CROSSSLOT error; Redis Enterprise and
+// other sharding proxies). By default a client of a standalone or
+// Sentinel server, or a Redlock client, shares each time-token floor, and
+// the two record hashes beside it, among the names of 16 slots (1,024
+// floors per prefix), so that a released name's record is a field of a
+// shared hash, under 100 B (docs/design.md, "Keys"); with this option, and always on a
+// *redis.ClusterClient, each slot has its own floor and record hashes,
+// which costs up to 16,384 of each per prefix. Every client of one
+// deployment must use the same layout: the floor a name's tokens are
+// checked against is the one its layout names.
+func WithSlotLocalKeys() ClientOption {
+	return clientOption(func(c *config) error {
+		c.slotLocal = true
+		return nil
+	})
+}
+
+// WithRecordExpiry sets how long, with time tokens (the default), the
+// record of a name's last ownership outlives it (client only; default
+// DefaultRecordExpiry, 1 minute). A held lock's hash expires that long
+// after its lease ends. A lock released with nothing else to remember is
+// stowed: its hash is deleted and its record (last token and owner) kept
+// as a field of a shared record hash for one to two record expiries; a
+// lock that ended otherwise (an expiry or a forced unlock recorded, a
+// queue) keeps its hash instead, for one to two record expiries. While
+// the record lives, a retried release is answered as the first, Inspect
+// names the last owner, and a lease lost to a forced unlock or an expiry
+// says so; afterwards the name leaves no key or field of its own, and a
+// release or Inspect finds nothing. Clients that share a prefix should
+// use one record expiry: a record hash takes the expiry of the first
+// record written to it in its generation, so a longer one is cut to it.
+// It must be whole milliseconds from MinRecordExpiry to the counter idle
+// expiry; ErrInvalid otherwise, and beside WithStrictTokens.
 func WithRecordExpiry(d time.Duration) ClientOption {
 	return millisOption("record expiry", d, MinRecordExpiry, MaxCounterIdleExpiry, func(c *config) {
 		c.record, c.recordSet = d, true

@@ -219,7 +219,7 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotHeld)
 		require.Equal(t, `reentrant: unlock "`+name+`": not held: lease already unlocked`, err.Error())
 
-		require.NoError(t, b.Client.Set(t.Context(), scripts.KeysFor(prefix, name).Lock, "x", 0).Err())
+		require.NoError(t, b.Client.Set(t.Context(), scripts.SharedKeysFor(prefix, name).Lock, "x", 0).Err())
 		_, err = c.Lock(t.Context(), name)
 		require.ErrorIs(t, err, reentrant.ErrForeign)
 		var rerr interface{ RedisError() }
@@ -234,7 +234,7 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		err = c.Do(t.Context(), other, func(context.Context, fence.Token) error { return errFn })
 		require.Same(t, errFn, err)
 		err = c.Do(t.Context(), other, func(ctx context.Context, _ fence.Token) error {
-			require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, other).Lock).Err())
+			require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, other).Lock).Err())
 			return errFn
 		})
 		require.ErrorIs(t, err, errFn)

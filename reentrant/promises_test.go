@@ -259,7 +259,7 @@ func TestForeignLockKeyRefusedWithItsType(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
 		c, name := newClient(t, rdb), testenv.Unique(t)
-		k := scripts.KeysFor(prefix, name)
+		k := scripts.SharedKeysFor(prefix, name)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "h", "10", "t", "10", "v", "record").Err())
 		for _, call := range []func() error{
 			func() error { _, err := c.TryLock(ctx, name); return err },
@@ -352,7 +352,7 @@ func TestEvictionPolicyChecked(t *testing.T) {
 			}
 			require.ErrorIs(t, err, reentrant.ErrEvictionPolicy)
 			require.ErrorContains(t, err, c.policy)
-			require.Zero(t, rdb.Exists(t.Context(), scripts.KeysFor(prefix, "n").Lock).Val(), "nothing may be written")
+			require.Zero(t, rdb.Exists(t.Context(), scripts.SharedKeysFor(prefix, "n").Lock).Val(), "nothing may be written")
 			// With time tokens (the default) an evicted key is a lost one,
 			// which the clock covers: no check.
 			_, err = newClient(t, rdb).TryLock(t.Context(), "t")

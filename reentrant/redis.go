@@ -22,22 +22,45 @@ type redisCall struct {
 	keys scripts.Keys
 }
 
-// init makes rc the call r of a lock under prefix, whose backend state is
-// be (the struct rc is part of), and returns the call.
-func (rc *redisCall) init(r call, prefix string, be any) *call {
-	rc.call, rc.keys = r, scripts.KeysFor(prefix, r.name)
+// keyspace is where a Redis backend's lock keys are: under prefix, with
+// the floors shared across slots (scripts.SharedKeysFor: a standalone or
+// Sentinel server, a Redlock node) or one per slot (scripts.KeysFor: a
+// Cluster, or WithSlotLocalKeys).
+type keyspace struct {
+	prefix string
+	shared bool
+}
+
+// keyspaceOf is the keyspace of a client of cfg on rdb.
+func keyspaceOf(cfg config, rdb redis.UniversalClient) keyspace {
+	_, cluster := rdb.(*redis.ClusterClient)
+	return keyspace{prefix: cfg.prefix, shared: !cluster && !cfg.slotLocal}
+}
+
+// keys returns the keys of the lock name in ks.
+func (ks keyspace) keys(name string) scripts.Keys {
+	if ks.shared {
+		return scripts.SharedKeysFor(ks.prefix, name)
+	}
+	return scripts.KeysFor(ks.prefix, name)
+}
+
+// init makes rc the call r of a lock in ks, whose backend state is be (the
+// struct rc is part of), and returns the call.
+func (rc *redisCall) init(r call, ks keyspace, be any) *call {
+	rc.call, rc.keys = r, ks.keys(r.name)
 	rc.ref = lockRef{name: r.name, keys: &rc.keys}
 	rc.be = be
 	return &rc.call
 }
 
-// keysOf returns the keys of ref's lock under prefix: those a call made
-// once, or, for a lockRef{name}, made now.
-func keysOf(ref lockRef, prefix string) scripts.Keys {
+// keysOf returns the keys of ref's lock in ks: those a call made once, or,
+// for a lockRef{name}, made now.
+func keysOf(ref lockRef, ks keyspace) scripts.Keys {
 	if k, ok := ref.keys.(*scripts.Keys); ok {
 		return *k
 	}
-	return scripts.KeysFor(prefix, ref.name)
+	return ks.keys(ref.name)
 }
 
 // tokensOf is how the scripts issue a fresh token for a client of cfg.
@@ -58,12 +81,12 @@ func acquiredOf(a scripts.Acquired) acquired {
 
 // prepared returns the renewals' script requests, made once for each
 // extendReq and kept in its prep.
-func prepared(reqs []*extendReq, prefix string) []scripts.ExtendReq {
+func prepared(reqs []*extendReq, ks keyspace) []scripts.ExtendReq {
 	out := make([]scripts.ExtendReq, len(reqs))
 	for i, r := range reqs {
 		p, ok := r.prep.(*scripts.ExtendReq)
 		if !ok {
-			x := scripts.NewExtendReq(keysOf(r.ref, prefix), string(r.owner), r.token, r.ttl)
+			x := scripts.NewExtendReq(keysOf(r.ref, ks), string(r.owner), r.token, r.ttl)
 			p = &x
 			r.prep = p
 		}

@@ -29,7 +29,7 @@ func proclaimOn(ctx context.Context, rdb redis.Scripter, k scripts.Keys, owner O
 }
 
 func (s *single) proclaim(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, value string, stamp bool) (string, bool, error) {
-	k := keysOf(ref, s.prefix)
+	k := keysOf(ref, s.space)
 	r, err := retryBusy(s, ctx, func(ctx context.Context) (proclaimed, error) {
 		return proclaimOn(ctx, s.rdb, k, owner, tok, value, stamp)
 	})
@@ -39,7 +39,7 @@ func (s *single) proclaim(ctx context.Context, ref lockRef, owner Owner, tok fen
 // proclaim runs on every node and is decided by a majority: held when a
 // majority say so, with the metadata of one of them.
 func (q *quorum) proclaim(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, value string, stamp bool) (string, bool, error) {
-	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (proclaimed, error) {
 		return proclaimOn(ctx, rdb, k, owner, tok, value, stamp)
 	})

@@ -94,13 +94,13 @@ func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix
 // scan walks every primary of the deployment: a Cluster's masters, a
 // Ring's shards, or the one server.
 func (s *single) scan(ctx context.Context, page func(names []string) bool) error {
-	return scanLocks(s.c, ctx, []redis.UniversalClient{s.rdb}, s.prefix, 0, page)
+	return scanLocks(s.c, ctx, []redis.UniversalClient{s.rdb}, s.space.prefix, 0, page)
 }
 
 // scan walks every node; a lock held on a majority is on at least one of
 // every majority of them, so a minority may fail.
 func (q *quorum) scan(ctx context.Context, page func(names []string) bool) error {
-	return scanLocks(q.c, ctx, q.nodes, q.prefix, len(q.nodes)-q.majority(), page)
+	return scanLocks(q.c, ctx, q.nodes, q.space.prefix, len(q.nodes)-q.majority(), page)
 }
 
 // primaries returns the servers that hold rdb's keys: a Cluster's masters,

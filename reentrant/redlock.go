@@ -76,7 +76,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 		rejoin = cfg.rejoin
 	}
 	c, _ := build(cfg)
-	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), prefix: cfg.prefix,
+	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), space: keyspace{prefix: cfg.prefix, shared: !cfg.slotLocal},
 		node: scripts.Node{Joined: scripts.JoinedKey(cfg.prefix), Rejoin: rejoin}}
 	q.lead.Store(initialLead.Microseconds())
 	for _, rdb := range q.nodes {
@@ -91,10 +91,10 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 // by a majority of their replies (collect). It sends nothing again: a
 // node's failure is one vote, and the majority decides without it.
 type quorum struct {
-	c      *Client
-	nodes  []redis.UniversalClient
-	wakes  []*wakes // one per node, where its waiters hear of releases
-	prefix string   // of the keys
+	c     *Client
+	nodes []redis.UniversalClient
+	wakes []*wakes // one per node, where its waiters hear of releases
+	space keyspace // where the keys are: every node is one server
 	// node is the join record's key and the rejoin delay: a node found
 	// empty votes for nobody until every lease it may have granted has
 	// run out (qacquire.lua).
@@ -121,7 +121,7 @@ type quorumCall struct {
 
 func (q *quorum) newCall(r call) *call {
 	qc := new(quorumCall)
-	return qc.init(r, q.prefix, qc)
+	return qc.init(r, q.space, qc)
 }
 
 // quorumOf returns the Redlock backend's state of r.

@@ -104,7 +104,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 		for try := 0; ; try++ {
 			require.Less(t, try, 20, "no acquisition took the proposal on nodes 1 and 2")
 			name = fmt.Sprintf("%s-%d", testenv.Unique(t), try)
-			k = scripts.KeysFor(prefix, name)
+			k = scripts.SharedKeysFor(prefix, name)
 			require.NoError(t, s.nodes[0].Set(ctx, k.Counter, ahead.String(), 0).Err())
 			l, err := c.Lock(ctx, name, long)
 			require.NoError(t, err)

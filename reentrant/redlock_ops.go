@@ -20,7 +20,7 @@ import (
 // neither is known by the time ctx ends. Nodes that answer later still
 // release their level; one that never answers lets it expire.
 func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
-	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	// Each node that frees the lock tells the waiters listening on it, in
 	// the release's own script: no command of its own.
 	wake := wakeChannel(k)
@@ -82,7 +82,7 @@ func (q *quorum) extend(ctx context.Context, req *extendReq) extendResult {
 }
 
 func (q *quorum) extendOnce(ctx context.Context, req *extendReq) (bool, time.Time, error) {
-	maj, n, k := q.majority(), len(q.nodes), keysOf(req.ref, q.prefix)
+	maj, n, k := q.majority(), len(q.nodes), keysOf(req.ref, q.space)
 	owner, tok, ttl := req.owner, req.token, req.ttl
 	sent := time.Now()
 	ch := fanOut(q, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
@@ -108,7 +108,7 @@ func (q *quorum) extendOnce(ctx context.Context, req *extendReq) (bool, time.Tim
 // Sent is when the first pipeline left, before any node could extend.
 func (q *quorum) extendBatch(ctx context.Context, reqs []*extendReq) []extendResult {
 	maj, n := q.majority(), len(q.nodes)
-	sreqs := prepared(reqs, q.prefix)
+	sreqs := prepared(reqs, q.space)
 	sent := time.Now()
 	ch := fanOut(q, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]scripts.ExtendResult, error) {
 		return scripts.ExtendBatch(ctx, rdb, sreqs, scripts.Tokens{}), nil
@@ -202,7 +202,7 @@ func agreedMeta(got []*nodeReply[scripts.State], owner string, tok fence.Token) 
 // highest LastToken a node reported. Ended and Meta come from one of the
 // agreeing nodes.
 func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
-	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.State, error) {
 		return scripts.Inspect(ctx, rdb, k)
 	})
@@ -292,7 +292,7 @@ func nodeErrs[T any](got []*nodeReply[T]) error {
 // once so many nodes say it does not hold the lock that no majority can,
 // the holder a node reported (the highest).
 func (q *quorum) force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error) {
-	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.prefix)
+	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.ForceResult, error) {
 		return scripts.Force(ctx, rdb, k, tok, q.c.cfg.identity, scripts.Tokens{})
 	})

@@ -126,7 +126,7 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 						// nodes, before late grants waited for their lease
 						// (TestRedlockLateGrants): say what each node held.
 						for j, node := range s.nodes {
-							st, ierr := scripts.Inspect(t.Context(), node, scripts.KeysFor(prefix, name))
+							st, ierr := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name))
 							t.Logf("node %d: %+v %v", j, st, ierr)
 						}
 						t.Logf("lease: token %d owner %s", l.Token(), l.Owner())
@@ -236,7 +236,7 @@ func TestRedlockLossReported(t *testing.T) {
 		// one left says held, a majority says gone.
 		holders := func() (in []int) {
 			for i, n := range s.nodes {
-				st, err := scripts.Inspect(t.Context(), n, scripts.KeysFor(prefix, name))
+				st, err := scripts.Inspect(t.Context(), n, scripts.SharedKeysFor(prefix, name))
 				if err == nil && st.Held && st.Token == l.Token() {
 					in = append(in, i)
 				}
@@ -364,7 +364,7 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 		for _, how := range []string{"unlock", "force"} {
 			t.Run(how, func(t *testing.T) {
 				name := testenv.Unique(t)
-				channel := scripts.KeysFor(prefix, name).Lock + ":w"
+				channel := scripts.SharedKeysFor(prefix, name).Lock + ":w"
 				listeners := func() (n int64) {
 					for _, rdb := range s.nodes {
 						m, err := rdb.PubSubNumSub(t.Context(), channel).Result()
@@ -499,7 +499,7 @@ func (h *heldGrants) arm(t *testing.T) (release func()) {
 func TestRedlockLateGrants(t *testing.T) {
 	const ttl = 30 * time.Second // the window (the grants' deadline) is far off
 	state := func(t *testing.T, node redis.UniversalClient, name string) scripts.State {
-		st, err := scripts.Inspect(t.Context(), node, scripts.KeysFor(prefix, name))
+		st, err := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name))
 		require.NoError(t, err)
 		return st
 	}
@@ -578,7 +578,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		h, late := holdGrants(t, s.nodes[2])
 		c := newRedlock(t, []redis.UniversalClient{s.nodes[0], s.nodes[1], late}, reentrant.WithTTL(30*time.Second))
 		name := testenv.Unique(t)
-		k := scripts.KeysFor(prefix, name)
+		k := scripts.SharedKeysFor(prefix, name)
 		outer, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
 		for i, node := range s.nodes {
@@ -753,9 +753,9 @@ func TestRedlockRestartEmptyBehindAPartition(t *testing.T) {
 			first = l.Token()
 			require.NoError(t, l.Unlock(t.Context()))
 		}
-		require.Empty(t, nodes[2].Get(t.Context(), scripts.KeysFor(prefix, name).Counter).Val(), "C never saw a token")
+		require.Empty(t, nodes[2].Get(t.Context(), scripts.SharedKeysFor(prefix, name).Counter).Val(), "C never saw a token")
 		srvs[1].Crash(0)
-		require.Empty(t, nodes[1].Get(t.Context(), scripts.KeysFor(prefix, name).Counter).Val(), "B restarted empty")
+		require.Empty(t, nodes[1].Get(t.Context(), scripts.SharedKeysFor(prefix, name).Counter).Val(), "B restarted empty")
 		time.Sleep(wait)
 		l, err := noA.Lock(t.Context(), name)
 		require.NoError(t, err)

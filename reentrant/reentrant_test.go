@@ -61,7 +61,7 @@ func waitRenewed(t *testing.T, l *reentrant.Lease, by time.Duration) {
 // counter of its own).
 func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
-	k := scripts.KeysFor(prefix, name)
+	k := scripts.SharedKeysFor(prefix, name)
 	st, err := scripts.Inspect(t.Context(), rdb, k)
 	require.NoError(t, err)
 	require.Greater(t, st.TTL, time.Duration(0), "the lease of %s must run", k.Lock)
@@ -401,7 +401,7 @@ func TestLeaseTTL(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotHeld, "an unlocked level")
 
 		// The lease runs out in Redis and another owner takes the lock.
-		require.NoError(t, b.Client.HSet(ctx, scripts.KeysFor(prefix, name).Lock, "x", "1").Err())
+		require.NoError(t, b.Client.HSet(ctx, scripts.SharedKeysFor(prefix, name).Lock, "x", "1").Err())
 		other, err := newClient(t, b.Client).TryLock(ctx, name)
 		require.NoError(t, err)
 		_, err = l.TTL(ctx)
@@ -707,7 +707,7 @@ func TestErrorsPrefixedAndNamesCut(t *testing.T) {
 func TestForeignValueLeftUntouched(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c, name := newClient(t, b.Client), testenv.Unique(t)
-		k := scripts.KeysFor(prefix, name)
+		k := scripts.SharedKeysFor(prefix, name)
 		require.NoError(t, b.Client.RPush(t.Context(), k.Lock, "mine").Err())
 		for _, f := range []func() error{
 			func() error { _, err := c.TryLock(t.Context(), name); return err },

@@ -322,7 +322,7 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 		b.Client.AddHook(h)
 		c := newClient(t, b.Client, reentrant.WithTTL(ttl))
 		leases := lockMany(t, c, n)
-		key := func(l *reentrant.Lease) string { return scripts.KeysFor(prefix, l.Name()).Lock }
+		key := func(l *reentrant.Lease) string { return scripts.SharedKeysFor(prefix, l.Name()).Lock }
 		lost, foreign, kept := leases[:3], leases[3], leases[4:]
 		before := make([]time.Time, len(kept))
 		for i, l := range kept {
@@ -484,7 +484,7 @@ func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no renewal pipeline was sent")
 	}
-	require.Equal(t, []string{scripts.KeysFor(prefix, stuck.Name()).Lock}, hung)
+	require.Equal(t, []string{scripts.SharedKeysFor(prefix, stuck.Name()).Lock}, hung)
 
 	h.mu.Lock()
 	h.record = true
@@ -532,7 +532,7 @@ func TestLoggerAndObserver(t *testing.T) {
 
 	l, err = c.Lock(ctx, name)
 	require.NoError(t, err)
-	m.Del(scripts.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
+	m.Del(scripts.SharedKeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
 	awaitDone(t, l, 30*time.Second)
 	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, 30*time.Second, 5*time.Millisecond,
 		"one loss reported; events: %v", eventList{&mu, &events})
@@ -613,7 +613,7 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		const handoff, renew = 4 * time.Second, time.Second
 		ctx, name := t.Context(), testenv.Unique(t)
-		key := scripts.KeysFor(prefix, name).Lock
+		key := scripts.SharedKeysFor(prefix, name).Lock
 		var mu sync.Mutex
 		var renewalsSent []time.Time
 		b.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, pipe bool) {
@@ -671,7 +671,7 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	leases := lockMany(t, c, n)
 	keys := map[string]*reentrant.Lease{}
 	for _, l := range leases {
-		keys[scripts.KeysFor(prefix, l.Name()).Lock] = l
+		keys[scripts.SharedKeysFor(prefix, l.Name()).Lock] = l
 	}
 	order := rand.Perm(n)
 	released := map[*reentrant.Lease]bool{}

@@ -30,7 +30,7 @@ func TestReplicaAckSurvivesFailover(t *testing.T) {
 	ctx := t.Context()
 	c := newClient(t, primary.Client(), reentrant.WithReplicaAck(1, 2*time.Second))
 	name := testenv.Unique(t)
-	k := scripts.KeysFor(prefix, name)
+	k := scripts.SharedKeysFor(prefix, name)
 
 	var handed fence.Token
 	for range 3 {
@@ -133,14 +133,14 @@ func TestClusterReplicaAck(t *testing.T) {
 		conn := c.ReplicasOf(m)[0].Client().Conn()
 		defer conn.Close()
 		require.NoError(t, conn.ReadOnly(ctx).Err())
-		v, err := conn.HGet(ctx, scripts.KeysFor(prefix, name).Lock, "t").Uint64()
+		v, err := conn.HGet(ctx, scripts.SharedKeysFor(prefix, name).Lock, "t").Uint64()
 		require.NoError(t, err)
 		return fence.Token(v)
 	}
 	nameOn := func(m *redisproc.Server) string {
 		for i := 0; ; i++ {
 			name := fmt.Sprintf("ack{%d}-%d", time.Now().UnixNano(), i)
-			if c.MasterOf(hashslot.Of(scripts.KeysFor(prefix, name).Lock)) == m {
+			if c.MasterOf(hashslot.Of(scripts.SharedKeysFor(prefix, name).Lock)) == m {
 				return name
 			}
 		}
@@ -190,7 +190,7 @@ func TestClusterReplicaAck(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 	dst := c.Masters()[1]
-	c.MigrateSlot(hashslot.Of(scripts.KeysFor(prefix, name).Lock), dst, 10, 0)
+	c.MigrateSlot(hashslot.Of(scripts.SharedKeysFor(prefix, name).Lock), dst, 10, 0)
 	l, err = lc.Lock(ctx, name)
 	require.NoError(t, err, "after the move")
 	require.GreaterOrEqual(t, onReplica(dst, name), l.Token())
@@ -302,7 +302,7 @@ func TestReplicaAckLockMulti(t *testing.T) {
 	m, err := c.LockMulti(ctx, names)
 	require.NoError(t, err)
 	for _, n := range names {
-		got, err := replica.Client().HGet(ctx, scripts.KeysFor(prefix, n).Lock, "t").Uint64()
+		got, err := replica.Client().HGet(ctx, scripts.SharedKeysFor(prefix, n).Lock, "t").Uint64()
 		require.NoError(t, err)
 		require.Equal(t, m.Token(n), fence.Token(got), "%s: an acknowledged token is on the replica", n)
 	}

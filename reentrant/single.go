@@ -20,7 +20,7 @@ type single struct {
 	c       *Client
 	rdb     redis.UniversalClient
 	note    *notifier
-	prefix  string         // of the keys
+	space   keyspace       // where the keys are
 	tokens  scripts.Tokens // how the scripts issue a fresh token
 	retries bool           // the go-redis client may re-send a command on its own
 	// calls sends the acquire and release scripts: rdb, or on a
@@ -36,7 +36,7 @@ type single struct {
 const batchLeaders = 2
 
 func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
-	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), prefix: c.cfg.prefix,
+	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), space: keyspaceOf(c.cfg, rdb),
 		tokens: tokensOf(c.cfg), retries: retries(rdb), calls: rdb}
 	if r, ok := rdb.(*redis.Client); ok && !c.deadlines {
 		s.calls = scripts.Batch(r, batchLeaders)
@@ -60,7 +60,7 @@ type singleCall struct {
 
 func (s *single) newCall(r call) *call {
 	sc := new(singleCall)
-	return sc.init(r, s.prefix, sc)
+	return sc.init(r, s.space, sc)
 }
 
 // singleOf returns the single backend's state of r.
@@ -81,7 +81,7 @@ func (s *single) request(r *call) scripts.Request {
 // retryBusy).
 
 func (s *single) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
-	k := keysOf(ref, s.prefix)
+	k := keysOf(ref, s.space)
 	return retryBusy(s, ctx, func(ctx context.Context) (int64, error) {
 		return scripts.Release(ctx, s.calls, k, string(owner), tok, level, s.tokens)
 	})
@@ -90,7 +90,7 @@ func (s *single) release(ctx context.Context, ref lockRef, owner Owner, tok fenc
 // extend reports when the attempt that ran was sent: Redis started the TTL
 // after.
 func (s *single) extend(ctx context.Context, req *extendReq) extendResult {
-	k := keysOf(req.ref, s.prefix)
+	k := keysOf(req.ref, s.space)
 	r, err := retryBusy(s, ctx, func(ctx context.Context) (extendResult, error) {
 		sent := time.Now()
 		r, err := scripts.ExtendWhy(ctx, s.rdb, k, string(req.owner), req.token, req.ttl, s.tokens)
@@ -103,14 +103,14 @@ func (s *single) extend(ctx context.Context, req *extendReq) extendResult {
 // extendBatch sends the renewals in one pipeline, then those a Cluster
 // refused for now in another, until each has another answer or ctx ends.
 func (s *single) extendBatch(ctx context.Context, reqs []*extendReq) []extendResult {
-	sreqs := prepared(reqs, s.prefix)
+	sreqs := prepared(reqs, s.space)
 	res := scripts.ExtendBatch(ctx, s.rdb, sreqs, s.tokens)
 	s.resendBusy(ctx, sreqs, res)
 	return extendResults(res)
 }
 
 func (s *single) inspect(ctx context.Context, ref lockRef) (State, error) {
-	k := keysOf(ref, s.prefix)
+	k := keysOf(ref, s.space)
 	st, err := retryBusy(s, ctx, func(ctx context.Context) (scripts.State, error) {
 		return scripts.Inspect(ctx, s.rdb, k)
 	})
@@ -118,7 +118,7 @@ func (s *single) inspect(ctx context.Context, ref lockRef) (State, error) {
 }
 
 func (s *single) force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error) {
-	k := keysOf(ref, s.prefix)
+	k := keysOf(ref, s.space)
 	r, err := retryBusy(s, ctx, func(ctx context.Context) (scripts.ForceResult, error) {
 		return scripts.Force(ctx, s.rdb, k, tok, s.c.cfg.identity, s.tokens)
 	})

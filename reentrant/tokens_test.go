@@ -4,6 +4,7 @@ package reentrant_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				srv := redisproc.Start(t)
 				c, name := newClient(t, srv.Client(), mode.opts...), testenv.Unique(t)
 				before := issue(t, c, name, 5)
-				k := scripts.KeysFor(prefix, name)
+				k := scripts.SharedKeysFor(prefix, name)
 				require.NoError(t, srv.Client().Del(t.Context(), k.Lock, k.Queue, k.Counter, k.Floor).Err())
 				checkAfterLoss(t, mode.name, before, firstAfter(t, c, name))
 			})
@@ -86,7 +87,7 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				primary.Kill()
 				replica.Resume()
 				replica.Promote()
-				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.KeysFor(prefix, name))
+				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.SharedKeysFor(prefix, name))
 				require.NoError(t, err)
 				require.Less(t, got.LastToken, before, "the promoted replica must have missed tokens")
 				after := newClient(t, replica.Client(), mode.opts...)
@@ -105,9 +106,11 @@ func checkAfterLoss(t *testing.T, mode string, before, after fence.Token) {
 	require.LessOrEqual(t, after, before, "the strict counter, lost, repeats tokens (the contrast)")
 }
 
-// With the default options every key a name writes expires: the hash its
-// record time after its lease's end (the release leaves that expiry), the slot's floor its idle time after the
-// last token; with WithStrictTokens the name's counter never expires.
+// With the default options every key a name writes expires: a released
+// name's record one to two record times after the release (a field of a
+// shared record hash; its own hash is deleted), the floor its idle time
+// after the last token; with WithStrictTokens the name's counter never
+// expires.
 func TestEveryKeyExpires(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		for _, c := range []struct {
@@ -120,11 +123,15 @@ func TestEveryKeyExpires(t *testing.T) {
 			{[]reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour),
 				reentrant.WithRecordExpiry(20 * time.Second)}, 20 * time.Second, 2 * time.Hour, "2 h, 20 s"},
 		} {
-			lc, name := newClient(t, b.Client, c.opts...), testenv.Unique(t)
+			// A prefix per case: clients with different record times would
+			// share record hashes, whose expiry the first record of a
+			// generation sets (docs/safety.md).
+			p := prefix + "-" + strings.ReplaceAll(c.desc, " ", "")
+			lc, name := newClient(t, b.Client, append(c.opts, reentrant.WithPrefix(p))...), testenv.Unique(t)
 			l, err := lc.Lock(t.Context(), name)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(t.Context()))
-			k := scripts.KeysFor(prefix, name)
+			k := scripts.SharedKeysFor(p, name)
 			within := func(key string, want time.Duration) {
 				t.Helper()
 				ttl := b.Client.PTTL(t.Context(), key).Val()
@@ -140,15 +147,13 @@ func TestEveryKeyExpires(t *testing.T) {
 				require.Equal(t, time.Duration(-1), b.Client.PTTL(t.Context(), k.Counter).Val(), "the strict counter never expires")
 				within(k.Lock, 0)
 			} else {
-				// Released at once, the lease had DefaultTTL left: the
-				// hash keeps the expiry its take gave it, the record time
-				// after the lease's end, unless that lease was longer than
-				// the record time (then the record time from the release).
-				rec := c.rec
-				if reentrant.DefaultTTL <= c.rec {
-					rec += reentrant.DefaultTTL
-				}
-				within(k.Lock, rec)
+				// Released cleanly, the name is stowed: no hash, and its
+				// record a field of a shared record hash that expires one
+				// to two record times after the release.
+				within(k.Lock, 0)
+				rttl := recordTTL(t, b.Client, k)
+				require.Greater(t, rttl, c.rec-time.Minute/2, "%s: the record lives the record time", c.desc)
+				require.LessOrEqual(t, rttl, 2*c.rec, "%s: and at most twice it", c.desc)
 				within(k.Floor, c.floor)
 				within(k.Counter, 0)
 			}
@@ -163,13 +168,13 @@ func TestEveryKeyExpires(t *testing.T) {
 		if b.Mini == nil {
 			return
 		}
-		// Past the lease and the record time the name has no key of its own; past the
-		// idle time, nothing at all. The next token is still above the
-		// last.
+		// Released, the name has no key of its own; past twice the record
+		// time, no record either; past the idle time, nothing at all. The
+		// next token is still above the last.
 		lc, name := newClient(t, b.Client, reentrant.WithCounterIdleExpiry(time.Hour)), testenv.Unique(t)
 		last := issue(t, lc, name, 3)
-		k := scripts.KeysFor(prefix, name)
-		testenv.Advance(b.Mini, reentrant.DefaultTTL+reentrant.DefaultRecordExpiry+time.Millisecond)
+		k := scripts.SharedKeysFor(prefix, name)
+		testenv.Advance(b.Mini, 2*reentrant.DefaultRecordExpiry+time.Millisecond)
 		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter).Val())
 		require.EqualValues(t, 1, b.Client.Exists(t.Context(), k.Floor).Val())
 		st, err := lc.Inspect(t.Context(), name)
@@ -261,7 +266,7 @@ func deletedByHand(t *testing.T, rdb redis.UniversalClient) {
 	require.NoError(t, err)
 	require.NoError(t, store.Put(ctx, "resource", []byte("a1"), first.Token()))
 
-	k := scripts.KeysFor(prefix, name)
+	k := scripts.SharedKeysFor(prefix, name)
 	require.NoError(t, rdb.Del(ctx, k.Lock, k.Queue).Err())
 
 	second, err := b.TryLock(ctx, name)
@@ -383,7 +388,7 @@ func TestLossSaysWhy(t *testing.T) {
 		c := newClient(t, b.Client, operatorLease...)
 		l, err := c.Lock(ctx, testenv.Unique(t))
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, l.Name()).Lock).Err())
+		require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, l.Name()).Lock).Err())
 		err = awaitLoss(t, l)
 		require.ErrorIs(t, err, reentrant.ErrGone)
 		require.ErrorIs(t, err, reentrant.ErrLost)
@@ -423,8 +428,21 @@ func TestForcedLeaseSaysWhoForcedIt(t *testing.T) {
 		// Deleted by hand, not forced: the cause says what it cannot tell.
 		l, err = c.Lock(ctx, name)
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, name).Lock).Err())
+		require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, name).Lock).Err())
 		require.ErrorIs(t, l.Extend(ctx, time.Minute), reentrant.ErrNotHeld)
 		require.ErrorContains(t, l.Err(), "expired, taken, forced or deleted")
 	})
+}
+
+// recordTTL returns how long the record hash that holds k's record has to
+// live; it fails t when no record hash holds one.
+func recordTTL(t *testing.T, rdb redis.UniversalClient, k scripts.Keys) time.Duration {
+	t.Helper()
+	for _, rk := range k.Records() {
+		if rdb.HExists(t.Context(), rk, k.RecordField()).Val() {
+			return rdb.PTTL(t.Context(), rk).Val()
+		}
+	}
+	require.Fail(t, "no record", "no record hash of %s holds %s", k.Floor, k.RecordField())
+	return 0
 }

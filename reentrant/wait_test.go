@@ -132,7 +132,7 @@ func TestRenewalDetectsLoss(t *testing.T) {
 		name := testenv.Unique(t)
 		outer, inner := nested(t, c, name)
 		// Someone deletes the lock (an operator, a FLUSHDB, a failover).
-		require.NoError(t, b.Client.Del(t.Context(), scripts.KeysFor(prefix, name).Lock).Err())
+		require.NoError(t, b.Client.Del(t.Context(), scripts.SharedKeysFor(prefix, name).Lock).Err())
 		for _, l := range []*reentrant.Lease{outer, inner} {
 			select {
 			case <-l.Done():
@@ -174,7 +174,7 @@ func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 		t.Fatal("no renewal was sent")
 	}
 	// The lock hash's x: when the lease ends, server time in ms (lua/lib.lua).
-	expiry, err := rdb.HGet(t.Context(), scripts.KeysFor(prefix, name).Lock, "x").Int64()
+	expiry, err := rdb.HGet(t.Context(), scripts.SharedKeysFor(prefix, name).Lock, "x").Int64()
 	require.NoError(t, err, "the lock must still be held in Redis")
 	require.NoError(t, lockRdb.Close())
 	release()

@@ -49,9 +49,9 @@
 //	last_token  int       the last token issued for the name; 0 if none
 //	last_owner  string    the owner of the last ownership (the holder's when
 //	                      held); "" if none
-//	floor       int       with time tokens (the default), the floor of the
-//	                      name's hash slot: the highest token issued for any
-//	                      name of the slot, which the name's next token passes;
+//	floor       int       with time tokens (the default), the name's floor,
+//	                      shared with other names: the highest token issued
+//	                      through it, which the name's next token passes;
 //	                      0 if none (strict tokens, or expired)
 //	waiters     int       Lock calls queued for the name
 //	ended       [object]  ownerships known to have ended, lowest token first, each

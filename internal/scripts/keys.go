@@ -15,8 +15,10 @@ type Keys struct {
 	Counter string // P:{N}:t, the strict counter: the highest token issued
 	// Floor is P:{S}:f, the time tokens' floor: the highest token issued
 	// for any name of N's slot, where {S} is a hash tag of that slot
-	// (hashslot.Tag), so that it shares the slot of N's keys. No lock
-	// name makes it: lock keys end in "}", ":q" or ":t".
+	// (hashslot.Tag), so that it shares the slot of N's keys; with
+	// SharedKeysFor, of the slots that share N's slot modulo SharedFloors.
+	// No lock name makes it: lock keys end in "}", ":q" or ":t". Its
+	// record hashes (Records) end in ":r0" and ":r1".
 	Floor string
 
 	// boxed holds Lock, Queue, Counter and Floor as command arguments,
@@ -24,6 +26,19 @@ type Keys struct {
 	// them.
 	boxed [4]any
 }
+
+// Records returns the two record hashes beside k.Floor, P:{S}:r0 and
+// P:{S}:r1 (lua/lib.lua): with time tokens, a released name's record
+// (its last token and owner) is a field of one of them for one to two
+// record times, instead of a hash of its own. They share the floor's slot.
+func (k *Keys) Records() [2]string {
+	base := strings.TrimSuffix(k.Floor, "f")
+	return [2]string{base + "r0", base + "r1"}
+}
+
+// RecordField returns the field of k's record in a record hash: the lock
+// key from its first "{" (the name's tag).
+func (k *Keys) RecordField() string { return k.Lock[strings.IndexByte(k.Lock, '{'):] }
 
 // Key indices for arg.
 const (
@@ -74,18 +89,37 @@ func escape(s string) string {
 	return escaper.Replace(s)
 }
 
-// KeysFor returns the keys of the lock name under prefix. It does not
-// validate: the keys share one slot only for a non-empty name and a prefix
-// free of braces. reentrant checks every name and prefix it is given
+// SharedFloors is how many floors, each with its pair of record hashes, the
+// names of one prefix share in the layout of SharedKeysFor: the slot of
+// the name modulo SharedFloors picks one. A released name's record is then
+// a field of a hash shared with about names/SharedFloors others, not a key
+// of its own or of its slot's, which is what keeps it under 100 B.
+const SharedFloors = 1024
+
+// KeysFor returns the keys of the lock name under prefix, every one of them
+// in the slot of the name: the layout of a Redis Cluster, and of a server
+// behind a proxy that routes by slot. It does not validate: the keys share
+// one slot only for a non-empty name and a prefix free of braces. reentrant
+// checks every name and prefix it is given
 // ([github.com/redfence/redfence/reentrant.CheckName] and CheckPrefix).
-func KeysFor(prefix, name string) Keys {
+func KeysFor(prefix, name string) Keys { return keysIn(prefix, name, hashslot.Slots) }
+
+// SharedKeysFor returns the keys of the lock name under prefix where a
+// script may touch keys of any slot (a standalone or Sentinel server, a
+// Redlock node): as KeysFor, but the floor (and its record hashes) is that
+// of the name's slot modulo SharedFloors, shared by every name of those
+// slots, at most SharedFloors per prefix. The lock, queue and counter keys
+// are KeysFor's.
+func SharedKeysFor(prefix, name string) Keys { return keysIn(prefix, name, SharedFloors) }
+
+func keysIn(prefix, name string, floors int) Keys {
 	// One string holds the four keys, "P:{N}:qP:{N}:tP:{S}:f", one
 	// allocation instead of four on the path of every call.
 	tag := escape(name)
 	// The slot of the escaped name, which holds no brace, is its CRC; the
 	// tag's text is built on the stack, and the concatenation copies it.
 	var buf [8]byte
-	slot := hashslot.AppendTag(buf[:0], hashslot.Of(tag))
+	slot := hashslot.AppendTag(buf[:0], hashslot.Of(tag)%floors)
 	all := prefix + ":{" + tag + "}:q" + prefix + ":{" + tag + "}:t" + prefix + ":" + string(slot) + ":f"
 	base := len(prefix) + len(":{}") + len(tag)
 	k := Keys{Name: name, Lock: all[:base], Queue: all[:base+2], Counter: all[base+2 : 2*base+4], Floor: all[2*base+4:]}
