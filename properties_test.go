@@ -41,7 +41,8 @@ type lockModel struct {
 	// stowed is the token of the last ownership whose release stowed the
 	// lock (its hash deleted, its record kept in a shared record hash,
 	// which a DEL of the lock's keys leaves): what Inspect reports after
-	// such a DEL. None while no release has stowed.
+	// such a DEL. None while no release has stowed, and again once an
+	// acquisition followed (its take marked the record taken).
 	stowed fence.Token
 }
 
@@ -125,7 +126,7 @@ func (lm *lockMachine) acquire(t *rapid.T, try bool) {
 		if l.Token() <= lm.m.last {
 			t.Fatalf("fresh acquisition got token %d, not above the last issued %d", l.Token(), lm.m.last)
 		}
-		lm.m = lockModel{owner: o, depth: 1, token: l.Token(), last: l.Token(), shown: l.Token(), stowed: lm.m.stowed}
+		lm.m = lockModel{owner: o, depth: 1, token: l.Token(), last: l.Token(), shown: l.Token()}
 	} else {
 		if l.Token() != lm.m.token {
 			t.Fatalf("reentry got token %d, want the ownership's %d", l.Token(), lm.m.token)
@@ -467,7 +468,7 @@ func (lm *lockMachine) handOff(t *rapid.T) {
 		t.Fatalf("handoff gave owner %s token %d depth %d; want owner %d, a token above %d, depth 1",
 			r.lease.Owner(), r.lease.Token(), r.lease.Depth(), w.owner, lm.m.last)
 	}
-	lm.m = lockModel{owner: w.owner, depth: 1, token: r.lease.Token(), last: r.lease.Token(), shown: r.lease.Token(), stowed: lm.m.stowed}
+	lm.m = lockModel{owner: w.owner, depth: 1, token: r.lease.Token(), last: r.lease.Token(), shown: r.lease.Token()}
 	lm.hist = append(lm.hist, fmt.Sprintf("  handoff owner %d token %d level %s", w.owner, r.lease.Token(), r.lease.ID()))
 	lm.leases = append(lm.leases, &leaseRec{owner: w.owner, lease: r.lease, live: true})
 	lm.awaitWaiters(t)

@@ -407,23 +407,16 @@ end
 -- hash did, and a record hash holds at most two generations' records, the
 -- ones it is then written with, never older ones: r<g mod 2> of g − 2 has
 -- expired when g starts. The field is the lock key from its first "{" (the
--- name's tag: prefixes hold no brace), the value
---   <t> <o>            the last ownership's token and owner, when the
---                      incarnation began with it; else <t>/<b> <o>
---   then \t<d>[/<e>]   the incarnation before it, when the same record
---                      hash held its record and the value stays within
---                      64 bytes (Redis's listpack limit): it ended with
---                      token t − d by release, and began e below that
---                      (none: with it). recordFor reads any number of
---                      these; putRecord writes one, which a two-finds
---                      parse of the record it replaces gives cheaply.
--- Owners hold no control character, so the tab separates them. The next
--- take of the name starts a new incarnation (b = its token) and reads no
--- record; its stow keeps the record it replaces as the earlier
--- incarnation. So a release retried after another owner took and released
--- the lock is still answered "released" (after two or more, "not held",
--- the cautious answer), and an ownership whose hash an operator deleted is
--- in no incarnation: its release is answered "not held".
+-- name's tag: prefixes hold no brace), the value "<t> <o>" (the last
+-- ownership's token and owner, when the incarnation began with it; else
+-- "<t>/<b> <o>"), or "-" once a take continued it (marked taken). A take
+-- that creates the hash continues the record's incarnation (its b) and
+-- marks it: so the incarnation spans every ownership since it began, and
+-- a release retried after other owners took and released the lock is
+-- answered "released" however many did, as long as the record lives. An
+-- ownership whose hash an operator deleted leaves the mark: the next take
+-- starts a new incarnation, and that ownership's release is answered "not
+-- held".
 
 -- recordBuckets returns the two record hashes beside the floor ckey,
 -- r0 and r1; nil when ckey is not a floor (strict mode, or a key a test
@@ -445,53 +438,23 @@ local function recordField(key)
   return key
 end
 
--- parseRecord reads a record value: {t, ts, b, o, rest} (rest: the
--- earlier incarnations, "" for none), or nil when malformed.
+-- parseRecord reads a record value: {t, ts, b, o}, or nil when malformed
+-- (or the mark "-").
 local function parseRecord(v)
-  local head, rest = v, ''
-  local tab = string.find(v, '\t', 1, true)
-  if tab then
-    head, rest = string.sub(v, 1, tab - 1), string.sub(v, tab)
-  end
-  local ts, bs, o = string.match(head, '^([1-9][0-9]*)/([1-9][0-9]*) (.+)$')
+  local ts, bs, o = string.match(v, '^([1-9][0-9]*)/([1-9][0-9]*) (.+)$')
   if not ts then
-    ts, o = string.match(head, '^([1-9][0-9]*) (.+)$')
+    ts, o = string.match(v, '^([1-9][0-9]*) (.+)$')
     bs = ts
   end
   if not ts or not canonical(ts) or not canonical(bs) or tonumber(bs) > tonumber(ts) then
     return nil
   end
-  return {t = tonumber(ts), ts = ts, b = tonumber(bs), o = o, rest = rest}
-end
-
--- earlier returns the earlier incarnations of record r, newest first, as
--- {t, b} pairs (numbers); nil when malformed.
-local function earlier(r)
-  local out, at = {}, 1
-  while at <= #r.rest do
-    local d, e, nxt = string.match(r.rest, '^\t([1-9][0-9]*)/?([0-9]*)()', at)
-    if not d then
-      return nil
-    end
-    local t = r.t - tonumber(d)
-    local b = t
-    if e ~= '' then
-      b = t - tonumber(e)
-    end
-    if t < 1 or b < 1 then
-      return nil
-    end
-    out[#out + 1] = {t, b}
-    at = nxt
-  end
-  return out
+  return {t = tonumber(ts), ts = ts, b = tonumber(bs), o = o}
 end
 
 -- putRecord writes the record of key's ownership ts (incarnation b, a
 -- string, owner o) beside the floor ckey at server time now (ms) for a
--- record time of rec ms, after the name's record the same record hash
--- held, if any, which becomes the earlier incarnation of the value. The
--- record hash gets its expiry with the first field it holds (PEXPIREAT …
+-- record time of rec ms. The record hash gets its expiry with the first field it holds (PEXPIREAT …
 -- NX): a field already there was written in this generation, after the
 -- hash got it, and the hash r<g mod 2> of generation g − 2 expired as g
 -- began. Two edges, both leaving a record shorter-lived, never a hash
@@ -516,48 +479,25 @@ local function putRecord(key, ckey, ts, b, o, now, rec)
     -- the hash's t, not the records, to go on above the time tokens.
     return false
   end
-  local field = recordField(key)
-  local old = redis.pcall('HGET', bucket, field)
-  if type(old) == 'table' then
-    return false
-  end
   local v = ts .. ' ' .. o
   if b ~= ts then
     v = ts .. '/' .. b .. ' ' .. o
   end
-  if old then
-    -- The record this one replaces becomes its earlier incarnation: its
-    -- t and b, read with two finds (no pattern), if the value stays
-    -- within 64 bytes. Only the one: what a value of that size holds.
-    local sep = string.find(old, '[ /]')
-    local ot = sep and tonumber(string.sub(old, 1, sep - 1))
-    local nt = tonumber(ts)
-    if ot and ot >= 1 and ot < tonumber(b) then
-      local part = '\t' .. dec(nt - ot)
-      if string.byte(old, sep) == 47 then -- '/': the incarnation's b
-        local sp = string.find(old, ' ', sep, true)
-        local ob = sp and tonumber(string.sub(old, sep + 1, sp - 1))
-        if ob and ob >= 1 and ob < ot then
-          part = part .. '/' .. dec(ot - ob)
-        end
-      end
-      if #v + #part <= 64 then
-        v = v .. part
-      end
-    end
+  local n = redis.pcall('HSET', bucket, recordField(key), v)
+  if type(n) ~= 'number' then
+    return false
   end
-  if redis.call('HSET', bucket, field, v) == 1 then
+  if n == 1 then
     redis.call('PEXPIREAT', bucket, (g + 2) * rec - 1, 'NX')
   end
   return true
 end
 
 -- recordFor reads the records of key's name beside the floor ckey: with
--- t, the incarnation that
--- holds token t ({t, b, o}; o false for an earlier incarnation, whose
--- owner is not recorded); with t nil, the latest record; false when there
--- is none; nil plus "FOREIGN <key>" for a record hash that is not a hash
--- or a record that does not parse.
+-- t, the one whose incarnation holds token t (b <= t <= its t), {t, ts, b,
+-- o}; with t nil, the latest; false when there is none; nil plus "FOREIGN
+-- <key>" for a record hash that is not a hash or a record that does not
+-- parse. A mark ("-") is no record.
 local function recordFor(key, ckey, t)
   local r0, r1 = recordBuckets(ckey)
   if not r0 then
@@ -569,20 +509,14 @@ local function recordFor(key, ckey, t)
     if v == nil then
       return nil, err
     end
-    if v then
+    if v and v ~= '-' then
       local r = parseRecord(v)
-      local prev = r and earlier(r)
-      if not prev then
+      if not r then
         return foreign(bucket)
       end
       if t then
         if r.b <= t and t <= r.t then
           return r
-        end
-        for _, p in ipairs(prev) do
-          if p[2] <= t and t <= p[1] then
-            return {t = p[1], b = p[2], o = false}
-          end
         end
       elseif not best or r.t > best.t then
         best = r
@@ -590,6 +524,48 @@ local function recordFor(key, ckey, t)
     end
   end
   return best
+end
+
+-- continueRecord is, for a take that creates key's hash with time tokens
+-- at server time now (ms) and record time rec, the incarnation it
+-- continues: the b (a string) of the name's living record beside the
+-- floor ckey, whose field it then marks taken ("-"); nil for a new
+-- incarnation (no record; a mark, left by a take whose hash is gone:
+-- deleted, or expired; a value this library did not write, left as it
+-- is). The current generation's record hash is read first, then the
+-- other: a mark in the first is newer than any record in the second.
+local function continueRecord(key, ckey, now, rec)
+  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' or not rec or rec <= 0 then
+    return nil
+  end
+  local base, g = string.sub(ckey, 1, -2), math.floor(now / rec) % 2
+  local field, bucket = recordField(key), base .. (g == 1 and 'r1' or 'r0')
+  local v = redis.pcall('HGET', bucket, field)
+  if v == false then
+    bucket = base .. (g == 1 and 'r0' or 'r1')
+    v = redis.pcall('HGET', bucket, field)
+  end
+  if type(v) ~= 'string' or v == '-' then
+    return nil
+  end
+  -- Only b is needed: "<t>/<b> <o>" or "<t> <o>" (b = t), read with
+  -- finds, no pattern capture; a value that is neither is left alone.
+  local sep = string.find(v, '[ /]')
+  if not sep or sep == 1 then
+    return nil
+  end
+  local b
+  if string.byte(v, sep) == 47 then
+    local sp = string.find(v, ' ', sep + 1, true)
+    b = sp and string.sub(v, sep + 1, sp - 1)
+  else
+    b = string.sub(v, 1, sep - 1)
+  end
+  if not canonical(b) or not canonical(string.sub(v, 1, sep - 1)) then
+    return nil
+  end
+  redis.call('HSET', bucket, field, '-')
+  return b
 end
 
 -- take gives the lock of h to owner: token t (from freshToken, so above
@@ -604,8 +580,9 @@ local function take(key, h, owner, t, level, x, mode, now, meta)
     h.m = meta
   end
   if not h.exists then
-    fields[#fields + 1], fields[#fields + 2] = 'b', ts
-    h.b = t
+    local b = mode > 0 and continueRecord(key, h.ckey, now, h.rec) or ts
+    fields[#fields + 1], fields[#fields + 2] = 'b', b
+    h.b = tonumber(b)
   elseif h.compact then
     fields[#fields + 1], fields[#fields + 2] = 'b', dec(h.b)
     h.compact = nil

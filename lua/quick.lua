@@ -189,8 +189,10 @@ end
 -- of the call may have queued it (again = "1"); with time tokens the
 -- general path does that.
 -- The commands, with time tokens on a free name or a record: HGETALL,
--- TIME, SET … PX … GET (the floor), HSET, PEXPIRE; strict: HGETALL, GET,
--- TIME, HSET, SET.
+-- TIME, SET … PX … GET (the floor), HSET, PEXPIRE, and on a name with no
+-- hash continueRecord's HGET of the current generation's record hash (and
+-- of the other when the name is not there) and, when it finds a record,
+-- its HSET of the mark; strict: HGETALL, GET, TIME, HSET, SET.
 local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta, again)
   if member ~= '' and not isWaiter(member) then
     return nil
@@ -230,6 +232,10 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     tok, t, now = quickFloorToken(ckey, last, mode)
     if not tok then
       return nil, r
+    end
+    if #r == 0 then
+      -- A stowed name's record, while it lives, gives the incarnation.
+      b = continueRecord(lock, ckey, now, rec)
     end
   else
     tok, t, now, b = quickCounterToken(ckey, last, #r > 0)

@@ -83,7 +83,7 @@ if mode > 0 and (not h.exists or (h.b and t < h.b)) then
   if r == nil then
     return rerr
   end
-  if r and (t < r.t or r.o == false or r.o == ARGV[1]) then
+  if r and (t < r.t or r.o == ARGV[1]) then
     return 0
   end
   return -1
