@@ -97,6 +97,8 @@ func memory(ctx context.Context, e *env) ([]metric, error) {
 		ms = append(ms, noRatio(num(mem, "per name after idle expiry", unitBytes, perItem(m0, m4, n))))
 	case e.sys.kept == "nothing":
 		ms = append(ms, text(mem, "per name after idle expiry", "n/a (nothing kept)"))
+	case e.sys.idleTooLong > 0:
+		ms = append(ms, text(mem, "per name after idle expiry", fmt.Sprintf("n/a (expires after %v, too long to wait)", e.sys.idleTooLong)))
 	default:
 		ms = append(ms, text(mem, "per name after idle expiry", "n/a (never expires)"))
 	}

@@ -52,13 +52,14 @@ func redfenceVariant(name string, opts []reentrant.ClientOption) system {
 		// With its default time tokens, a release stows the name: its
 		// record (last token, owner) is a field of a record hash shared
 		// by the names of its floor, which expires one to two
-		// DefaultRecordExpiry after the release, and the floors (1,024 on
+		// DefaultRecordExpiry after the release, and the floors (512 on
 		// one server) live DefaultCounterIdleExpiry (7 days), too long
 		// for the memory workload to wait: the row after the records
 		// expired shows what the floors cost per name.
-		linger:     2 * reentrant.DefaultRecordExpiry,
-		idleExpiry: 0,
-		kept:       "the name's record, a field of a shared hash (1 to 2 min), and 1,024 shared floors (7 days)",
+		linger:      2 * reentrant.DefaultRecordExpiry,
+		idleExpiry:  0,
+		idleTooLong: reentrant.DefaultCounterIdleExpiry,
+		kept:        "the name's record, a field of a shared hash (1 to 2 min), and 512 shared floors (7 days)",
 	}
 }
 

@@ -3,9 +3,10 @@
 -- with, on the same server in the same run. take and release run exactly
 -- the commands of redfence's quick paths for an uncontended pair with its
 -- default time tokens, on a name released before (lua/quick.lua's
--- quickTake and quickRelease, which stows: HGETALL, TIME, SET ... PX ...
--- GET, HSET, PEXPIRE; then HGETALL, TIME, EXISTS, HSET of the record,
--- DEL), with only the Lua that their arguments need and none of the
+-- quickTake, which continues the stowed record and marks it, and
+-- quickRelease, which stows: HGETALL, TIME, SET ... PX ... GET, HGET,
+-- HSET of the mark, HSET, PEXPIRE; then HGETALL, TIME, EXISTS, HSET of
+-- the record, DEL), with only the Lua that their arguments need and none of the
 -- checks; empty runs nothing. All three take the keys and arguments
 -- redfence's acquire and release take, so that the differences are the
 -- checks and the commands.
@@ -13,14 +14,18 @@
 -- KEYS[1] the lock hash, KEYS[3] the floor; ARGV as lua/acquire.lua's
 -- (take) and lua/release.lua's (release). The expiries are redfence's
 -- defaults (the floor 7 days, the record 1 minute), written as constants.
--- The record goes to the floor's r0 record hash, as a name released
--- again in the same generation: a field already there, so no expiry.
+-- The record is the floor's r0 record hash's field, as for a name
+-- released again in the same generation: a field already there, so no
+-- expiry.
 redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
   redis.call('HGETALL', KEYS[1])
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local ts = string.format('%d', us)
   redis.call('SET', KEYS[3], ts, 'PX', 604800000, 'GET')
+  local bucket, field = string.sub(KEYS[3], 1, -2) .. 'r0', string.sub(KEYS[1], 10)
+  redis.call('HGET', bucket, field)
+  redis.call('HSET', bucket, field, '-')
   local lease = tonumber(ARGV[2])
   redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', ts, 'x', string.format('%d', math.floor(us / 1000) + lease), 'l:' .. ARGV[3], '1', 'b', ts)
   redis.call('PEXPIRE', KEYS[1], lease + 60000)

@@ -45,6 +45,10 @@ type system struct {
 	// never expires or there is none. The memory workload waits this long
 	// and measures again when it is set.
 	idleExpiry time.Duration
+	// idleTooLong is, when idleExpiry is 0, how long state a release
+	// leaves lives when that is too long for the workload to wait (0: it
+	// never expires).
+	idleTooLong time.Duration
 	// kept describes the per-name state a release leaves, for the report.
 	kept string
 }

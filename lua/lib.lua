@@ -4,7 +4,7 @@
 --   P:{S}:f  with time tokens (the default), the floor: a string, the
 --            highest token issued for any name that shares it (canonical
 --            decimal), where {S} is a hash tag of N's slot (a Cluster) or
---            of that slot modulo 1,024 (one server: the client's choice,
+--            of that slot modulo 512 (one server: the client's choice,
 --            internal/scripts/keys.go); its names share it, so it costs
 --            nothing per name. It expires
 --            <idle> ms after the last token written to it: a clock stepped

@@ -38,7 +38,7 @@ const (
 	// default), a name's floor outlives the last token issued through
 	// it: a server clock stepped back by less than this after the floor
 	// is gone still issues no repeated token. The floors are at most
-	// 1,024 keys per prefix on one server (16,384 on a Cluster), whatever
+	// 512 keys per prefix on one server (16,384 on a Cluster), whatever
 	// the number of names, so a long idle time costs no memory per name
 	// (docs/safety.md).
 	DefaultCounterIdleExpiry = 7 * 24 * time.Hour

@@ -41,7 +41,7 @@ type State struct {
 	// token (docs/deployments.md).
 	LastToken fence.Token
 	// Floor is, with time tokens (the default), the name's floor (shared
-	// by the names of 16 hash slots on one server, of one on a Cluster):
+	// by the names of 32 hash slots on one server, of one on a Cluster):
 	// the highest token issued through it in the counter idle time, which
 	// every fresh token for the name passes;
 	// fence.None if there is none (strict tokens, or none was issued).

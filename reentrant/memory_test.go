@@ -69,7 +69,7 @@ func usedMemory(t *testing.T, rdb *redis.Client) int64 {
 // A service that locks per order or per request leaves, with the default
 // options, at most 100 B and no key of its own per released name: its
 // record is a field of a record hash shared by the names of its floor
-// (1,024 floors per prefix on a standalone server, each with two record
+// (512 floors per prefix on a standalone server, each with two record
 // hashes), and every key expires. On a real server (20,000 names) the
 // test measures keys and used_memory per name; on miniredis it passes the
 // record and idle times: nothing is left.
@@ -162,7 +162,7 @@ func TestFloorIsShardedBySlot(t *testing.T) {
 // WithSlotLocalKeys keeps every key a lock touches in the slot of its name,
 // as a Cluster needs and a proxy that routes by slot does: the floor and
 // the record hashes too. Without it, on one server, they are shared by the
-// names of 16 slots.
+// names of 32 slots.
 func TestSlotLocalKeys(t *testing.T) {
 	srv := redisproc.Start(t)
 	rdb := srv.Client()

@@ -212,7 +212,7 @@ func tokenOption(m tokenMode) ClientOption {
 }
 
 // WithCounterIdleExpiry sets how long, with time tokens (the default), a
-// floor (shared by the names of 16 hash slots on one server, of one on a
+// floor (shared by the names of 32 hash slots on one server, of one on a
 // Cluster) outlives the last token issued through it
 // (client only; default DefaultCounterIdleExpiry, 7 days): the largest
 // backward step of the server's clock that still repeats no token once
@@ -323,7 +323,7 @@ func WithRetry(s RetryStrategy) CallOption {
 // script whose keys span slots (a CROSSSLOT error; Redis Enterprise and
 // other sharding proxies). By default a client of a standalone or
 // Sentinel server, or a Redlock client, shares each time-token floor, and
-// the two record hashes beside it, among the names of 16 slots (1,024
+// the two record hashes beside it, among the names of 32 slots (512
 // floors per prefix), so that a released name's record is a field of a
 // shared hash, under 100 B (docs/design.md, "Keys"); with this option, and always on a
 // *redis.ClusterClient, each slot has its own floor and record hashes,

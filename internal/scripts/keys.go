@@ -94,7 +94,7 @@ func escape(s string) string {
 // the name modulo SharedFloors picks one. A released name's record is then
 // a field of a hash shared with about names/SharedFloors others, not a key
 // of its own or of its slot's, which is what keeps it under 100 B.
-const SharedFloors = 1024
+const SharedFloors = 512
 
 // KeysFor returns the keys of the lock name under prefix, every one of them
 // in the slot of the name: the layout of a Redis Cluster, and of a server
