@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redfence/redfence/reentrant"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,21 +17,24 @@ const ws = "W1 split of the script time"
 //go:embed split.lua
 var splitLib string
 
-// splitBlocks is how many alternated blocks of pairs each of split's three
+// splitBlocks is how many alternated blocks of pairs each of split's four
 // kinds runs; the median block is reported.
-const splitBlocks = 11
+const splitBlocks = 21
 
 // split (W1s) splits redfence's script time per uncontended pair (its
 // default options, W1's pattern: one name taken and released again and
-// again) into what its commands cost and what the rest does. In the
-// same run, alternating in blocks so that a busy machine weighs on
-// all three alike, it measures the script time per pair of redfence
-// itself; of split.lua's take and release, which run the same commands
-// with the same keys and arguments and nothing else; and of two calls
-// of a function that runs nothing. The first less the second is what the
-// checks around the commands cost; the second less the third, the
-// commands; the third, the calls themselves. Only redfence on one node
-// runs it, on a server with Functions.
+// again) into what its commands cost and what the rest does, and sets it
+// against the strict counter's. In the same run, alternating in blocks so
+// that a busy machine weighs on all four alike, it measures the script
+// time per pair of redfence itself; of redfence with WithStrictTokens; of
+// split.lua's take and release, which run the default's commands with the
+// same keys and arguments and nothing else; and of two calls of a
+// function that runs nothing. The first less the third is what the checks
+// around the commands cost; the third less the fourth, the commands; the
+// fourth, the calls themselves. The default against the strict counter is
+// reported as the median of the ratios of blocks run side by side, the
+// figure least moved by a noisy machine. Only redfence on one node runs
+// it, on a server with Functions.
 func split(ctx context.Context, e *env) ([]metric, error) {
 	r, ok := e.lk.(*redfenceLocker)
 	if !ok || e.sys.name != "redfence" || e.multi() {
@@ -64,11 +68,20 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 			return e.rdb.FCall(ctx, release, keys, owner, tok, level, "604800000/60000").Err()
 		}
 	}
+	// The strict counter on the same client's server, for the ratio the
+	// default is held to (same blocks, so the noise of a busy machine
+	// weighs on both alike; W1's own ratio is of separate runs).
+	sc, err := reentrant.New(e.rdb, reentrant.WithTTL(e.cfg.ttl), reentrant.WithStrictTokens())
+	if err != nil {
+		return nil, fmt.Errorf("split: strict client: %w", err)
+	}
+	strict := &redfenceLocker{c: sc}
 	kinds := []struct {
 		what string
 		f    func(context.Context) error
 	}{
 		{"redfence's acquire and release", func(ctx context.Context) error { return pair(ctx, r, name) }},
+		{"redfence-strict's acquire and release", func(ctx context.Context) error { return pair(ctx, strict, name+"-strict") }},
 		{"the same commands alone", probe("redfence_bench_split_take", "redfence_bench_split_release")},
 		{"two calls that run nothing", probe("redfence_bench_split_empty", "redfence_bench_split_empty")},
 	}
@@ -90,11 +103,19 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 			got[i] = append(got[i], us)
 		}
 	}
+	// The default against the strict counter: the median of the ratios of
+	// blocks run side by side.
+	ratios := make([]float64, splitBlocks)
+	for b := range ratios {
+		ratios[b] = got[0][b] / got[1][b]
+	}
+	slices.Sort(ratios)
 	var out []metric
 	for i, k := range kinds {
 		slices.Sort(got[i])
 		out = append(out, metric{group: ws, name: "script time per pair, " + k.what, unit: unitDur, value: got[i][len(got[i])/2], noRatio: true})
 	}
+	out = append(out, metric{group: ws, name: "redfence / redfence-strict, median of the blocks' ratios", unit: unitRatio, value: ratios[len(ratios)/2], noRatio: true})
 	return out, nil
 }
 

@@ -472,7 +472,7 @@ local function putRecord(key, ckey, ts, b, o, now, rec)
     return false
   end
   local g = math.floor(now / rec)
-  local bucket = string.sub(ckey, 1, -2) .. 'r' .. dec(g % 2)
+  local bucket = string.sub(ckey, 1, -2) .. (g % 2 == 1 and 'r1' or 'r0')
   if redis.call('EXISTS', key .. ':t') == 1 then
     -- The name has a strict counter (P:{N}:t): a strict client (one of an
     -- earlier version in a rolling upgrade) may take it next, and it reads
@@ -548,20 +548,14 @@ local function continueRecord(key, ckey, now, rec)
   if type(v) ~= 'string' or v == '-' then
     return nil
   end
-  -- Only b is needed: "<t>/<b> <o>" or "<t> <o>" (b = t), read with
-  -- finds, no pattern capture; a value that is neither is left alone.
-  local sep = string.find(v, '[ /]')
-  if not sep or sep == 1 then
-    return nil
+  -- Only b is needed: "<t>/<b> <o>" or "<t> <o>" (b = t), each read
+  -- with one anchored pattern; a value that is neither is left alone.
+  local ts, b = string.match(v, '^([1-9][0-9]*)/([1-9][0-9]*) ')
+  if not ts then
+    b = string.match(v, '^([1-9][0-9]*) ')
+    ts = b
   end
-  local b
-  if string.byte(v, sep) == 47 then
-    local sp = string.find(v, ' ', sep + 1, true)
-    b = sp and string.sub(v, sep + 1, sp - 1)
-  else
-    b = string.sub(v, 1, sep - 1)
-  end
-  if not canonical(b) or not canonical(string.sub(v, 1, sep - 1)) then
+  if not b or #ts > 16 or #b > 16 then
     return nil
   end
   redis.call('HSET', bucket, field, '-')

@@ -51,6 +51,15 @@ end
 -- other field or value, which lockOf would refuse or a quick path leaves
 -- to the general path.
 local function quickScan(r, level)
+  if #r == 10 and r[1] == 'o' and r[3] == 't' and r[5] == 'x' and r[7] == level and r[9] == 'b' then
+    -- The hash quickTake writes, in the order it writes it (a listpack
+    -- keeps the order of insertion): o, t, x, the caller's level, b. Read
+    -- by position, with the same checks as the loop below.
+    local t, x, b, l = r[4], r[6], r[10], r[8]
+    if canonical(t) and canonical(x) and (b == '0' or canonical(b)) and (l == '1' or canonical(l)) then
+      return true, r[2], t, x, b, nil, false, 1, l
+    end
+  end
   local o, t, x, b, m, q, n, l = nil, nil, nil, nil, nil, false, 0, nil
   for i = 1, #r, 2 do
     local f, v = r[i], r[i + 1]
