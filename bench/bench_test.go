@@ -104,6 +104,17 @@ func TestWorkloads(t *testing.T) {
 				if empty.value <= 0 || alone.value <= empty.value || shipped.value <= empty.value {
 					t.Errorf("W1s script time per pair: redfence %v, its commands alone %v, empty calls %v; want all > 0, the empty calls least", shipped.value, alone.value, empty.value)
 				}
+				// The strict counter ran in the same blocks, and the ratio
+				// is of those blocks: both present, the ratio near
+				// shipped/strict (a median of block ratios, not of the
+				// medians, so not equal).
+				strict, ratio := got[ws+": script time per pair, redfence-strict's acquire and release"],
+					got[ws+": redfence / redfence-strict, median of the blocks' ratios"]
+				if strict.value <= empty.value || ratio.value <= 0 {
+					t.Errorf("W1s: strict %v (empty calls %v), ratio %v; want the strict pair above the empty calls and a ratio > 0", strict.value, empty.value, ratio.value)
+				} else if r := shipped.value / strict.value; ratio.value < r/2 || ratio.value > r*2 {
+					t.Errorf("W1s ratio %.2f, the medians' %.2f: want them within a factor 2", ratio.value, r)
+				}
 			}
 			want := map[string]bool{"redfence": true, "redislock": true}[sys.name]
 			if m, ok := got[renew+": alive after 3 TTLs, Redis's view"]; ok != want {
