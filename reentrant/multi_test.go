@@ -428,3 +428,71 @@ func requireWoken(t *testing.T, got <-chan error, msgAndArgs ...any) {
 		t.Fatal("the waiting LockMulti was not woken")
 	}
 }
+
+// delayArmed is a go-redis hook that holds back, for d, the reply of the
+// first script call made after arm, as a stalled server would.
+type delayArmed struct {
+	d     time.Duration
+	armed atomic.Bool
+}
+
+func (h *delayArmed) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *delayArmed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if testenv.ScriptCall(cmd.Name()) && h.armed.CompareAndSwap(true, false) {
+			time.Sleep(h.d)
+		}
+		return err
+	}
+}
+func (h *delayArmed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A LockMulti whose script is answered past the lease's safe window hands
+// out no lease: the name it reentered is given back to the depth it had
+// (the outer hold goes on), the fresh one is undone, and TryLockMulti
+// fails with ErrNotAcquired; LockMulti waits on and takes both.
+func TestLockMultiAfterALateAnswer(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		const ttl = 300 * time.Millisecond
+		rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		h := &delayArmed{d: ttl}
+		rdb.AddHook(h)
+		c := newClient(t, rdb)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		p := testenv.Unique(t)
+		names := []string{p + "/a", p + "/b"}
+		outer, err := c.Lock(ctx, names[0])
+		require.NoError(t, err)
+
+		h.armed.Store(true)
+		_, err = c.TryLockMulti(outer.Context(), names, reentrant.WithTTL(ttl))
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired, "a grant answered past its window is no lease")
+		require.False(t, h.armed.Load(), "the multi script's answer was held back")
+		require.Eventually(t, func() bool {
+			a, aerr := c.Inspect(ctx, names[0])
+			b, berr := c.Inspect(ctx, names[1])
+			return aerr == nil && berr == nil && a.Held && a.Depth == 1 && a.Token == outer.Token() && !b.Held
+		}, time.Minute, 5*time.Millisecond, "the reentry given back, the fresh name undone")
+		require.NoError(t, outer.Err(), "the outer hold goes on")
+		require.NoError(t, outer.Unlock(ctx))
+
+		h.armed.Store(true)
+		m, err := c.LockMulti(ctx, names, reentrant.WithTTL(ttl))
+		require.NoError(t, err, "LockMulti waits on after a late answer")
+		require.False(t, h.armed.Load())
+		for _, n := range names {
+			require.EqualValues(t, 1, m.Lease(n).Depth())
+		}
+		require.NoError(t, m.Unlock(ctx))
+		for _, n := range names {
+			st, err := c.Inspect(ctx, n)
+			require.NoError(t, err)
+			require.False(t, st.Held, n)
+		}
+	})
+}
