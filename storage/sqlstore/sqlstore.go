@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 
@@ -124,10 +125,37 @@ func (s *Store) Table() string { return s.table }
 func (s *Store) Schema() string { return s.q.schema }
 
 // Migrate creates the Store's table if it does not exist. It is safe to
-// call on every start. It does not alter an existing table of that name.
+// call on every start, from several processes at once. It does not alter
+// an existing table of that name.
+//
+// On PostgreSQL two CREATE TABLE IF NOT EXISTS of one new table can race:
+// the one that loses fails with a unique violation on the catalog's type
+// names (SQLSTATE 23505), "type already exists" (42710) or "relation
+// already exists" (42P07) once the other has committed. Migrate then runs the statement again, up to twice,
+// which finds the table; with a driver whose errors do not carry a
+// SQLSTATE (a SQLState() string method, as pgx's have) the error is
+// returned as it is.
 func (s *Store) Migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
+	var err error
+	for range 3 {
+		if _, err = s.db.ExecContext(ctx, s.q.schema); err == nil || !createRaced(err) {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("sqlstore: create table %s: %w", s.table, withCtx(ctx, err))
 	}
 	return nil
+}
+
+// createRaced reports whether err is PostgreSQL's answer to a CREATE TABLE
+// IF NOT EXISTS that another session committed first: 23505, 42710 or
+// 42P07.
+func createRaced(err error) bool {
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return false
+	}
+	code := e.SQLState()
+	return code == "23505" || code == "42710" || code == "42P07"
 }
