@@ -14,7 +14,7 @@
 -- KEYS[1] the lock hash, KEYS[3] the floor; ARGV as lua/acquire.lua's
 -- (take) and lua/release.lua's (release). The expiries are redfence's
 -- defaults (the floor 7 days, the record 1 minute), written as constants.
--- The record is the floor's r0 record hash's field, as for a name
+-- The record is the field of the floor's record hash r60000:0 (the default record time's), as for a name
 -- released again in the same generation: a field already there, so no
 -- expiry.
 redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
@@ -23,7 +23,7 @@ redis.register_function('redfence_bench_split_take', function(KEYS, ARGV)
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local ts = string.format('%d', us)
   redis.call('SET', KEYS[3], ts, 'PX', 604800000, 'GET')
-  local bucket, field = string.sub(KEYS[3], 1, -2) .. 'r0', string.sub(KEYS[1], 10)
+  local bucket, field = string.sub(KEYS[3], 1, -2) .. 'r60000:0', string.sub(KEYS[1], 10)
   redis.call('HGET', bucket, field)
   redis.call('HSET', bucket, field, '-')
   local lease = tonumber(ARGV[2])
@@ -35,7 +35,7 @@ redis.register_function('redfence_bench_split_release', function(KEYS, ARGV)
   redis.call('HGETALL', KEYS[1])
   redis.call('TIME')
   redis.call('EXISTS', KEYS[1] .. ':t')
-  redis.call('HSET', string.sub(KEYS[3], 1, -2) .. 'r0', string.sub(KEYS[1], 10), ARGV[2] .. ' ' .. ARGV[1])
+  redis.call('HSET', string.sub(KEYS[3], 1, -2) .. 'r60000:0', string.sub(KEYS[1], 10), ARGV[2] .. ' ' .. ARGV[1])
   redis.call('DEL', KEYS[1])
   return 0
 end)

@@ -62,7 +62,7 @@ func TestFunctionsLoadedOnDemand(t *testing.T) {
 	require.Empty(t, testenv.Libraries(t, rdb))
 	cycle(t, rdb, k, "l4")
 	require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, rdb), "reloaded after a restart")
-	st, err := scripts.Inspect(t.Context(), rdb, k)
+	st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.LastToken, "the restart lost the counter too (no persistence)")
 	require.Zero(t, calls(t, rdb, "evalsha")+calls(t, rdb, "eval"), "no EVALSHA on a server with Functions")
@@ -84,7 +84,7 @@ func TestFunctionsFallBackToEvalSha(t *testing.T) {
 			for i := range 5 {
 				cycle(t, rdb, k, "l"+strconv.Itoa(i))
 			}
-			st, err := scripts.Inspect(t.Context(), rdb, k)
+			st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
 			require.NoError(t, err)
 			require.EqualValues(t, 5, st.LastToken)
 			require.Equal(t, 11, calls(t, rdb, "evalsha"), "every call as EVALSHA (and EVAL the first of each script)")

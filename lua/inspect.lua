@@ -4,6 +4,10 @@
 -- KEYS[2]  wait queue  P:{N}:q
 -- KEYS[3]  counter     P:{N}:t, the strict counter
 -- KEYS[4]  floor       P:{S}:f, the time tokens' floor (lib.lua); optional
+-- ARGV[1]  the record time in ms of the caller's time tokens (lib.lua,
+--          "Records of released names"); optional: without it, or with
+--          a value that is not a canonical decimal, the records of
+--          released names are not read
 --
 -- Returns {owner, token, pttl, counter, levels, waiters, last, ended, meta,
 -- forced, floor}:
@@ -41,9 +45,9 @@ if KEYS[4] then
     return ferr
   end
 end
-if not h.exists and KEYS[4] then
+if not h.exists and KEYS[4] and canonical(ARGV[1]) then
   -- A stowed incarnation (time tokens): its record, while it lives.
-  local r, rerr = recordFor(KEYS[1], KEYS[4], nil)
+  local r, rerr = recordFor(KEYS[1], KEYS[4], nil, tonumber(ARGV[1]))
   if r == nil then
     return rerr
   end

@@ -24,9 +24,10 @@
 --            key per released name instead of two.
 --            The scripts call the key the client passes (P:{N}:t or the
 --            floor) the counter, h.ckey.
---   P:{S}:r0, P:{S}:r1  with time tokens, the record hashes beside the
---            floor: the records of stowed locks (see "Records of released
---            names" below), named from the floor key the client passes.
+--   P:{S}:r<W>:0, P:{S}:r<W>:1  with time tokens, the record hashes
+--            beside the floor for a record time of W ms: the records of
+--            stowed locks (see "Records of released names" below), named
+--            from the floor key the client passes and its record time.
 --   P:{N}:q  the wait queue (queue.lua)
 --   P:{N}    the lock hash, the state of the current or last ownership:
 --   t       the token of the last ownership of this incarnation of the hash
@@ -399,14 +400,18 @@ end
 -- would keep nothing but t, b and o (stow's conditions) is written as one
 -- field of a shared record hash, and its hash deleted: a released name then
 -- costs no key of its own. The record hashes sit beside the floor the
--- client passes (P:{S}:f): P:{S}:r0 and P:{S}:r1, in the floor's slot, so
--- a script that is given the floor stays in one slot. Time is cut into
--- generations of the record time (h.rec, W ms): a record written in
--- generation g goes to r<g mod 2>, which expires at the end of generation
--- g + 1 (PEXPIREAT (g + 2)·W − 1). A record so lives W to 2W, as a kept
--- hash did, and a record hash holds at most two generations' records, the
--- ones it is then written with, never older ones: r<g mod 2> of g − 2 has
--- expired when g starts. The field is the lock key from its first "{" (the
+-- client passes (P:{S}:f), one pair per record time W (h.rec, ms):
+-- P:{S}:r<W>:0 and P:{S}:r<W>:1, in the floor's slot, so a script that is
+-- given the floor stays in one slot. Time is cut into generations of W: a
+-- record written in generation g goes to r<W>:<g mod 2>, which expires at
+-- the end of generation g + 1 (PEXPIREAT (g + 2)·W − 1). A record so lives
+-- W to 2W, as a kept hash did, and a record hash holds at most two
+-- generations' records, the ones it is then written with, never older
+-- ones: r<W>:<g mod 2> of g − 2 has expired when g starts. That needs every
+-- writer of a pair to cut time alike: clients with another record time
+-- (two services on one prefix) have a pair of their own, and neither reads
+-- the other's records (a retried release is then answered "not held", the
+-- cautious answer, and Inspect does not name the last owner). The field is the lock key from its first "{" (the
 -- name's tag: prefixes hold no brace), the value "<t> <o>" (the last
 -- ownership's token and owner, when the incarnation began with it; else
 -- "<t>/<b> <o>"), or "-" once a take continued it (marked taken). A take
@@ -418,15 +423,34 @@ end
 -- starts a new incarnation, and that ownership's release is answered "not
 -- held".
 
--- recordBuckets returns the two record hashes beside the floor ckey,
--- r0 and r1; nil when ckey is not a floor (strict mode, or a key a test
--- gave).
-local function recordBuckets(ckey)
-  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' then
+-- recordBase returns the name of the record hashes beside the floor ckey
+-- for record time rec (ms) but their last digit: P:{S}:r<rec>: (see
+-- above); nil when ckey is not a floor (strict mode, or a key a test gave)
+-- or rec is not a positive number. The "r<rec>:" of the few record times
+-- a library sees is kept (in a Functions library, across calls).
+local recNames, nRecNames = {}, 0
+local function recordBase(ckey, rec)
+  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' or type(rec) ~= 'number' or rec <= 0 then
     return nil
   end
-  local base = string.sub(ckey, 1, -2)
-  return base .. 'r0', base .. 'r1'
+  local n = recNames[rec]
+  if not n then
+    n = 'r' .. dec(rec) .. ':'
+    if nRecNames < 32 then
+      recNames[rec], nRecNames = n, nRecNames + 1
+    end
+  end
+  return string.sub(ckey, 1, -2) .. n
+end
+
+-- recordBuckets returns the two record hashes beside the floor ckey for
+-- record time rec, :0 and :1; nil as recordBase.
+local function recordBuckets(ckey, rec)
+  local base = recordBase(ckey, rec)
+  if not base then
+    return nil
+  end
+  return base .. '0', base .. '1'
 end
 
 -- recordField is the field of key's record: the key from its first "{".
@@ -454,25 +478,26 @@ end
 
 -- putRecord writes the record of key's ownership ts (incarnation b, a
 -- string, owner o) beside the floor ckey at server time now (ms) for a
--- record time of rec ms. The record hash gets its expiry with the first field it holds (PEXPIREAT …
--- NX): a field already there was written in this generation, after the
--- hash got it, and the hash r<g mod 2> of generation g − 2 expired as g
--- began. Two edges, both leaving a record shorter-lived, never a hash
--- without an expiry: clients with different record times share the
--- hashes, and the first writer's expiry stands; and Redis checks expiries
--- against the time a script started, so a script that starts before a
--- generation's first ms and reads TIME in it may write into the hash of
--- g − 2 in the microseconds before it expires. A record that expires early
+-- record time of rec ms. The record hash gets its expiry with the first
+-- field it holds (PEXPIREAT … NX; before Redis 7.0, which has no NX, PTTL
+-- then PEXPIREAT): a field already there was written in this generation,
+-- after the hash got it, and the hash r<rec>:<g mod 2> of generation g − 2
+-- expired as g began. One edge leaves a record shorter-lived, never a
+-- hash without an expiry: Redis checks expiries against the time a script
+-- started, so a script that starts before a generation's first ms and
+-- reads TIME in it may write into the hash of g − 2 in the microseconds
+-- before it expires. A record that expires early
 -- makes a retried release answer "not held", the cautious answer, and
 -- Inspect forget the last owner. true when written; false, having written
 -- nothing, when ckey is not a floor, the record hash is not a hash, or the
 -- name has a strict counter (its hash is then kept, as before stowing).
 local function putRecord(key, ckey, ts, b, o, now, rec)
-  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' or not rec or rec <= 0 then
+  local base = recordBase(ckey, rec)
+  if not base then
     return false
   end
   local g = math.floor(now / rec)
-  local bucket = string.sub(ckey, 1, -2) .. (g % 2 == 1 and 'r1' or 'r0')
+  local bucket = base .. (g % 2 == 1 and '1' or '0')
   if redis.call('EXISTS', key .. ':t') == 1 then
     -- The name has a strict counter (P:{N}:t): a strict client (one of an
     -- earlier version in a rolling upgrade) may take it next, and it reads
@@ -488,7 +513,14 @@ local function putRecord(key, ckey, ts, b, o, now, rec)
     return false
   end
   if n == 1 then
-    redis.call('PEXPIREAT', bucket, (g + 2) * rec - 1, 'NX')
+    local at = (g + 2) * rec - 1
+    local set = redis.pcall('PEXPIREAT', bucket, at, 'NX')
+    if type(set) == 'table' and set.err then
+      -- A server before 7.0 has no NX: the same in two commands.
+      if redis.call('PTTL', bucket) == -1 then
+        redis.call('PEXPIREAT', bucket, at)
+      end
+    end
   end
   return true
 end
@@ -498,8 +530,8 @@ end
 -- o}; with t nil, the latest; false when there is none; nil plus "FOREIGN
 -- <key>" for a record hash that is not a hash or a record that does not
 -- parse. A mark ("-") is no record.
-local function recordFor(key, ckey, t)
-  local r0, r1 = recordBuckets(ckey)
+local function recordFor(key, ckey, t, rec)
+  local r0, r1 = recordBuckets(ckey, rec)
   if not r0 then
     return false
   end
@@ -535,27 +567,31 @@ end
 -- is). The current generation's record hash is read first, then the
 -- other: a mark in the first is newer than any record in the second.
 local function continueRecord(key, ckey, now, rec)
-  if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' or not rec or rec <= 0 then
+  local base = recordBase(ckey, rec)
+  if not base then
     return nil
   end
-  local base, g = string.sub(ckey, 1, -2), math.floor(now / rec) % 2
-  local field, bucket = recordField(key), base .. (g == 1 and 'r1' or 'r0')
+  local g = math.floor(now / rec) % 2
+  local field, bucket = recordField(key), base .. (g == 1 and '1' or '0')
   local v = redis.pcall('HGET', bucket, field)
   if v == false then
-    bucket = base .. (g == 1 and 'r0' or 'r1')
+    bucket = base .. (g == 1 and '0' or '1')
     v = redis.pcall('HGET', bucket, field)
   end
   if type(v) ~= 'string' or v == '-' then
     return nil
   end
   -- Only b is needed: "<t>/<b> <o>" or "<t> <o>" (b = t), each read
-  -- with one anchored pattern; a value that is neither is left alone.
-  local ts, b = string.match(v, '^([1-9][0-9]*)/([1-9][0-9]*) ')
+  -- with one anchored pattern; a value parseRecord would refuse (no
+  -- owner, b above t, more than 16 digits) is left alone.
+  local ts, b = string.match(v, '^([1-9][0-9]*)/([1-9][0-9]*) .')
   if not ts then
-    b = string.match(v, '^([1-9][0-9]*) ')
+    b = string.match(v, '^([1-9][0-9]*) .')
     ts = b
+  elseif #b > #ts or (#b == #ts and b > ts) then
+    return nil
   end
-  if not b or #ts > 16 or #b > 16 then
+  if not b or #ts > 16 then
     return nil
   end
   redis.call('HSET', bucket, field, '-')

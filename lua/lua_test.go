@@ -49,7 +49,7 @@ func assertLeaseShape(t *testing.T, rdb *redis.Client, k scripts.Keys) {
 // leaseLeft is what is left of the lease of k, as inspect reads it.
 func leaseLeft(t *testing.T, rdb *redis.Client, k scripts.Keys) time.Duration {
 	t.Helper()
-	st, err := scripts.Inspect(t.Context(), rdb, k)
+	st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
 	require.NoError(t, err)
 	return st.TTL
 }
@@ -65,7 +65,7 @@ func TestLargeTokensExact(t *testing.T) {
 			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 			require.NoError(t, err)
 			require.Equal(t, fence.Token(seed+1), a.Token)
-			st, err := scripts.Inspect(ctx, rdb, k)
+			st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 			require.NoError(t, err)
 			require.Equal(t, a.Token, st.Token)
 			require.Equal(t, a.Token, st.LastToken)
@@ -114,7 +114,7 @@ func TestForeignValuesNamedAndUntouched(t *testing.T) {
 					_, err := scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "r"})
 					return err
 				},
-				"inspect": func() error { _, err := scripts.Inspect(ctx, rdb, k); return err },
+				"inspect": func() error { _, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{}); return err },
 				"qacquire": func() error {
 					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
@@ -206,7 +206,7 @@ func TestForeignCounterRefused(t *testing.T) {
 					_, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
 				},
-				"inspect": func() error { _, err := scripts.Inspect(ctx, rdb, k); return err },
+				"inspect": func() error { _, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{}); return err },
 				"qacquire": func() error {
 					_, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r"})
 					return err
@@ -356,7 +356,7 @@ func TestTimeTokensFollowTheServerClock(t *testing.T) {
 			require.Greater(t, tok, last, "tokens of successive ownerships strictly increase")
 			last = tok
 		}
-		st, err := scripts.Inspect(t.Context(), rdb, k)
+		st, err := scripts.Inspect(t.Context(), rdb, k, timeTokens)
 		require.NoError(t, err)
 		require.Equal(t, last, st.LastToken)
 
@@ -444,7 +444,8 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 		// its record is a field of a shared record hash that lives one to
 		// two record times.
 		require.Equal(t, time.Duration(-2), pttl(k.Lock), "a time-mode lock released cleanly keeps no hash (stowed)")
-		rk := k.Records()
+		rk := k.Records(m)
+		require.Positive(t, rdb.HLen(ctx, rk[0]).Val()+rdb.HLen(ctx, rk[1]).Val(), "the record is in the record hashes of m's record time")
 		recTTL := max(pttl(rk[0]), pttl(rk[1]))
 		require.Greater(t, recTTL, 9*time.Minute, "its record lives at least the record time")
 		require.LessOrEqual(t, recTTL, 20*time.Minute, "and at most twice it")
@@ -476,7 +477,7 @@ func TestCounterIdleExpiryOnlyInTimeMode(t *testing.T) {
 		short := scripts.Tokens{Time: true, Idle: 100 * time.Millisecond}
 		last := takeAndFree(t, rdb, k, short)
 		b.Expire(250 * time.Millisecond) // the record lives up to two record times (100 ms each)
-		rk = k.Records()
+		rk = k.Records(short)
 		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Queue, k.Counter, k.Floor, rk[0], rk[1]).Val(), "an idle hash, its record and its floor expire")
 		require.Greater(t, takeAndFree(t, rdb, k, short), last)
 	})
@@ -589,7 +590,7 @@ func TestMalformedTokenModeRefused(t *testing.T) {
 			require.ErrorContains(t, err, "malformed token mode", "abandon %q", bad)
 			err = scripts.Script("extend").Run(ctx, rdb, []string{k.Lock}, "o", a.Token.String(), 60000, bad).Err()
 			require.ErrorContains(t, err, "malformed token mode", "extend %q", bad)
-			st, err := scripts.Inspect(ctx, rdb, k)
+			st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 			require.NoError(t, err)
 			require.Equal(t, "o", st.Owner, "nothing changed")
 			require.Equal(t, []string{"l"}, st.Levels)

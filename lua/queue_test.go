@@ -55,7 +55,7 @@ func (r *queueRig) release(owner string, tok fence.Token, level string) int64 {
 
 func (r *queueRig) state() scripts.State {
 	r.t.Helper()
-	st, err := scripts.Inspect(r.ctx, r.rdb, r.k)
+	st, err := scripts.Inspect(r.ctx, r.rdb, r.k, scripts.Tokens{})
 	require.NoError(r.t, err)
 	return st
 }
@@ -232,7 +232,7 @@ func TestForeignQueueRefused(t *testing.T) {
 			require.Equal(t, "o1", rdb.HGet(ctx, r.k.Lock, "o").Val(), "a refused release frees nothing")
 			require.NotEmpty(t, rdb.HGet(ctx, r.k.Lock, "x").Val(), "a refused release frees nothing")
 			if i == 0 {
-				_, err = scripts.Inspect(ctx, rdb, r.k)
+				_, err = scripts.Inspect(ctx, rdb, r.k, scripts.Tokens{})
 				require.ErrorIs(t, err, scripts.ErrForeign, "inspect refuses a queue of another type too")
 			}
 			require.Equal(t, before, testenv.Snapshot(t, rdb, r.k.Queue))

@@ -79,7 +79,7 @@ end
 -- answered by that incarnation's record, when it lives.
 local t = tonumber(ARGV[2])
 if mode > 0 and (not h.exists or (h.b and t < h.b)) then
-  local r, rerr = recordFor(KEYS[1], KEYS[3], t)
+  local r, rerr = recordFor(KEYS[1], KEYS[3], t, h.rec)
   if r == nil then
     return rerr
   end

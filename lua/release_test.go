@@ -55,7 +55,7 @@ func TestRepeatedRequestsApplyOnce(t *testing.T) {
 		require.EqualValues(t, 0, rel("r1"), "a retried release must not be told 'not held' after another owner's release")
 		other, err = scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r6b"})
 		require.NoError(t, err)
-		st, err := scripts.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.Equal(t, "o2", st.Owner)
 		require.EqualValues(t, 1, st.Depth)
@@ -83,7 +83,7 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 		n, err = scripts.Release(ctx, rdb, k, "o1", a.Token, "r1", scripts.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, -1, n, "a retry, after another ownership began")
-		st, err := scripts.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.Equal(t, []scripts.Ended{{Token: a.Token, Owner: "o1", Expired: true}}, st.Ended)
 
@@ -101,7 +101,7 @@ func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
 		n, err = scripts.Release(ctx, rdb, k, "o2", b2.Token, "r2", scripts.Tokens{})
 		require.NoError(t, err)
 		require.Zero(t, n)
-		st, err = scripts.Inspect(ctx, rdb, k)
+		st, err = scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.Equal(t, []scripts.Ended{{Token: a.Token, Owner: "o1", Expired: true}, {Token: b2.Token, Owner: "o2"}}, st.Ended)
 	})
@@ -118,7 +118,7 @@ func TestExpiredRecordsBounded(t *testing.T) {
 			require.True(t, a.OK)
 			require.NoError(t, rdb.HSet(ctx, k.Lock, "x", "1").Err()) // its lease ran out long ago
 		}
-		st, err := scripts.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.Len(t, st.Ended, 17, "16 recorded and the last, not yet")
 		require.EqualValues(t, 4, st.Ended[0].Token)
@@ -172,7 +172,7 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		undone, err := scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "a1"})
 		require.NoError(t, err)
 		require.True(t, undone)
-		st, err := scripts.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.Empty(t, st.Owner, "an abandoned fresh acquisition frees the lock")
 
@@ -196,7 +196,7 @@ func TestAbandonUndoesOnlyThatRequest(t *testing.T) {
 		undone, err = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: "o", Level: "a2"})
 		require.NoError(t, err)
 		require.True(t, undone, "a level is undone by its ID even after later reentries")
-		st, err = scripts.Inspect(ctx, rdb, k)
+		st, err = scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Depth)
 		require.EqualValues(t, 2, st.LastToken, "the counter is never rolled back")
@@ -281,7 +281,7 @@ func TestCleanReleaseCompactsTheLock(t *testing.T) {
 		require.Zero(t, release("o1", first, "r1"))
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a clean release leaves no hash")
 		require.Equal(t, "1 1 o1", rdb.Get(ctx, k.Counter).Val())
-		st, err := scripts.Inspect(ctx, rdb, k)
+		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 		require.NoError(t, err)
 		st.Floor = 0 // the slot's, which other tests' names of the slot may have raised
 		require.Equal(t, scripts.State{Name: k.Name, LastToken: first, LastOwner: "o1",
@@ -343,7 +343,7 @@ func TestCompactionKeepsWhatItCannotRecord(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a time-mode hash is stowed")
-		rk := k.Records()
+		rk := k.Records(timeTokens)
 		require.EqualValues(t, 1, rdb.Exists(ctx, rk[0], rk[1]).Val(), "into one record hash")
 
 		k = keys(t) // time tokens, an expiry record in the hash
@@ -413,9 +413,12 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 		}
 		require.Zero(t, release(k, "oA", a, "lA"), "A's retry after six more ownerships: still released")
 		require.Zero(t, release(k, "oB", bb, "lB"), "B's retry: released")
-		last, err := scripts.Inspect(ctx, rdb, k)
+		last, err := scripts.Inspect(ctx, rdb, k, timeTokens)
 		require.NoError(t, err)
 		require.Equal(t, "o4", last.LastOwner, "Inspect reads the record")
+		other, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{Time: true, Idle: time.Hour, Record: time.Minute})
+		require.NoError(t, err)
+		require.Empty(t, other.LastOwner, "nor the records of another record time")
 		require.EqualValues(t, -1, release(k, "oX", scripts.Acquired{Token: last.LastToken}, "l"), "the last ownership's token with another owner: not held")
 
 		k = keys(t) // an operator deletes a held lock's hash
@@ -428,8 +431,40 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 		require.Zero(t, release(k, "oB", bb, "lB"))
 		require.EqualValues(t, -1, release(k, "oC", c, "lC"), "C's hold was deleted: not held")
 
+		k = keys(t) // clients with another record time keep their records apart
+		a = take(k, "oA", "lA")
+		require.Zero(t, release(k, "oA", a, "lA"))
+		minute := scripts.Tokens{Time: true, Idle: time.Hour, Record: time.Minute}
+		ob, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "oB", TTL: time.Minute, Level: "lB", Tokens: minute})
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(ob.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "a take with another record time reads only its own record hashes")
+		left, err := scripts.Release(ctx, rdb, k, "oB", ob.Token, "lB", minute)
+		require.NoError(t, err)
+		require.Zero(t, left)
+		for _, m := range []scripts.Tokens{timeTokens, minute} {
+			rk := k.Records(m)
+			ttl := max(rdb.PTTL(ctx, rk[0]).Val(), rdb.PTTL(ctx, rk[1]).Val())
+			require.Positive(t, ttl)
+			require.LessOrEqual(t, ttl, 2*time.Duration(m.RecordMillis())*time.Millisecond, "each pair expires by its own record time")
+		}
+		require.Zero(t, release(k, "oA", a, "lA"), "A's retry, answered from its own records")
+
+		k = keys(t) // a record the library would not write is not continued, nor marked
+		rk := k.Records(timeTokens)
+		for _, v := range []string{"5/9 x", "5 ", "5/3 "} {
+			require.NoError(t, rdb.Del(ctx, rk[0], rk[1]).Err())
+			require.NoError(t, rdb.HSet(ctx, rk[0], k.RecordField(), v).Err())
+			require.NoError(t, rdb.HSet(ctx, rk[1], k.RecordField(), v).Err())
+			a = take(k, "oA", "lA")
+			require.Equal(t, fmt.Sprint(a.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "%q: a new incarnation", v)
+			require.Equal(t, v, rdb.HGet(ctx, rk[0], k.RecordField()).Val(), "%q: left as it was", v)
+			require.Equal(t, v, rdb.HGet(ctx, rk[1], k.RecordField()).Val(), "%q: left as it was", v)
+			require.NoError(t, rdb.Del(ctx, k.Lock).Err())
+		}
+		require.NoError(t, rdb.Del(ctx, rk[0], rk[1]).Err())
+
 		k = keys(t) // a record hash holding foreign data is left alone
-		rk := k.Records()
+		rk = k.Records(timeTokens)
 		require.NoError(t, rdb.Set(ctx, rk[0], "x", 0).Err())
 		require.NoError(t, rdb.Set(ctx, rk[1], "x", 0).Err())
 		a = take(k, "oA", "lA")

@@ -251,7 +251,7 @@ func TestElectionRedlockNewestValue(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { // the grant reached every node
 		for _, n := range nodes {
-			if st, err := scripts.Inspect(ctx, n, scripts.SharedKeysFor(prefix, name)); err != nil || !st.Held {
+			if st, err := scripts.Inspect(ctx, n, scripts.SharedKeysFor(prefix, name), scripts.Tokens{}); err != nil || !st.Held {
 				return false
 			}
 		}

@@ -219,7 +219,7 @@ func TestListRedlock(t *testing.T) {
 			// given back and taken again, within a generous ceiling.
 			everyNode := func(l *reentrant.Lease) bool {
 				for _, node := range s.nodes {
-					st, err := scripts.Inspect(ctx, node, scripts.SharedKeysFor(p, name))
+					st, err := scripts.Inspect(ctx, node, scripts.SharedKeysFor(p, name), scripts.Tokens{})
 					if err != nil || !st.Held || st.Token != l.Token() {
 						return false
 					}

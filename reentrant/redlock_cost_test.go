@@ -115,7 +115,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 				// pending: its level goes with the acquisition or the
 				// release, not with the lease's end.
 				require.Eventually(t, func() bool {
-					st, err := scripts.Inspect(ctx, rdb, k)
+					st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 					return err == nil && !st.Held
 				}, time.Minute, 5*time.Millisecond, "node %d is free", i)
 			}
@@ -133,7 +133,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 		tok := l.Token()
 		for i, rdb := range s.nodes {
 			require.Eventually(t, func() bool {
-				st, err := scripts.Inspect(ctx, rdb, k)
+				st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 				return err == nil && st.Held && st.Token == tok && !st.Pending
 			}, time.Minute, 5*time.Millisecond, "node %d holds the token", i)
 		}
@@ -145,7 +145,7 @@ func TestRedlockProposalRefused(t *testing.T) {
 		for i, rdb := range s.nodes {
 			// Unlock returns once a majority released; the rest follow.
 			require.Eventually(t, func() bool {
-				st, err := scripts.Inspect(ctx, rdb, k)
+				st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 				return err == nil && !st.Held && st.LastToken == tok
 			}, time.Minute, 5*time.Millisecond, "node %d is free, its last token the lease's", i)
 		}

@@ -204,7 +204,7 @@ func agreedMeta(got []*nodeReply[scripts.State], owner string, tok fence.Token) 
 func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.State, error) {
-		return scripts.Inspect(ctx, rdb, k)
+		return scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
 	})
 	// Done once a majority agree on a holder, or on the lock being free:
 	// a stopped node is not waited for.

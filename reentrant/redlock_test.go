@@ -126,7 +126,7 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 						// nodes, before late grants waited for their lease
 						// (TestRedlockLateGrants): say what each node held.
 						for j, node := range s.nodes {
-							st, ierr := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name))
+							st, ierr := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
 							t.Logf("node %d: %+v %v", j, st, ierr)
 						}
 						t.Logf("lease: token %d owner %s", l.Token(), l.Owner())
@@ -236,7 +236,7 @@ func TestRedlockLossReported(t *testing.T) {
 		// one left says held, a majority says gone.
 		holders := func() (in []int) {
 			for i, n := range s.nodes {
-				st, err := scripts.Inspect(t.Context(), n, scripts.SharedKeysFor(prefix, name))
+				st, err := scripts.Inspect(t.Context(), n, scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
 				if err == nil && st.Held && st.Token == l.Token() {
 					in = append(in, i)
 				}
@@ -499,7 +499,7 @@ func (h *heldGrants) arm(t *testing.T) (release func()) {
 func TestRedlockLateGrants(t *testing.T) {
 	const ttl = 30 * time.Second // the window (the grants' deadline) is far off
 	state := func(t *testing.T, node redis.UniversalClient, name string) scripts.State {
-		st, err := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name))
+		st, err := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
 		require.NoError(t, err)
 		return st
 	}
@@ -583,7 +583,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, err)
 		for i, node := range s.nodes {
 			require.True(t, testenv.Await(10*time.Second, func() bool {
-				st, err := scripts.Inspect(t.Context(), node, k)
+				st, err := scripts.Inspect(t.Context(), node, k, scripts.Tokens{})
 				return err == nil && st.Held && !st.Pending && st.Token == outer.Token()
 			}), "node %d never held the token", i)
 		}
@@ -599,7 +599,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, err, "one holding node and one whose counter is the token make a majority")
 		require.Equal(t, outer.Token(), inner.Token())
 		require.Equal(t, int64(2), inner.Depth())
-		st, err := scripts.Inspect(t.Context(), s.nodes[0], k)
+		st, err := scripts.Inspect(t.Context(), s.nodes[0], k, scripts.Tokens{})
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending && st.Token == outer.Token(), "node 0 holds the token again: %+v", st)
 
@@ -607,7 +607,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, outer.Unlock(t.Context()))
 		for i, node := range s.nodes {
 			require.True(t, testenv.Await(10*time.Second, func() bool {
-				st, err := scripts.Inspect(t.Context(), node, k)
+				st, err := scripts.Inspect(t.Context(), node, k, scripts.Tokens{})
 				return err == nil && !st.Held
 			}), "node %d still holds the lock", i)
 		}

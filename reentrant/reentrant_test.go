@@ -62,7 +62,7 @@ func waitRenewed(t *testing.T, l *reentrant.Lease, by time.Duration) {
 func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
 	k := scripts.SharedKeysFor(prefix, name)
-	st, err := scripts.Inspect(t.Context(), rdb, k)
+	st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
 	require.NoError(t, err)
 	require.Greater(t, st.TTL, time.Duration(0), "the lease of %s must run", k.Lock)
 	ttl := rdb.PTTL(t.Context(), k.Lock).Val()

@@ -112,7 +112,7 @@ func (s *single) extendBatch(ctx context.Context, reqs []*extendReq) []extendRes
 func (s *single) inspect(ctx context.Context, ref lockRef) (State, error) {
 	k := keysOf(ref, s.space)
 	st, err := retryBusy(s, ctx, func(ctx context.Context) (scripts.State, error) {
-		return scripts.Inspect(ctx, s.rdb, k)
+		return scripts.Inspect(ctx, s.rdb, k, s.tokens)
 	})
 	return stateOf(st), err
 }

@@ -87,7 +87,7 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				primary.Kill()
 				replica.Resume()
 				replica.Promote()
-				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.SharedKeysFor(prefix, name))
+				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
 				require.NoError(t, err)
 				require.Less(t, got.LastToken, before, "the promoted replica must have missed tokens")
 				after := newClient(t, replica.Client(), mode.opts...)
@@ -151,7 +151,7 @@ func TestEveryKeyExpires(t *testing.T) {
 				// record a field of a shared record hash that expires one
 				// to two record times after the release.
 				within(k.Lock, 0)
-				rttl := recordTTL(t, b.Client, k)
+				rttl := recordTTL(t, b.Client, k, c.rec)
 				require.Greater(t, rttl, c.rec-time.Minute/2, "%s: the record lives the record time", c.desc)
 				require.LessOrEqual(t, rttl, 2*c.rec, "%s: and at most twice it", c.desc)
 				within(k.Floor, c.floor)
@@ -434,11 +434,11 @@ func TestForcedLeaseSaysWhoForcedIt(t *testing.T) {
 	})
 }
 
-// recordTTL returns how long the record hash that holds k's record has to
-// live; it fails t when no record hash holds one.
-func recordTTL(t *testing.T, rdb redis.UniversalClient, k scripts.Keys) time.Duration {
+// recordTTL returns how long the record hash of record time rec that holds
+// k's record has to live; it fails t when no record hash holds one.
+func recordTTL(t *testing.T, rdb redis.UniversalClient, k scripts.Keys, rec time.Duration) time.Duration {
 	t.Helper()
-	for _, rk := range k.Records() {
+	for _, rk := range k.Records(scripts.Tokens{Time: true, Record: rec}) {
 		if rdb.HExists(t.Context(), rk, k.RecordField()).Val() {
 			return rdb.PTTL(t.Context(), rk).Val()
 		}

@@ -50,9 +50,15 @@ type Ended struct {
 	Forced  bool // it was ended by a forced unlock (Expired is set too)
 }
 
-// Inspect runs inspect.lua.
-func Inspect(ctx context.Context, rdb redis.Scripter, k Keys) (State, error) {
-	v, err := run(ctx, rdb, inspectScript, []any{nil, nil, 4, k.arg(0), k.arg(1), k.arg(2), k.arg(floorKey)})
+// Inspect runs inspect.lua. With time tokens m, a name with no hash is
+// answered from the records of m's record time (lua/lib.lua), as a client
+// with m wrote them; the strict counter's m reads none.
+func Inspect(ctx context.Context, rdb redis.Scripter, k Keys, m Tokens) (State, error) {
+	argv := []any{nil, nil, 4, k.arg(0), k.arg(1), k.arg(2), k.arg(floorKey)}
+	if rec := m.RecordMillis(); rec > 0 {
+		argv = append(argv, rec)
+	}
+	v, err := run(ctx, rdb, inspectScript, argv)
 	if err != nil {
 		return State{}, scriptErr(err)
 	}

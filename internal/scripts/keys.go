@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/redfence/redfence/internal/hashslot"
@@ -18,7 +19,7 @@ type Keys struct {
 	// (hashslot.Tag), so that it shares the slot of N's keys; with
 	// SharedKeysFor, of the slots that share N's slot modulo SharedFloors.
 	// No lock name makes it: lock keys end in "}", ":q" or ":t". Its
-	// record hashes (Records) end in ":r0" and ":r1".
+	// record hashes (Records) end in ":r<ms>:0" and ":r<ms>:1".
 	Floor string
 
 	// boxed holds Lock, Queue, Counter and Floor as command arguments,
@@ -27,13 +28,15 @@ type Keys struct {
 	boxed [4]any
 }
 
-// Records returns the two record hashes beside k.Floor, P:{S}:r0 and
-// P:{S}:r1 (lua/lib.lua): with time tokens, a released name's record
-// (its last token and owner) is a field of one of them for one to two
-// record times, instead of a hash of its own. They share the floor's slot.
-func (k *Keys) Records() [2]string {
-	base := strings.TrimSuffix(k.Floor, "f")
-	return [2]string{base + "r0", base + "r1"}
+// Records returns the two record hashes beside k.Floor for the record time
+// of m, P:{S}:r<ms>:0 and P:{S}:r<ms>:1 (lua/lib.lua): with time tokens, a
+// released name's record (its last token and owner) is a field of one of
+// them for one to two record times, instead of a hash of its own. They
+// share the floor's slot. Clients with different record times keep
+// records apart.
+func (k *Keys) Records(m Tokens) [2]string {
+	base := strings.TrimSuffix(k.Floor, "f") + "r" + strconv.FormatInt(m.RecordMillis(), 10) + ":"
+	return [2]string{base + "0", base + "1"}
 }
 
 // RecordField returns the field of k's record in a record hash: the lock

@@ -190,12 +190,20 @@ func (m Tokens) format() string {
 	if !m.Time {
 		return "0"
 	}
-	idle := max(m.Idle.Milliseconds(), 1)
-	rec := idle
-	if m.Record > 0 {
-		rec = max(m.Record.Milliseconds(), 1)
+	return strconv.FormatInt(max(m.Idle.Milliseconds(), 1), 10) + "/" + strconv.FormatInt(m.RecordMillis(), 10)
+}
+
+// RecordMillis is the record time the scripts get, in ms: Record (Idle
+// when 0), at least 1 ms; 0 for the strict counter, which keeps no
+// records of released names.
+func (m Tokens) RecordMillis() int64 {
+	switch {
+	case !m.Time:
+		return 0
+	case m.Record > 0:
+		return max(m.Record.Milliseconds(), 1)
 	}
-	return strconv.FormatInt(idle, 10) + "/" + strconv.FormatInt(rec, 10)
+	return max(m.Idle.Milliseconds(), 1)
 }
 
 // millis converts a PTTL reply to a Duration. A key given an expiry

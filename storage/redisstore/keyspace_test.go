@@ -202,7 +202,7 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	if n, err := scripts.Release(ctx, c, k, "other-owner", b.Token, "req-2", scripts.Tokens{}); err != nil || n != 0 {
 		t.Fatalf("release = %d, %v; want 0", n, err)
 	}
-	st, err := scripts.Inspect(ctx, c, k)
+	st, err := scripts.Inspect(ctx, c, k, scripts.Tokens{})
 	if err != nil || st.LastToken != b.Token {
 		t.Fatalf("the lock's counter reads %+v, %v; want %d, untouched by the store", st, err, b.Token)
 	}
