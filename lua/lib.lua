@@ -411,8 +411,9 @@ end
 -- writer of a pair to cut time alike: clients with another record time
 -- (two services on one prefix) have a pair of their own, and neither reads
 -- the other's records (a retried release is then answered "not held", the
--- cautious answer, and Inspect does not name the last owner). The field is the lock key from its first "{" (the
--- name's tag: prefixes hold no brace), the value "<t> <o>" (the last
+-- cautious answer, and Inspect does not name the last owner). The field
+-- is the lock key from its first "{" (the name's tag: prefixes hold no
+-- brace), the value "<t> <o>" (the last
 -- ownership's token and owner, when the incarnation began with it; else
 -- "<t>/<b> <o>"), or "-" once a take continued it (marked taken). A take
 -- that creates the hash continues the record's incarnation (its b) and
@@ -486,8 +487,8 @@ end
 -- hash without an expiry: Redis checks expiries against the time a script
 -- started, so a script that starts before a generation's first ms and
 -- reads TIME in it may write into the hash of g − 2 in the microseconds
--- before it expires. A record that expires early
--- makes a retried release answer "not held", the cautious answer, and
+-- before it expires. A record that expires early makes a retried
+-- release answer "not held", the cautious answer, and
 -- Inspect forget the last owner. true when written; false, having written
 -- nothing, when ckey is not a floor, the record hash is not a hash, or the
 -- name has a strict counter (its hash is then kept, as before stowing).

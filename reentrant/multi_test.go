@@ -429,27 +429,6 @@ func requireWoken(t *testing.T, got <-chan error, msgAndArgs ...any) {
 	}
 }
 
-// delayArmed is a go-redis hook that holds back, for d, the reply of the
-// first script call made after arm, as a stalled server would.
-type delayArmed struct {
-	d     time.Duration
-	armed atomic.Bool
-}
-
-func (h *delayArmed) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *delayArmed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if testenv.ScriptCall(cmd.Name()) && h.armed.CompareAndSwap(true, false) {
-			time.Sleep(h.d)
-		}
-		return err
-	}
-}
-func (h *delayArmed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // A LockMulti whose script is answered past the lease's safe window hands
 // out no lease: the name it reentered is given back to the depth it had
 // (the outer hold goes on), the fresh one is undone, and TryLockMulti

@@ -302,24 +302,24 @@ func TestDoCallbackEndsWithCallerContext(t *testing.T) {
 	require.False(t, st.Held, "Do must unlock even when its context was cancelled")
 }
 
-// delayFirst is a go-redis hook that holds the reply of the first script
-// call back for d, as a stalled server or a failover would.
-type delayFirst struct {
-	d    time.Duration
-	done atomic.Bool
+// delayArmed is a go-redis hook that holds back, for d, the reply of the
+// first script call made after arm, as a stalled server would.
+type delayArmed struct {
+	d     time.Duration
+	armed atomic.Bool
 }
 
-func (h *delayFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *delayFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *delayArmed) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *delayArmed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if testenv.ScriptCall(cmd.Name()) && h.done.CompareAndSwap(false, true) {
+		if testenv.ScriptCall(cmd.Name()) && h.armed.CompareAndSwap(true, false) {
 			time.Sleep(h.d)
 		}
 		return err
 	}
 }
-func (h *delayFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *delayArmed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -332,17 +332,19 @@ func TestLockWaitsOnAfterALateAnswer(t *testing.T) {
 		const ttl = 300 * time.Millisecond
 		rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 		t.Cleanup(func() { _ = rdb.Close() })
-		h := &delayFirst{d: ttl}
+		h := &delayArmed{d: ttl}
+		h.armed.Store(true)
 		rdb.AddHook(h)
 		c := newClient(t, rdb, reentrant.WithTTL(ttl), reentrant.WithoutRenewal())
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		l, err := c.Lock(ctx, testenv.Unique(t))
 		require.NoError(t, err, "Lock must wait on after a late answer")
-		require.True(t, h.done.Load(), "the first answer was held back")
+		require.False(t, h.armed.Load(), "the first answer was held back")
 		require.NoError(t, l.Unlock(ctx))
 
-		h2 := &delayFirst{d: ttl}
+		h2 := &delayArmed{d: ttl}
+		h2.armed.Store(true)
 		rdb2 := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 		t.Cleanup(func() { _ = rdb2.Close() })
 		rdb2.AddHook(h2)
