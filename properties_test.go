@@ -209,13 +209,17 @@ func (lm *lockMachine) replay(t *rapid.T) {
 }
 
 // expire makes the lease run out: miniredis's clock jumps past the TTL; on
-// a real Redis the lease's end is moved to the past, as if it had run out.
+// a real Redis the lease's end is moved to the past, as if it had run out
+// (the hash's x, or the second field of a hold kept as a string).
 func (lm *lockMachine) expire(t *rapid.T) {
 	if lm.b.Mini != nil {
 		// Past the lease, and short of the queue's own expiry.
 		testenv.Advance(lm.b.Mini, time.Minute+time.Second)
 	} else if err := lm.b.Client.Eval(context.Background(),
-		`if redis.call('HEXISTS', KEYS[1], 'x') == 1 then redis.call('HSET', KEYS[1], 'x', '1') end`,
+		`if redis.call('TYPE', KEYS[1]).ok == 'string' then
+		   local t, rest = string.match(redis.call('GET', KEYS[1]), '^(%d+) %d+ (.*)$')
+		   redis.call('SET', KEYS[1], t .. ' 1 ' .. rest, 'KEEPTTL')
+		 elseif redis.call('HEXISTS', KEYS[1], 'x') == 1 then redis.call('HSET', KEYS[1], 'x', '1') end`,
 		[]string{scripts.SharedKeysFor(propPrefix, lm.name).Lock}).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatalf("expire: %v", err)
 	}

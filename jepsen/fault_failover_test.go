@@ -159,7 +159,7 @@ func runFaultFailover(t *testing.T, scenario string, newStore func(*testing.T) s
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		v, err := c.HGet(ctx, scripts.KeysFor("redfence", w.name).Lock, "t").Result()
+		v, err := testenv.LockField(ctx, c, scripts.KeysFor("redfence", w.name).Lock, "t")
 		if err != nil {
 			return err.Error()
 		}

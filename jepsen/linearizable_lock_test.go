@@ -458,7 +458,8 @@ func linCounterResetRun(t *testing.T, workers, ops int) ([]porcupine.Operation, 
 				// and the counter's (a released lock's record, "<t> <b>
 				// <o>") once it is released and compacted.
 				k := scripts.KeysFor(reentrant.DefaultPrefix, name)
-				n, _ := c.HGet(context.Background(), k.Lock, "t").Int()
+				tv, _ := testenv.LockField(context.Background(), c, k.Lock, "t")
+				n, _ := strconv.Atoi(tv)
 				if rec := strings.Fields(c.Get(context.Background(), k.Counter).Val()); len(rec) > 0 {
 					last, _ := strconv.Atoi(rec[0])
 					n = max(n, last)

@@ -30,7 +30,7 @@
 --                 time tokens, every fresh token for the name is above it.
 -- Error "FOREIGN <key>" when a key holds a value this library did not write.
 local _, now = clock()
-local h, err = lockOf(KEYS[1], nil, now, KEYS[3])
+local h, err = lockOf(KEYS[1], nil, now, KEYS[3], nil, true)
 if not h then
   return err
 end

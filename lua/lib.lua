@@ -63,6 +63,15 @@
 --           that queues a waiter, cleared by the first that finds the queue
 --           empty. Without it the queue is not read, so the uncontended path
 --           costs no queue command.
+--           With time tokens the commonest hold, depth 1 with no metadata
+--           and nothing else in its hash (quick.lua's quickTake on a free
+--           name), is kept as a string instead, "<t> <x> <b> <id> <o>"
+--           (t, x and b canonical, b <= t, <id> the level's ID without a
+--           space, <o> the owner, not empty), with the hash's expiry: the
+--           same state as the hash o, t, x, l:<id> = 1, b, which one SET
+--           writes and one GET reads. A script that writes any other state
+--           turns it into that hash first (lockOf); a quick path releases
+--           or extends it as it is.
 -- In strict mode neither the hash nor the counter expires. In time mode
 -- the hash expires <record> ms after its lease ends, or after the release
 -- when more of the lease than that was left (passOn), unless a clean
@@ -166,6 +175,55 @@ local function readCounter(h, absent)
   return true
 end
 
+-- splitHold splits a hold kept as a string (see "Keys") into t, x, b, the
+-- level's ID and the owner, all strings; nil when v is not one.
+local function splitHold(v)
+  local t, x, b, id, o = string.match(v, '^([1-9][0-9]*) ([1-9][0-9]*) ([1-9][0-9]*) ([^ ]+) (.+)$')
+  if not t or #t > 16 or #x > 16 or #b > #t or (#b == #t and b > t) then
+    return nil
+  end
+  return t, x, b, id, o
+end
+
+-- parseHold reads a hold kept as a string: the HGETALL reply of the hash
+-- it stands for, o, t, x, l:<id>, b in the order quickTake writes them;
+-- nil when v is not such a hold.
+local function parseHold(v)
+  local t, x, b, id, o = splitHold(v)
+  if not t then
+    return nil
+  end
+  return {'o', o, 't', t, 'x', x, 'l:' .. id, '1', 'b', b}
+end
+
+-- holdOf reads the lock key: its HGETALL reply and false, or for a hold
+-- kept as a string the reply of the hash it stands for (parseHold) and
+-- true; nil plus an error reply for any other value ("FOREIGN <key>") or
+-- the server's own error. Unless ro (a script that writes nothing), a
+-- string hold is first turned into that hash, with the same expiry.
+local function holdOf(key, ro)
+  local r = redis.pcall('HGETALL', key)
+  if not r.err then
+    return r, false
+  elseif string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then
+    return nil, r
+  end
+  local v = redis.pcall('GET', key)
+  r = type(v) == 'string' and parseHold(v)
+  if not r then
+    return foreign(key)
+  end
+  if not ro then
+    local ttl = redis.call('PTTL', key)
+    redis.call('DEL', key)
+    redis.call('HSET', key, unpack(r))
+    if ttl > 0 then
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+  return r, true
+end
+
 -- lockOf reads the lock hash in one HGETALL and returns its state at server
 -- time now (ms): a table with
 --   exists   whether the hash exists
@@ -184,18 +242,22 @@ end
 --   levels   the live level IDs, depth their number
 --   granted  the depth the field named level was granted at, or nil
 --   expired  the e: fields, token (string) to owner
+--   str      the hold is kept as a string and was read with ro (hashed)
 -- or nil plus an error reply for a foreign value (or the server's own
 -- error, passed on unchanged so the caller keeps its code). read, when
--- given, is the hash's HGETALL reply, already read by a quick path.
-local function lockOf(key, level, now, ckey, read)
-  local r, err = read, nil
+-- given, is the hash's HGETALL reply, already read by a quick path. A hold
+-- kept as a string reads as its hash, and unless ro is true it is turned
+-- into that hash (holdOf): a script that writes nothing passes ro.
+local function lockOf(key, level, now, ckey, read, ro)
+  local r, err, str = read, nil, false
   if not r then
-    r, err = callOn('HGETALL', key)
+    r, err = holdOf(key, ro)
     if not r then
       return nil, err
     end
+    str = err and ro
   end
-  local h = {exists = #r > 0, t = 0, levels = {}, expired = {}, ckey = ckey}
+  local h = {exists = #r > 0, t = 0, levels = {}, expired = {}, ckey = ckey, str = str}
   if not h.exists and ckey then
     local ok, cerr = readCounter(h, true)
     if not ok then
@@ -247,6 +309,16 @@ local function lockOf(key, level, now, ckey, read)
   end
   h.held = h.x ~= nil and h.x > now
   return h
+end
+
+-- hashed turns the hold of h, read as a string by a script that passed ro
+-- to lockOf (h.str), into its hash: such a script calls it before it
+-- writes to the lock's key.
+local function hashed(key, h)
+  if h.str then
+    holdOf(key, false)
+    h.str = false
+  end
 end
 
 -- Token modes. Every script that can issue a token (acquire, release and
@@ -424,34 +496,30 @@ end
 -- starts a new incarnation, and that ownership's release is answered "not
 -- held".
 
--- recordBase returns the name of the record hashes beside the floor ckey
--- for record time rec (ms) but their last digit: P:{S}:r<rec>: (see
--- above); nil when ckey is not a floor (strict mode, or a key a test gave)
--- or rec is not a positive number. The "r<rec>:" of the few record times
--- a library sees is kept (in a Functions library, across calls).
-local recNames, nRecNames = {}, 0
-local function recordBase(ckey, rec)
+-- recordBuckets returns the two record hashes beside the floor ckey for
+-- record time rec (ms), P:{S}:r<rec>:0 and :1 (see above); nil when ckey
+-- is not a floor (strict mode, or a key a test gave) or rec is not a
+-- positive number. The names of the floors a library sees are kept (in a
+-- Functions library, across calls; at most 1,024 floors, each with the
+-- last record time it was asked for): a floor is shared by many names, and
+-- its record hashes are named on every take and release.
+local recBuckets, nRecBuckets = {}, 0
+local function recordBuckets(ckey, rec)
+  local c = recBuckets[ckey]
+  if c and c[1] == rec then
+    return c[2], c[3]
+  end
   if type(ckey) ~= 'string' or string.sub(ckey, -2) ~= ':f' or type(rec) ~= 'number' or rec <= 0 then
     return nil
   end
-  local n = recNames[rec]
-  if not n then
-    n = 'r' .. dec(rec) .. ':'
-    if nRecNames < 32 then
-      recNames[rec], nRecNames = n, nRecNames + 1
-    end
+  local base = string.sub(ckey, 1, -2) .. 'r' .. dec(rec) .. ':'
+  local r0, r1 = base .. '0', base .. '1'
+  if c then
+    c[1], c[2], c[3] = rec, r0, r1
+  elseif nRecBuckets < 1024 then
+    recBuckets[ckey], nRecBuckets = {rec, r0, r1}, nRecBuckets + 1
   end
-  return string.sub(ckey, 1, -2) .. n
-end
-
--- recordBuckets returns the two record hashes beside the floor ckey for
--- record time rec, :0 and :1; nil as recordBase.
-local function recordBuckets(ckey, rec)
-  local base = recordBase(ckey, rec)
-  if not base then
-    return nil
-  end
-  return base .. '0', base .. '1'
+  return r0, r1
 end
 
 -- recordField is the field of key's record: the key from its first "{".
@@ -493,12 +561,12 @@ end
 -- nothing, when ckey is not a floor, the record hash is not a hash, or the
 -- name has a strict counter (its hash is then kept, as before stowing).
 local function putRecord(key, ckey, ts, b, o, now, rec)
-  local base = recordBase(ckey, rec)
-  if not base then
+  local r0, r1 = recordBuckets(ckey, rec)
+  if not r0 then
     return false
   end
   local g = math.floor(now / rec)
-  local bucket = base .. (g % 2 == 1 and '1' or '0')
+  local bucket = g % 2 == 1 and r1 or r0
   if redis.call('EXISTS', key .. ':t') == 1 then
     -- The name has a strict counter (P:{N}:t): a strict client (one of an
     -- earlier version in a rolling upgrade) may take it next, and it reads
@@ -568,15 +636,17 @@ end
 -- is). The current generation's record hash is read first, then the
 -- other: a mark in the first is newer than any record in the second.
 local function continueRecord(key, ckey, now, rec)
-  local base = recordBase(ckey, rec)
-  if not base then
+  local r0, r1 = recordBuckets(ckey, rec)
+  if not r0 then
     return nil
   end
-  local g = math.floor(now / rec) % 2
-  local field, bucket = recordField(key), base .. (g == 1 and '1' or '0')
+  if math.floor(now / rec) % 2 == 1 then
+    r0, r1 = r1, r0
+  end
+  local field, bucket = recordField(key), r0
   local v = redis.pcall('HGET', bucket, field)
   if v == false then
-    bucket = base .. (g == 1 and '0' or '1')
+    bucket = r1
     v = redis.pcall('HGET', bucket, field)
   end
   if type(v) ~= 'string' or v == '-' then

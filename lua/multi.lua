@@ -66,7 +66,7 @@ local pttl = -1
 local floors = {} -- counter key -> the highest token this script issues there
 for i = 1, n do
   local lock, queue = KEYS[3 * i - 2], KEYS[3 * i - 1]
-  local h, err = lockOf(lock, 'l:' .. ARGV[8 + i], now, KEYS[3 * i])
+  local h, err = lockOf(lock, 'l:' .. ARGV[8 + i], now, KEYS[3 * i], nil, true)
   if not h then
     return err
   end
@@ -132,6 +132,7 @@ if #blocked > 0 then
     -- The name's counter is read again: a handoff before may have raised
     -- a floor it shares.
     local h = hs[i]
+    hashed(KEYS[3 * i - 2], h)
     h.c = nil
     local w, werr = nextWaiter(KEYS[3 * i - 2], KEYS[3 * i - 1], h, mode, us)
     if w == nil then
@@ -156,6 +157,7 @@ if #blocked > 0 then
         end
         refreshQueue(queue, ARGV[7])
         if not hs[i].q and hs[i].exists then
+          hashed(KEYS[3 * i - 2], hs[i])
           redis.call('HSET', KEYS[3 * i - 2], 'q', '1')
         end
       elseif ARGV[8] == '1' then
@@ -174,6 +176,7 @@ local reply = {1}
 for i = 1, n do
   local lock, h = KEYS[3 * i - 2], hs[i]
   local level = 'l:' .. ARGV[8 + i]
+  hashed(lock, h)
   if member ~= '' and ARGV[8] == '1' then
     redis.pcall('ZREM', KEYS[3 * i - 1], member)
   end

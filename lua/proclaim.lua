@@ -28,7 +28,7 @@ if mode ~= 'proclaim' and mode ~= 'stamp' then
   return redis.error_reply('ERR bad proclaim mode')
 end
 local _, now = clock()
-local h, err = lockOf(KEYS[1], nil, now)
+local h, err = lockOf(KEYS[1], nil, now, nil, nil, true)
 if not h then
   return err
 end

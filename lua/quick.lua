@@ -28,13 +28,24 @@ local function quickNow()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- quickRead reads the lock hash for a quick path: its HGETALL reply, the
--- token mode and its record time (modeOf); nil for a malformed mode or an
--- error reply (a wrong type), which the general path then answers.
+-- quickRead reads the lock key for a quick path: its HGETALL reply (an
+-- empty one for no key), the token mode and its record time (modeOf); with
+-- time tokens, false in place of the reply plus the value for a hold kept
+-- as a string (lib.lua, "Keys"), which they read with GET first (on a
+-- hash it fails, and HGETALL follows); nil for a malformed mode or an
+-- error reply (another type), which the general path then answers.
 local function quickRead(lock, modeArg)
   local mode, rec = modeOf(modeArg)
   if not mode then
     return nil
+  end
+  if mode > 0 then
+    local v = redis.pcall('GET', lock)
+    if v == false then
+      return {}, mode, rec
+    elseif type(v) == 'string' then
+      return false, mode, rec, v
+    end
   end
   local r = redis.pcall('HGETALL', lock)
   if r.err then
@@ -197,17 +208,21 @@ end
 -- as in acquire.lua when no hash or record exists and an earlier attempt
 -- of the call may have queued it (again = "1"); with time tokens the
 -- general path does that.
--- The commands, with time tokens on a free name or a record: HGETALL,
--- TIME, SET … PX … GET (the floor), HSET, PEXPIRE, and on a name with no
--- hash continueRecord's HGET of the current generation's record hash (and
--- of the other when the name is not there) and, when it finds a record,
--- its HSET of the mark; strict: HGETALL, GET, TIME, HSET, SET.
+-- The commands, with time tokens on a free name: GET, TIME, SET … PX …
+-- GET (the floor), continueRecord's HGET of the current generation's
+-- record hash (and of the other when the name is not there) and, when it
+-- finds a record, its HSET of the mark, and the hold's SET … PX (a string,
+-- lib.lua's "Keys"; with metadata an HSET and a PEXPIRE); on a record left
+-- in the hash, GET, HGETALL, TIME, SET … PX … GET, HSET, PEXPIRE; strict:
+-- HGETALL, GET, TIME, HSET, SET.
 local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, modeArg, meta, again)
   if member ~= '' and not isWaiter(member) then
     return nil
   end
   local r, mode, rec = quickRead(lock, modeArg)
   if not r then
+    -- An error reply, or a hold kept as a string: the general path reads
+    -- it again (and a string hold as its hash).
     return nil
   end
   local last = 0
@@ -259,6 +274,18 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     end
   end
   local x = dec(now + lease)
+  if #r == 0 and mode > 0 and meta == '' and owner ~= '' and not string.find(id, ' ', 1, true) then
+    -- The commonest hold, kept as a string (lib.lua, "Keys"): one SET
+    -- with the hash's expiry. A record's b above the token (the clock
+    -- stepped back with the floor lost) stays in a hash, as before.
+    if not b then
+      redis.call('SET', lock, t .. ' ' .. x .. ' ' .. t .. ' ' .. id .. ' ' .. owner, 'PX', lease + rec)
+      return {1, tok, 1}
+    elseif #b < #t or (#b == #t and b <= t) then
+      redis.call('SET', lock, t .. ' ' .. x .. ' ' .. b .. ' ' .. id .. ' ' .. owner, 'PX', lease + rec)
+      return {1, tok, 1}
+    end
+  end
   -- One HSET of fixed arity per case: no table to build and unpack.
   if #r > 0 then
     if meta == '' then
@@ -356,6 +383,34 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
   return 0
 end
 
+-- quickDelete ends a release that stowed or compacted the lock: its key
+-- goes, an empty message is published on wake unless that is nil, and
+-- release's reply 0 is returned.
+local function quickDelete(lock, wake)
+  redis.call('DEL', lock)
+  if wake then
+    redis.pcall('PUBLISH', wake, '')
+  end
+  return 0
+end
+
+-- quickReleaseHeld is quickRelease for a hold kept as a string, v: the
+-- caller's live ownership (owner, token, level id) is stowed as stow
+-- would and its key deleted, and 0 returned; nil, having written nothing,
+-- in any other case (another ownership, an ended lease, a record that
+-- cannot be stowed), which the general path then reads again.
+local function quickReleaseHeld(lock, ckey, owner, token, id, v, rec, wake)
+  local t, x, b, l, o = splitHold(v)
+  if not t or o ~= owner or t ~= token or l ~= id or tonumber(t) >= 9007199254740992 then
+    return nil
+  end
+  local _, now = clock()
+  if tonumber(x) <= now or not putRecord(lock, ckey, t, b, o, now, rec) then
+    return nil
+  end
+  return quickDelete(lock, wake)
+end
+
 -- quickRelease is release.lua for the last level of a live ownership
 -- whose hash holds nothing else (o, t, x, b, the level, maybe m and q):
 -- with nobody queued it frees the lock (strict: compacts it as compact
@@ -364,8 +419,10 @@ end
 -- q set quickHandOn hands it on, and it returns 0; nil in any other case
 -- (see above for the writes it may then have undone).
 local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
-  local r, mode, rec = quickRead(lock, modeArg)
-  if not r then
+  local r, mode, rec, v = quickRead(lock, modeArg)
+  if r == false then
+    return quickReleaseHeld(lock, ckey, owner, token, id, v, rec, wake)
+  elseif not r then
     return nil
   elseif #r < 10 or #r > 14 then
     return nil, r
@@ -419,11 +476,7 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
     end
   end
   -- Stowed (time tokens) or compacted (strict): the hash goes.
-  redis.call('DEL', lock)
-  if wake then
-    redis.pcall('PUBLISH', wake, '')
-  end
-  return 0
+  return quickDelete(lock, wake)
 end
 
 -- quickExtend is extend.lua when the hash holds an ownership and nothing
@@ -434,8 +487,23 @@ end
 -- when it does not (expired, another owner or token). nil plus the
 -- HGETALL reply r, having written nothing, in any other case.
 local function quickExtend(lock, owner, token, ttl, modeArg)
-  local r, mode, rec = quickRead(lock, modeArg)
-  if not r then
+  local r, mode, rec, v = quickRead(lock, modeArg)
+  if r == false then
+    -- A hold kept as a string: one SET moves its lease and expiry.
+    local t, x, b, id, o = splitHold(v)
+    local lease = tonumber(ttl)
+    if not (t and lease) then
+      return nil
+    end
+    local now = quickNow()
+    if tonumber(x) <= now or o ~= owner or t ~= token then
+      return 0
+    end
+    if now + lease > tonumber(x) then
+      redis.call('SET', lock, t .. ' ' .. dec(now + lease) .. ' ' .. b .. ' ' .. id .. ' ' .. o, 'PX', lease + rec)
+    end
+    return 1
+  elseif not r then
     return nil
   end
   local ok, o, t, x, _, _, _, levels = quickScan(r)

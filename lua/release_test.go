@@ -1,10 +1,12 @@
 package lua_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redfence/redfence/fence"
@@ -293,7 +295,7 @@ func TestCleanReleaseCompactsTheLock(t *testing.T) {
 
 		second := acquire("o2", "r2")
 		require.Equal(t, first+1, second)
-		require.Equal(t, "1", rdb.HGet(ctx, k.Lock, "b").Val(), "the next ownership continues the incarnation")
+		require.Equal(t, "1", lockField(t, rdb, k.Lock, "b"), "the next ownership continues the incarnation")
 		require.Zero(t, release("o1", first, "r1"), "a retry of the earlier release, while another holds the lock")
 		require.Zero(t, release("o2", second, "r2"))
 		require.Equal(t, "2 1 o2", rdb.Get(ctx, k.Counter).Val())
@@ -404,7 +406,7 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 		require.Zero(t, release(k, "oA", a, "lA"))
 		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "stowed")
 		bb := take(k, "oB", "lB")
-		require.Equal(t, fmt.Sprint(a.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "B's take continues A's incarnation")
+		require.Equal(t, fmt.Sprint(a.Token), lockField(t, rdb, k.Lock, "b"), "B's take continues A's incarnation")
 		require.Zero(t, release(k, "oA", a, "lA"), "A's retry while B holds: released")
 		require.Zero(t, release(k, "oB", bb, "lB"))
 		for i := range 5 { // more owners, each taking and releasing
@@ -427,7 +429,7 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 		c := take(k, "oC", "lC")
 		require.NoError(t, rdb.Del(ctx, k.Lock).Err())
 		bb = take(k, "oB", "lB")
-		require.Equal(t, fmt.Sprint(bb.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "a deleted incarnation is not continued")
+		require.Equal(t, fmt.Sprint(bb.Token), lockField(t, rdb, k.Lock, "b"), "a deleted incarnation is not continued")
 		require.Zero(t, release(k, "oB", bb, "lB"))
 		require.EqualValues(t, -1, release(k, "oC", c, "lC"), "C's hold was deleted: not held")
 
@@ -437,7 +439,7 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 		minute := scripts.Tokens{Time: true, Idle: time.Hour, Record: time.Minute}
 		ob, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "oB", TTL: time.Minute, Level: "lB", Tokens: minute})
 		require.NoError(t, err)
-		require.Equal(t, fmt.Sprint(ob.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "a take with another record time reads only its own record hashes")
+		require.Equal(t, fmt.Sprint(ob.Token), lockField(t, rdb, k.Lock, "b"), "a take with another record time reads only its own record hashes")
 		left, err := scripts.Release(ctx, rdb, k, "oB", ob.Token, "lB", minute)
 		require.NoError(t, err)
 		require.Zero(t, left)
@@ -456,7 +458,7 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 			require.NoError(t, rdb.HSet(ctx, rk[0], k.RecordField(), v).Err())
 			require.NoError(t, rdb.HSet(ctx, rk[1], k.RecordField(), v).Err())
 			a = take(k, "oA", "lA")
-			require.Equal(t, fmt.Sprint(a.Token), rdb.HGet(ctx, k.Lock, "b").Val(), "%q: a new incarnation", v)
+			require.Equal(t, fmt.Sprint(a.Token), lockField(t, rdb, k.Lock, "b"), "%q: a new incarnation", v)
 			require.Equal(t, v, rdb.HGet(ctx, rk[0], k.RecordField()).Val(), "%q: left as it was", v)
 			require.Equal(t, v, rdb.HGet(ctx, rk[1], k.RecordField()).Val(), "%q: left as it was", v)
 			require.NoError(t, rdb.Del(ctx, k.Lock).Err())
@@ -474,4 +476,13 @@ func TestStowedRecordsAnswerRetries(t *testing.T) {
 		require.Zero(t, release(k, "oA", a, "lA"), "and answers a retry")
 		require.NoError(t, rdb.Del(ctx, rk[0], rk[1]).Err())
 	})
+}
+
+// lockField reads one field of the lock key, a hash or a hold kept as a
+// string ("" when absent).
+func lockField(t *testing.T, rdb redis.Cmdable, key, field string) string {
+	t.Helper()
+	f, err := testenv.LockFields(context.Background(), rdb, key)
+	require.NoError(t, err)
+	return f[field]
 }

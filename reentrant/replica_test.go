@@ -5,6 +5,7 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,7 +38,7 @@ func TestReplicaAckSurvivesFailover(t *testing.T) {
 		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
 		handed = l.Token()
-		got, err := replica.Client().HGet(ctx, k.Lock, "t").Uint64()
+		got, err := lockToken(ctx, replica.Client(), k.Lock)
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, fence.Token(got), handed, "an acknowledged token must already be on the replica")
 		require.NoError(t, l.Unlock(ctx))
@@ -133,7 +134,7 @@ func TestClusterReplicaAck(t *testing.T) {
 		conn := c.ReplicasOf(m)[0].Client().Conn()
 		defer conn.Close()
 		require.NoError(t, conn.ReadOnly(ctx).Err())
-		v, err := conn.HGet(ctx, scripts.SharedKeysFor(prefix, name).Lock, "t").Uint64()
+		v, err := lockToken(ctx, conn, scripts.SharedKeysFor(prefix, name).Lock)
 		require.NoError(t, err)
 		return fence.Token(v)
 	}
@@ -302,7 +303,7 @@ func TestReplicaAckLockMulti(t *testing.T) {
 	m, err := c.LockMulti(ctx, names)
 	require.NoError(t, err)
 	for _, n := range names {
-		got, err := replica.Client().HGet(ctx, scripts.SharedKeysFor(prefix, n).Lock, "t").Uint64()
+		got, err := lockToken(ctx, replica.Client(), scripts.SharedKeysFor(prefix, n).Lock)
 		require.NoError(t, err)
 		require.Equal(t, m.Token(n), fence.Token(got), "%s: an acknowledged token is on the replica", n)
 	}
@@ -317,4 +318,14 @@ func TestReplicaAckLockMulti(t *testing.T) {
 		require.False(t, st.Held, "%s: an unacknowledged take is undone", n)
 	}
 	replica.Resume()
+}
+
+// lockToken reads the token of the lock key (its t), a hash or a hold kept
+// as a string, from rdb (a replica).
+func lockToken(ctx context.Context, rdb redis.Cmdable, key string) (uint64, error) {
+	v, err := testenv.LockField(ctx, rdb, key, "t")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(v, 10, 64)
 }

@@ -3,6 +3,7 @@ package reentrant_test
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,9 @@ func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 		t.Fatal("no renewal was sent")
 	}
 	// The lock hash's x: when the lease ends, server time in ms (lua/lib.lua).
-	expiry, err := rdb.HGet(t.Context(), scripts.SharedKeysFor(prefix, name).Lock, "x").Int64()
+	xv, err := testenv.LockField(t.Context(), rdb, scripts.SharedKeysFor(prefix, name).Lock, "x")
+	require.NoError(t, err, "the lock must still be held in Redis")
+	expiry, err := strconv.ParseInt(xv, 10, 64)
 	require.NoError(t, err, "the lock must still be held in Redis")
 	require.NoError(t, lockRdb.Close())
 	release()

@@ -166,13 +166,16 @@ func TestLockBesideRecordRedis(t *testing.T) {
 	if err != nil || !a.OK {
 		t.Fatalf("acquire = %+v, %v", a, err)
 	}
-	lock := c.HGetAll(ctx, k.Lock).Val()
+	lock, err := testenv.LockFields(ctx, c, k.Lock)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// While the lock is held, the store reads and writes its own record.
 	if err := s.Put(ctx, name, []byte("v10b"), 10); err != nil {
 		t.Fatalf("Put while the lock is held: %v", err)
 	}
-	if got := c.HGetAll(ctx, k.Lock).Val(); !equalMaps(got, lock) {
+	if got, _ := testenv.LockFields(ctx, c, k.Lock); !equalMaps(got, lock) {
 		t.Fatalf("the store's Put changed the lock hash %s: %v; want %v", k.Lock, got, lock)
 	}
 
