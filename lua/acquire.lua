@@ -53,14 +53,14 @@ local quick, read = quickTake(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[
 if quick then
   return quick
 end
+local member = ARGV[4]
+if member ~= '' and not parseWaiter(member) then
+  return redis.error_reply('ERR malformed queue member')
+end
 local level = 'l:' .. ARGV[3]
 local h, err, mode, us, now = begin(KEYS[1], ARGV[6], level, KEYS[3], read)
 if not h then
   return err
-end
-local member = ARGV[4]
-if member ~= '' and not parseWaiter(member) then
-  return redis.error_reply('ERR malformed queue member')
 end
 
 if h.held and h.o == ARGV[1] then

@@ -64,6 +64,16 @@ func TestHoldKeptAsString(t *testing.T) {
 			require.Equal(t, []string{"l1"}, st.Levels)
 			require.Equal(t, "string", kind(k), "Inspect writes nothing")
 
+			// Another owner's try is refused and writes nothing: the
+			// hold stays a string, its expiry as it was.
+			before := pttl(k)
+			r, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o2", TTL: lease, Level: "l9", Tokens: tokens})
+			require.NoError(t, err)
+			require.False(t, r.OK)
+			require.InDelta(t, lease.Milliseconds(), r.HolderTTL.Milliseconds(), 2000, "what is left of the holder's lease")
+			require.Equal(t, "string", kind(k))
+			require.LessOrEqual(t, pttl(k), before)
+
 			n, err := scripts.Release(ctx, rdb, k, "owner with spaces", a.Token, "l1", tokens)
 			require.NoError(t, err)
 			require.Zero(t, n)
@@ -192,19 +202,24 @@ func TestHoldKeptAsString(t *testing.T) {
 	})
 }
 
-// A level ID with a space cannot be read back from a string hold: such a
-// take keeps the hash.
-func TestHoldWithASpacedLevelKeepsTheHash(t *testing.T) {
+// A level ID that is empty or has a space cannot be read back from a
+// string hold: such a take keeps the hash.
+func TestHoldWithAnOddLevelKeepsTheHash(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := context.Background(), b.Client
-		k := keys(t)
-		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "l 1", Tokens: timeTokens})
-		require.NoError(t, err)
-		require.True(t, a.OK)
-		require.Equal(t, "hash", rdb.Type(ctx, k.Lock).Val())
-		n, err := scripts.Release(ctx, rdb, k, "o1", a.Token, "l 1", timeTokens)
-		require.NoError(t, err)
-		require.Zero(t, n)
-		require.ErrorIs(t, rdb.Get(ctx, k.Lock).Err(), redis.Nil, "stowed")
+		for _, level := range []string{"l 1", ""} {
+			k := keys(t)
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: time.Minute, Level: level, Tokens: timeTokens})
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			require.Equal(t, "hash", rdb.Type(ctx, k.Lock).Val(), "%q", level)
+			st, err := scripts.Inspect(ctx, rdb, k, timeTokens)
+			require.NoError(t, err)
+			require.Equal(t, []string{level}, st.Levels)
+			n, err := scripts.Release(ctx, rdb, k, "o1", a.Token, level, timeTokens)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			require.ErrorIs(t, rdb.Get(ctx, k.Lock).Err(), redis.Nil, "%q: stowed", level)
+		}
 	})
 }

@@ -200,7 +200,9 @@ end
 -- kept as a string the reply of the hash it stands for (parseHold) and
 -- true; nil plus an error reply for any other value ("FOREIGN <key>") or
 -- the server's own error. Unless ro (a script that writes nothing), a
--- string hold is first turned into that hash, with the same expiry.
+-- string hold is first turned into that hash, with the same expiry: the
+-- same state, so a script that then refuses or errs has still changed
+-- nothing any script reads.
 local function holdOf(key, ro)
   local r = redis.pcall('HGETALL', key)
   if not r.err then
@@ -214,11 +216,13 @@ local function holdOf(key, ro)
     return foreign(key)
   end
   if not ro then
+    -- PTTL is 0 in the key's last millisecond, which the hash must not
+    -- outlive either.
     local ttl = redis.call('PTTL', key)
     redis.call('DEL', key)
     redis.call('HSET', key, unpack(r))
-    if ttl > 0 then
-      redis.call('PEXPIRE', key, ttl)
+    if ttl >= 0 then
+      redis.call('PEXPIRE', key, math.max(ttl, 1))
     end
   end
   return r, true

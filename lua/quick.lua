@@ -207,7 +207,9 @@ end
 -- wait (member, its queue member: Lock always passes one) leaves the queue
 -- as in acquire.lua when no hash or record exists and an earlier attempt
 -- of the call may have queued it (again = "1"); with time tokens the
--- general path does that.
+-- general path does that. Another owner's live hold kept as a string
+-- refuses a caller that does not wait here, as acquire.lua would, without
+-- the general path's turning it into its hash.
 -- The commands, with time tokens on a free name: GET, TIME, SET … PX …
 -- GET (the floor), continueRecord's HGET of the current generation's
 -- record hash (and of the other when the name is not there) and, when it
@@ -219,8 +221,20 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   if member ~= '' and not isWaiter(member) then
     return nil
   end
-  local r, mode, rec = quickRead(lock, modeArg)
-  if not r then
+  local r, mode, rec, v = quickRead(lock, modeArg)
+  if r == false and member == '' then
+    -- A hold kept as a string, to a caller that does not wait: another
+    -- owner's live hold refuses it as the general path would, with
+    -- nothing written (the general path would turn it into its hash).
+    local t, x, _, _, o = splitHold(v)
+    if t and o ~= owner then
+      local left = tonumber(x) - quickNow()
+      if left > 0 then
+        return {0, left, 0}
+      end
+    end
+    return nil
+  elseif not r then
     -- An error reply, or a hold kept as a string: the general path reads
     -- it again (and a string hold as its hash).
     return nil
@@ -274,7 +288,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     end
   end
   local x = dec(now + lease)
-  if #r == 0 and mode > 0 and meta == '' and owner ~= '' and not string.find(id, ' ', 1, true) then
+  if #r == 0 and mode > 0 and meta == '' and owner ~= '' and id ~= '' and not string.find(id, ' ', 1, true) then
     -- The commonest hold, kept as a string (lib.lua, "Keys"): one SET
     -- with the hash's expiry. A record's b above the token (the clock
     -- stepped back with the floor lost) stays in a hash, as before.
