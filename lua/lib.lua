@@ -185,6 +185,24 @@ local function splitHold(v)
   return t, x, b, id, o
 end
 
+-- holdValue is the string a hold is kept as (see "Keys"): token t, lease
+-- end x, first token b, level ID id and owner o, all strings.
+local function holdValue(t, x, b, id, o)
+  return t .. ' ' .. x .. ' ' .. b .. ' ' .. id .. ' ' .. o
+end
+
+-- unstring turns the lock key's hold kept as a string into the hash it
+-- stands for, r (parseHold), with the same expiry. PTTL is 0 in the key's
+-- last millisecond, which the hash must not outlive either.
+local function unstring(key, r)
+  local ttl = redis.call('PTTL', key)
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(r))
+  if ttl >= 0 then
+    redis.call('PEXPIRE', key, math.max(ttl, 1))
+  end
+end
+
 -- parseHold reads a hold kept as a string: the HGETALL reply of the hash
 -- it stands for, o, t, x, l:<id>, b in the order quickTake writes them;
 -- nil when v is not such a hold.
@@ -216,14 +234,7 @@ local function holdOf(key, ro)
     return foreign(key)
   end
   if not ro then
-    -- PTTL is 0 in the key's last millisecond, which the hash must not
-    -- outlive either.
-    local ttl = redis.call('PTTL', key)
-    redis.call('DEL', key)
-    redis.call('HSET', key, unpack(r))
-    if ttl >= 0 then
-      redis.call('PEXPIRE', key, math.max(ttl, 1))
-    end
+    unstring(key, r)
   end
   return r, true
 end
@@ -246,20 +257,23 @@ end
 --   levels   the live level IDs, depth their number
 --   granted  the depth the field named level was granted at, or nil
 --   expired  the e: fields, token (string) to owner
---   str      the hold is kept as a string and was read with ro (hashed)
+--   str      when the hold is kept as a string and was read with ro: the
+--            reply of the hash it stands for (hashed writes it), else nil
 -- or nil plus an error reply for a foreign value (or the server's own
 -- error, passed on unchanged so the caller keeps its code). read, when
 -- given, is the hash's HGETALL reply, already read by a quick path. A hold
 -- kept as a string reads as its hash, and unless ro is true it is turned
 -- into that hash (holdOf): a script that writes nothing passes ro.
 local function lockOf(key, level, now, ckey, read, ro)
-  local r, err, str = read, nil, false
+  local r, err, str = read, nil, nil
   if not r then
     r, err = holdOf(key, ro)
     if not r then
       return nil, err
     end
-    str = err and ro
+    if err and ro then
+      str = r
+    end
   end
   local h = {exists = #r > 0, t = 0, levels = {}, expired = {}, ckey = ckey, str = str}
   if not h.exists and ckey then
@@ -320,8 +334,8 @@ end
 -- writes to the lock's key.
 local function hashed(key, h)
   if h.str then
-    holdOf(key, false)
-    h.str = false
+    unstring(key, h.str)
+    h.str = nil
   end
 end
 

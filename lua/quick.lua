@@ -292,11 +292,9 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     -- The commonest hold, kept as a string (lib.lua, "Keys"): one SET
     -- with the hash's expiry. A record's b above the token (the clock
     -- stepped back with the floor lost) stays in a hash, as before.
-    if not b then
-      redis.call('SET', lock, t .. ' ' .. x .. ' ' .. t .. ' ' .. id .. ' ' .. owner, 'PX', lease + rec)
-      return {1, tok, 1}
-    elseif #b < #t or (#b == #t and b <= t) then
-      redis.call('SET', lock, t .. ' ' .. x .. ' ' .. b .. ' ' .. id .. ' ' .. owner, 'PX', lease + rec)
+    local hb = b or t
+    if #hb < #t or (#hb == #t and hb <= t) then
+      redis.call('SET', lock, holdValue(t, x, hb, id, owner), 'PX', lease + rec)
       return {1, tok, 1}
     end
   end
@@ -514,7 +512,7 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
       return 0
     end
     if now + lease > tonumber(x) then
-      redis.call('SET', lock, t .. ' ' .. dec(now + lease) .. ' ' .. b .. ' ' .. id .. ' ' .. o, 'PX', lease + rec)
+      redis.call('SET', lock, holdValue(t, dec(now + lease), b, id, o), 'PX', lease + rec)
     end
     return 1
   elseif not r then
