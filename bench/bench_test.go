@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -331,5 +334,40 @@ func TestFencedTokens(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAgainst runs ./run against HEAD briefly: the earlier commit copied to
+// a module of its own and linked beside this tree builds, and the report
+// names every kind with a script time and every ratio.
+func TestAgainst(t *testing.T) {
+	if _, err := serverBinary(""); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v: CI must run the benchmark's tests", err)
+		}
+		t.Skip(err)
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed: ./run against needs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "./run", "against", "HEAD", "-pairs", "200", "-blocks", "2")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("./run against HEAD: %v\n%s", err, out)
+	}
+	report := string(out)
+	for _, kind := range []string{"HEAD's default", "HEAD with WithTimeTokens", "this tree's default", "this tree with WithStrictTokens"} {
+		m := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(kind) + ` +([0-9.]+) us$`).FindStringSubmatch(report)
+		if m == nil {
+			t.Fatalf("no script time for %q in:\n%s", kind, report)
+		}
+		if us, err := strconv.ParseFloat(m[1], 64); err != nil || us <= 0 {
+			t.Errorf("%q: script time %q, want a positive number", kind, m[1])
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^  .* / .*: [0-9.]+ \(middle half [0-9.]+-[0-9.]+\)$`).FindAllString(report, -1)); n != 4 {
+		t.Errorf("%d ratio lines, want 4, in:\n%s", n, report)
 	}
 }
