@@ -142,7 +142,7 @@ local function quickFloorToken(ckey, last, mode)
     return nil
   end
   local t = dec(tok)
-  local v = redis.pcall('SET', ckey, t, 'PX', mode, 'GET')
+  local v = redis.pcall('SET', ckey, t, 'PX', msArg(mode), 'GET')
   if v == false then
     return tok, t, now
   elseif not canonical(v) then
@@ -155,12 +155,12 @@ local function quickFloorToken(ckey, last, mode)
   if c < tok then
     return tok, t, now
   elseif c + 1 >= 9007199254740992 then
-    redis.call('SET', ckey, v, 'PX', mode)
+    redis.call('SET', ckey, v, 'PX', msArg(mode))
     return nil
   end
   tok = c + 1
   t = dec(tok)
-  redis.call('SET', ckey, t, 'PX', mode)
+  redis.call('SET', ckey, t, 'PX', msArg(mode))
   return tok, t, now
 end
 
@@ -294,7 +294,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     -- stepped back with the floor lost) stays in a hash, as before.
     local hb = b or t
     if #hb < #t or (#hb == #t and hb <= t) then
-      redis.call('SET', lock, holdValue(t, x, hb, id, owner), 'PX', lease + rec)
+      redis.call('SET', lock, holdValue(t, x, hb, id, owner), 'PX', msArg(lease + rec))
       return {1, tok, 1}
     end
   end
@@ -311,7 +311,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t, 'm', meta)
   end
   if mode > 0 then
-    redis.call('PEXPIRE', lock, lease + rec)
+    redis.call('PEXPIRE', lock, msArg(lease + rec))
   else
     redis.call('SET', ckey, t)
   end
@@ -372,7 +372,7 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     return nil, r
   end
   if mode > 0 then
-    redis.call('SET', ckey, dec(tok), 'PX', mode)
+    redis.call('SET', ckey, dec(tok), 'PX', msArg(mode))
   elseif tok > first then
     redis.call('SET', ckey, dec(tok))
   end
@@ -389,7 +389,7 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + claimMs), 'l:' .. id, '1', 'm', meta)
   end
   if mode > 0 then
-    redis.call('PEXPIRE', lock, claimMs + rec)
+    redis.call('PEXPIRE', lock, msArg(claimMs + rec))
   end
   notify(channel, id .. ' ' .. ts)
   return 0
@@ -465,7 +465,7 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
       redis.call('HDEL', lock, 'x', level)
     end
     if left > rec then
-      redis.call('PEXPIRE', lock, rec)
+      redis.call('PEXPIRE', lock, msArg(rec))
     end
     if wake then
       redis.pcall('PUBLISH', wake, '')
@@ -512,7 +512,7 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
       return 0
     end
     if now + lease > tonumber(x) then
-      redis.call('SET', lock, holdValue(t, dec(now + lease), b, id, o), 'PX', lease + rec)
+      redis.call('SET', lock, holdValue(t, dec(now + lease), b, id, o), 'PX', msArg(lease + rec))
     end
     return 1
   elseif not r then
@@ -532,7 +532,7 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
     -- record time after the new lease.
     redis.call('HSET', lock, 'x', dec(now + lease))
     if mode > 0 then
-      redis.call('PEXPIRE', lock, lease + rec)
+      redis.call('PEXPIRE', lock, msArg(lease + rec))
     end
   end
   return 1
