@@ -30,7 +30,7 @@ func TestHoldInItsLastMillisecondKeepsAnExpiry(t *testing.T) {
 	if v := serverVersion(t, rdb); !strings.HasPrefix(v, "7.0.") {
 		// Later servers count PTTL from the script's start too: the setup
 		// cannot reach PTTL 0 there.
-		t.Skipf("redis %s: the setup needs 7.0's PTTL inside a script", v)
+		testenv.Missing(t, "redis "+v, "CI runs 7.0 and must run this test: give it another way to reach PTTL 0", "the setup needs 7.0's PTTL inside a script")
 	}
 	src := scripts.Source("release")
 	const body = "local quick, read = quickRelease("

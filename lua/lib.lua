@@ -104,20 +104,33 @@ local function dec(n)
   return string.format('%d', n)
 end
 
--- msArg returns n, a whole number of milliseconds an option gives (an idle
--- expiry, a lease plus the record time), as the decimal string a command
--- is given: redis.call formats a Lua number with "%.17g", which cost more
--- than the command's own parsing of the string (0.3 to 0.5 µs a number on
--- this project's machine). The few such values a client sends are kept (in
--- a Functions library, across calls; at most 64).
-local msArgs, nMsArgs = {}, 0
-local function msArg(n)
-  local s = msArgs[n]
-  if not s then
-    s = dec(n)
-    if nMsArgs < 64 then
-      msArgs[n], nMsArgs = s, nMsArgs + 1
-    end
+-- expiryArg returns ms + rec, with ms a whole number of milliseconds as a
+-- decimal string (a lease from the ARGV, a waiter's claim time) and rec a
+-- number (the record time), as the decimal string a command is given:
+-- redis.call formats a Lua number with "%.17g", which costs more than the
+-- command's own parse of the string (0.3 to 0.5 µs a number on this
+-- project's machine). A client sends a few such values again and again:
+-- they are kept per string (in a Functions library, across calls; at most
+-- 64). The keys are strings, never numbers: gopher-lua (miniredis) puts a
+-- whole-number key in a table's array part, filling every index below it
+-- (a cache keyed by 7 days in ms hung the suite on miniredis).
+local expiryArgs, nExpiryArgs = {}, 0
+local function expiryArg(ms, rec)
+  local c = expiryArgs[ms]
+  if c and c[1] == rec then
+    return c[2]
+  end
+  local n = tonumber(ms) + rec
+  if n ~= math.floor(n) or n >= 9007199254740992 then
+    -- Not a whole number %d can print (a malformed argument): the command
+    -- gets the number, and refuses it, as before.
+    return n
+  end
+  local s = dec(n)
+  if c then
+    c[1], c[2] = rec, s
+  elseif nExpiryArgs < 64 then
+    expiryArgs[ms], nExpiryArgs = {rec, s}, nExpiryArgs + 1
   end
   return s
 end
@@ -217,7 +230,7 @@ local function unstring(key, r)
   redis.call('DEL', key)
   redis.call('HSET', key, unpack(r))
   if ttl >= 0 then
-    redis.call('PEXPIRE', key, math.max(ttl, 1))
+    redis.call('PEXPIRE', key, dec(math.max(ttl, 1)))
   end
 end
 
@@ -384,18 +397,20 @@ end
 -- so while a name's hash lives, clients of both modes may share it; see
 -- docs/safety.md for what mixing modes risks once it is gone.
 -- modeOf parses the ARGV: the mode (0, or the floor's idle ms) and the
--- hash's record time in ms (0 in strict mode); or nil plus an error reply.
+-- hash's record time in ms (0 in strict mode), then both as the decimal
+-- strings a command is given (expiryArg says why); or nil plus an error
+-- reply.
 local modes, nModes = {}, 0
 local function modeOf(arg)
   if arg == '0' then
-    return 0, 0
+    return 0, 0, '0', '0'
   end
   -- A client sends one mode string on every call: in a Functions library,
   -- whose upvalues outlive a call, it is parsed once (a few dozen at most
   -- are kept); a script sent with EVALSHA parses it each time.
   local known = modes[arg]
   if known then
-    return known[1], known[2]
+    return known[1], known[2], known[3], known[4]
   end
   if type(arg) == 'string' and #arg <= 31 then
     -- A plain find and two anchored checks: cheaper than a pattern with
@@ -408,9 +423,9 @@ local function modeOf(arg)
     if #i <= 15 and #r <= 15 and canonical(i) and canonical(r) then
       local mode, rec = tonumber(i), tonumber(r)
       if nModes < 32 then
-        modes[arg], nModes = {mode, rec}, nModes + 1
+        modes[arg], nModes = {mode, rec, i, r}, nModes + 1
       end
-      return mode, rec
+      return mode, rec, i, r
     end
   end
   return nil, redis.error_reply('ERR malformed token mode')
@@ -424,7 +439,7 @@ end
 -- state, nil, the mode and the time in µs and ms; or nil plus an error
 -- reply.
 local function begin(key, modeArg, level, ckey, read)
-  local mode, rec = modeOf(modeArg)
+  local mode, rec, idle = modeOf(modeArg)
   if not mode then
     return nil, rec
   end
@@ -433,7 +448,7 @@ local function begin(key, modeArg, level, ckey, read)
   if not h then
     return nil, herr
   end
-  h.rec = rec
+  h.rec, h.idle = rec, idle
   return h, nil, mode, us, now
 end
 
@@ -489,7 +504,7 @@ local function keep(key, h, mode, now)
   if h.x then
     lease = math.max(h.x - now, 0)
   end
-  redis.call('PEXPIRE', key, lease + h.rec)
+  redis.call('PEXPIRE', key, dec(lease + h.rec))
 end
 
 -- setCounter writes token ts to h's counter key: in strict mode for good;
@@ -500,7 +515,7 @@ local function setCounter(h, ts, mode)
   if mode == 0 then
     redis.call('SET', h.ckey, ts)
   else
-    redis.call('SET', h.ckey, ts, 'PX', msArg(mode))
+    redis.call('SET', h.ckey, ts, 'PX', h.idle or dec(mode))
   end
 end
 

@@ -53,7 +53,7 @@ end
 if member ~= '' and not (isWake(member) and parseWaiter(member)) then
   return redis.error_reply('ERR malformed queue member')
 end
-local mode, rec = modeOf(ARGV[3])
+local mode, rec, idle = modeOf(ARGV[3])
 if not mode then
   return rec
 end
@@ -70,7 +70,7 @@ for i = 1, n do
   if not h then
     return err
   end
-  h.rec = rec
+  h.rec, h.idle = rec, idle
   hs[i] = h
   if h.held and h.o == owner then
     if not h.granted and h.depth >= maxDepth then

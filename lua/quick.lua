@@ -32,26 +32,28 @@ end
 -- empty one for no key), the token mode and its record time (modeOf); with
 -- time tokens, false in place of the reply plus the value for a hold kept
 -- as a string (lib.lua, "Keys"), which they read with GET first (on a
--- hash it fails, and HGETALL follows); nil for a malformed mode or an
--- error reply (another type), which the general path then answers.
+-- hash it fails, and HGETALL follows), then (after that value, nil for a
+-- hash) the floor's idle expiry and the record time as decimal strings;
+-- nil for a malformed mode or an error reply (another type), which the
+-- general path then answers.
 local function quickRead(lock, modeArg)
-  local mode, rec = modeOf(modeArg)
+  local mode, rec, idle, recs = modeOf(modeArg)
   if not mode then
     return nil
   end
   if mode > 0 then
     local v = redis.pcall('GET', lock)
     if v == false then
-      return {}, mode, rec
+      return {}, mode, rec, nil, idle, recs
     elseif type(v) == 'string' then
-      return false, mode, rec, v
+      return false, mode, rec, v, idle, recs
     end
   end
   local r = redis.pcall('HGETALL', lock)
   if r.err then
     return nil
   end
-  return r, mode, rec
+  return r, mode, rec, nil, idle, recs
 end
 
 -- quickScan reads r, a lock hash's HGETALL reply, when the hash holds no
@@ -135,14 +137,14 @@ end
 -- general path must answer: a token at 2^53, a server before 6.2 (no SET
 -- … GET: an error reply, nothing written), or a foreign floor, put back
 -- as it was but for an expiry it had (the SET replaced it).
-local function quickFloorToken(ckey, last, mode)
+local function quickFloorToken(ckey, last, idle)
   local us, now = clock()
   local tok = math.max(last + 1, us)
   if tok >= 9007199254740992 then
     return nil
   end
   local t = dec(tok)
-  local v = redis.pcall('SET', ckey, t, 'PX', msArg(mode), 'GET')
+  local v = redis.pcall('SET', ckey, t, 'PX', idle, 'GET')
   if v == false then
     return tok, t, now
   elseif not canonical(v) then
@@ -155,12 +157,12 @@ local function quickFloorToken(ckey, last, mode)
   if c < tok then
     return tok, t, now
   elseif c + 1 >= 9007199254740992 then
-    redis.call('SET', ckey, v, 'PX', msArg(mode))
+    redis.call('SET', ckey, v, 'PX', idle)
     return nil
   end
   tok = c + 1
   t = dec(tok)
-  redis.call('SET', ckey, t, 'PX', msArg(mode))
+  redis.call('SET', ckey, t, 'PX', idle)
   return tok, t, now
 end
 
@@ -221,7 +223,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
   if member ~= '' and not isWaiter(member) then
     return nil
   end
-  local r, mode, rec, v = quickRead(lock, modeArg)
+  local r, mode, rec, v, idle = quickRead(lock, modeArg)
   if r == false and member == '' then
     -- A hold kept as a string, to a caller that does not wait: another
     -- owner's live hold refuses it as the general path would, with
@@ -267,7 +269,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
       -- general path leaves the queue (its ZREM).
       return nil, r
     end
-    tok, t, now = quickFloorToken(ckey, last, mode)
+    tok, t, now = quickFloorToken(ckey, last, idle)
     if not tok then
       return nil, r
     end
@@ -294,7 +296,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     -- stepped back with the floor lost) stays in a hash, as before.
     local hb = b or t
     if #hb < #t or (#hb == #t and hb <= t) then
-      redis.call('SET', lock, holdValue(t, x, hb, id, owner), 'PX', msArg(lease + rec))
+      redis.call('SET', lock, holdValue(t, x, hb, id, owner), 'PX', expiryArg(ttl, rec))
       return {1, tok, 1}
     end
   end
@@ -311,7 +313,7 @@ local function quickTake(lock, queue, ckey, owner, ttl, id, member, queueMs, mod
     redis.call('HSET', lock, 'o', owner, 't', t, 'x', x, 'l:' .. id, '1', 'b', b or t, 'm', meta)
   end
   if mode > 0 then
-    redis.call('PEXPIRE', lock, msArg(lease + rec))
+    redis.call('PEXPIRE', lock, expiryArg(ttl, rec))
   else
     redis.call('SET', ckey, t)
   end
@@ -330,7 +332,7 @@ end
 -- foreign, a token at 2^53), with the head and the counter put back as
 -- they were, which the general path then reads again. now and us are the
 -- server's time in ms and µs.
-local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec)
+local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec, idle)
   local tok = t + 1
   if mode > 0 then
     tok = math.max(tok, us)
@@ -372,7 +374,7 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     return nil, r
   end
   if mode > 0 then
-    redis.call('SET', ckey, dec(tok), 'PX', msArg(mode))
+    redis.call('SET', ckey, dec(tok), 'PX', idle)
   elseif tok > first then
     redis.call('SET', ckey, dec(tok))
   end
@@ -389,7 +391,7 @@ local function quickHandOn(lock, queue, ckey, r, t, level, m, now, us, mode, rec
     redis.call('HSET', lock, 'o', owner, 't', ts, 'x', dec(now + claimMs), 'l:' .. id, '1', 'm', meta)
   end
   if mode > 0 then
-    redis.call('PEXPIRE', lock, msArg(claimMs + rec))
+    redis.call('PEXPIRE', lock, expiryArg(claim, rec))
   end
   notify(channel, id .. ' ' .. ts)
   return 0
@@ -431,7 +433,7 @@ end
 -- q set quickHandOn hands it on, and it returns 0; nil in any other case
 -- (see above for the writes it may then have undone).
 local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
-  local r, mode, rec, v = quickRead(lock, modeArg)
+  local r, mode, rec, v, idle, recs = quickRead(lock, modeArg)
   if r == false then
     return quickReleaseHeld(lock, ckey, owner, token, id, v, rec, wake)
   elseif not r then
@@ -454,7 +456,7 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
     return nil, r
   end
   if q then
-    return quickHandOn(lock, queue, ckey, r, tn, level, m, now, us, mode, rec)
+    return quickHandOn(lock, queue, ckey, r, tn, level, m, now, us, mode, rec, idle)
   end
   if mode > 0 and not putRecord(lock, ckey, t, b, o, now, rec) then
     -- Not stowed (a strict counter, a foreign record hash): the hash
@@ -465,7 +467,7 @@ local function quickRelease(lock, queue, ckey, owner, token, id, modeArg, wake)
       redis.call('HDEL', lock, 'x', level)
     end
     if left > rec then
-      redis.call('PEXPIRE', lock, msArg(rec))
+      redis.call('PEXPIRE', lock, recs)
     end
     if wake then
       redis.pcall('PUBLISH', wake, '')
@@ -512,7 +514,7 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
       return 0
     end
     if now + lease > tonumber(x) then
-      redis.call('SET', lock, holdValue(t, dec(now + lease), b, id, o), 'PX', msArg(lease + rec))
+      redis.call('SET', lock, holdValue(t, dec(now + lease), b, id, o), 'PX', expiryArg(ttl, rec))
     end
     return 1
   elseif not r then
@@ -532,7 +534,7 @@ local function quickExtend(lock, owner, token, ttl, modeArg)
     -- record time after the new lease.
     redis.call('HSET', lock, 'x', dec(now + lease))
     if mode > 0 then
-      redis.call('PEXPIRE', lock, msArg(lease + rec))
+      redis.call('PEXPIRE', lock, expiryArg(ttl, rec))
     end
   end
   return 1

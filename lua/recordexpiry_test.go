@@ -31,11 +31,7 @@ func TestRecordExpiryWithoutPexpireatNX(t *testing.T) {
 
 	tokens := scripts.Tokens{Time: true, Idle: time.Hour, Record: time.Minute}
 	w := tokens.Record.Milliseconds()
-	// A prefix of its own: the record hashes are new, so the first record
-	// takes the fallback's path, not an expiry another test's record set.
-	prefix := "rfnx" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	names, _ := testenv.SameSlot(prefix, "n", 2)
-	stow := func(name string) (expireAt int64, bucket string) {
+	stow := func(prefix, name string) (expireAt int64, bucket string) {
 		t.Helper()
 		k := scripts.KeysFor(prefix, name)
 		a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "l1", Tokens: tokens})
@@ -54,20 +50,30 @@ func TestRecordExpiryWithoutPexpireatNX(t *testing.T) {
 		t.Fatalf("%s: no record after its release", name)
 		return 0, ""
 	}
-	for {
+	for attempt := 0; ; attempt++ {
+		// A prefix of its own, and two names of one slot (one floor, one
+		// pair of record hashes): the first record opens a new hash, so it
+		// takes the fallback's path, not an expiry another record set.
+		prefix := "rfnx" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		names, _ := testenv.SameSlot(prefix, "n", 2)
 		before := time.Now().UnixMilli()
-		at, bucket := stow(names[0])
+		at, bucket := stow(prefix, names[0])
 		require.Positive(t, at, "the first record's hash has an expiry")
 		require.Equal(t, w-1, at%w, "it ends a generation: (g+2)·W − 1")
 		require.Greater(t, at, before+w-1000, "at least a record time from the write (a second of skew allowed)")
 		require.Less(t, at, before+2*w+1000, "at most two")
-		at2, bucket2 := stow(names[1])
-		if bucket2 != bucket {
+		// Moved by hand, so that a second record that set the expiry
+		// again, to the same generation's end, would show.
+		moved := at - 5000
+		require.NoError(t, rdb.PExpireAt(ctx, bucket, time.UnixMilli(moved)).Err())
+		at2, bucket2 := stow(prefix, names[1])
+		if bucket2 != bucket && attempt < 3 {
 			// A generation ended between the two releases: the second
 			// record opened the other hash. Again, in the new generation.
 			continue
 		}
-		require.Equal(t, at, at2, "a later record leaves the hash's expiry as it is")
+		require.Equal(t, bucket, bucket2, "two records a few ms apart, four times across a generation's end")
+		require.Equal(t, moved, at2, "a later record leaves the hash's expiry as it is")
 		return
 	}
 }
