@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 	"pgregory.net/rapid"
@@ -28,22 +30,84 @@ import (
 	"github.com/redfence/redfence/storage/sqlstore"
 )
 
-const propPrefix = "rfprop"
+// The state of one lock name N under the prefix P, as lua/lib.lua lays it
+// out, and what the lock machine's model (lockModel) keeps of it:
+//
+//	key      field    written by                     read by                        lifetime
+//	P:{N}    o        acquire, multi (a take);       every script (holdOf)          the hold: the key exists only
+//	                  release, abandon, force,                                      while the lock is held, and
+//	                  acquire, multi (a handoff)                                    its own expiry is the lease
+//	P:{N}    t        as o: the ownership's token    release, extend, force,        the hold
+//	                                                 proclaim (owner and token)
+//	P:{N}    l:<id>   acquire, multi (take, reentry, release, abandon (the level    the hold; the level's release
+//	                  repeat, claim); a handoff      named), inspect (Levels)       or undo deletes it
+//	P:{N}    m        a take with metadata,          inspect, proclaim              the hold
+//	                  proclaim
+//	P:{N}    q        acquire, multi (a waiter       release, abandon, force        the hold
+//	                  queued); a handoff             (read the queue only then)
+//	P:{N}:q  members  acquire, multi (enqueue);      acquire, multi, inspect        while someone waits: its own
+//	                  nextWaiter (ZPOPMIN); acquire, (Waiters)                      expiry, the longest queue time
+//	                  abandon, multi (ZREM)                                         of its waiters
+//	P:{N}:t  counter  strict tokens: every script    strict: release (a retry's     never expires; no script
+//	                  that issues a token (INCR)     -2), inspect (LastToken);      deletes it
+//	                                                 time: acquire, multi (MODE)
+//	P:{S}:f  floor    time tokens (the default):     time: release (-2), inspect    a week after its last write
+//	                  every script that issues       (LastToken); strict: a new
+//	                  a token                        counter's check (MODE)
+//	P:{N}:u  forced   force: "<token> <ms> <by>"     release, extend (say who),     until the forced lease would
+//	                                                 force (a repeat), inspect      have ended
+//
+// A released or expired name leaves nothing but its counter (P:{N}:t, or
+// its slot's floor P:{S}:f), and P:{N}:u while a forced unlock's record
+// lives. The model is lockModel (the hold, the counter, the record) and the
+// machine's queue (P:{N}:q); what the client that holds a lease knows of
+// its ownership (ownRec) decides what Unlock says of a lease Redis no
+// longer holds.
 
-// lockModel is what the lock should look like: who holds it, how deep, with
-// which token, and the last token ever issued.
+// propPrefix is the lock machines' key prefix, this process's own: the
+// model says what the floor of a name's slot holds (lockModel.last), which
+// another process's names of the slot would move on a shared server.
+var propPrefix = fmt.Sprintf("rfprop-%x", rand.Uint64())
+
+// propFloorIdle is how long reentrant's time-token floor outlives its last
+// write (a week): the token mode of the machine's raw releases.
+const propFloorIdle = 7 * 24 * time.Hour
+
+// lockModel is what Redis should hold for the machine's name, by the table
+// above.
 type lockModel struct {
-	owner int // -1: free
-	depth int
+	owner int         // the holder; -1: free, and P:{N} does not exist
+	depth int         // the hold's levels
+	token fence.Token // the hold's token; None when free
+	// last is the highest token issued for the name: what its counter
+	// (P:{N}:t, strict) or its slot's floor (P:{S}:f) holds, which nothing
+	// else moves during a case (the prefix is this process's, and one name
+	// of a slot is used at a time). None before the case's first take.
+	last fence.Token
+	// forced is the token P:{N}:u records, while it lives; None otherwise.
+	forced fence.Token
+	// forcedSure is how long the record surely lives: it expires when the
+	// forced lease would have ended, in real time (testenv.Mini's keys
+	// expire as the wall clock passes too) or at an expire step, so past
+	// this the model accepts it there or gone.
+	forcedSure time.Time
+	// heldSince is when the step that made the hold began: its lease ends
+	// a claim time (20 s) at least after that.
+	heldSince time.Time
+}
+
+// ownRec is an ownership as the client that holds it knows it (reentrant's
+// local state), which decides what Unlock of one of its leases says once
+// Redis no longer holds it.
+type ownRec struct {
+	owner int
 	token fence.Token
-	last  fence.Token // the highest token issued: the slot's floor is at least it
-	shown fence.Token // the last token Inspect reports: last, or stowed once the hash was deleted
-	// stowed is the token of the last ownership whose release stowed the
-	// lock (its hash deleted, its record kept in a shared record hash,
-	// which a DEL of the lock's keys leaves): what Inspect reports after
-	// such a DEL. None while no release has stowed, and again once an
-	// acquisition followed (its take marked the record taken).
-	stowed fence.Token
+	open  int  // its leases not yet unlocked
+	ended bool // the client ended it: released, unconfirmed, lost, or its last lease unlocked
+	// lost: ended as lost (ErrGone), because Redis said it was gone (an
+	// Extend, a forced Unlock) or the owner's next ownership superseded it
+	// while the client still counted it live.
+	lost bool
 }
 
 // waiterRec is a Lock call waiting in the lock's queue, in a goroutine of
@@ -62,9 +126,24 @@ type waitResult struct {
 type leaseRec struct {
 	owner    int
 	lease    *reentrant.Lease
-	live     bool // the model says Unlock must succeed
-	released bool // Unlock succeeded: its release may be re-sent
+	own      *ownRec
+	live     bool // Redis holds the lease's level: Unlock must succeed
+	unlocked bool // Unlock was called: its release may be re-sent (replay)
 }
+
+func (r *leaseRec) state() string {
+	switch {
+	case r.unlocked:
+		return "unlocked"
+	case r.live:
+		return "live"
+	}
+	return "dead"
+}
+
+// propClients are a backend's lock clients, one per token mode, each on a
+// prefix of its own (a prefix's clients share a mode).
+type propClients struct{ time, strict *reentrant.Client }
 
 // lockMachine drives several owners doing lock / reenter / unlock /
 // try-lock / extend / expire / write to a fenced store, and an operator
@@ -73,19 +152,31 @@ type leaseRec struct {
 type lockMachine struct {
 	b      testenv.Backend
 	c      *reentrant.Client
+	strict bool           // the case's token mode: WithStrictTokens, or time tokens
+	keys   scripts.Keys   // the name's
+	tokens scripts.Tokens // c's token mode, for raw releases
 	name   string
 	owners []context.Context
+	latest map[int]*ownRec // each owner's latest ownership
 	leases []*leaseRec
 	queue  []*waiterRec // the model's queue, oldest first
 	m      lockModel
-	hist   []string // what the case did, for a failure's message
+	hist   []string  // what the case did, for a failure's message
+	start  time.Time // when the current step began
 
 	store   *memory.Store // a fenced store every lease writes to
 	highest fence.Token   // the model of store's highest accepted token
 }
 
-func newLockMachine(t *rapid.T, b testenv.Backend, c *reentrant.Client, owners int) *lockMachine {
-	lm := &lockMachine{b: b, c: c, name: fmt.Sprintf("prop-%d", time.Now().UnixNano()), m: lockModel{owner: -1}, store: memory.New()}
+func newLockMachine(t *rapid.T, b testenv.Backend, cs propClients, owners int) *lockMachine {
+	lm := &lockMachine{b: b, c: cs.time, name: fmt.Sprintf("prop-%d", time.Now().UnixNano()), latest: map[int]*ownRec{},
+		m: lockModel{owner: -1}, store: memory.New(), start: time.Now()}
+	prefix := propPrefix
+	lm.tokens = scripts.NewTokens(true, propFloorIdle)
+	if lm.strict = rapid.Bool().Draw(t, "strict"); lm.strict {
+		lm.c, prefix, lm.tokens = cs.strict, propPrefix+"-strict", scripts.NewTokens(false, 0)
+	}
+	lm.keys = scripts.KeysFor(prefix, lm.name)
 	for range owners {
 		lm.owners = append(lm.owners, reentrant.WithOwner(context.Background(), reentrant.NewOwner()))
 	}
@@ -126,7 +217,7 @@ func (lm *lockMachine) acquire(t *rapid.T, try bool) {
 		if l.Token() <= lm.m.last {
 			t.Fatalf("fresh acquisition got token %d, not above the last issued %d", l.Token(), lm.m.last)
 		}
-		lm.m = lockModel{owner: o, depth: 1, token: l.Token(), last: l.Token(), shown: l.Token()}
+		lm.m.owner, lm.m.depth, lm.m.token, lm.m.last, lm.m.heldSince = o, 1, l.Token(), l.Token(), lm.start
 	} else {
 		if l.Token() != lm.m.token {
 			t.Fatalf("reentry got token %d, want the ownership's %d", l.Token(), lm.m.token)
@@ -136,8 +227,24 @@ func (lm *lockMachine) acquire(t *rapid.T, try bool) {
 	if l.Depth() != int64(lm.m.depth) {
 		t.Fatalf("lease depth %d, model %d", l.Depth(), lm.m.depth)
 	}
-	lm.leases = append(lm.leases, &leaseRec{owner: o, lease: l, live: true})
+	lm.addLease(o, l)
 	lm.hist = append(lm.hist, fmt.Sprintf("  acquired owner %d try=%v token %d depth %d level %s", o, try, l.Token(), l.Depth(), l.ID()))
+}
+
+// addLease records a lease granted to owner o: a level of its current
+// ownership, or the first of a new one. The client ends the owner's
+// earlier ownership, if it still counted it live, as lost (superseded).
+func (lm *lockMachine) addLease(o int, l *reentrant.Lease) {
+	own := lm.latest[o]
+	if own == nil || own.ended || own.token != l.Token() {
+		if own != nil && !own.ended {
+			own.ended, own.lost = true, true
+		}
+		own = &ownRec{owner: o, token: l.Token()}
+		lm.latest[o] = own
+	}
+	own.open++
+	lm.leases = append(lm.leases, &leaseRec{owner: o, lease: l, own: own, live: true})
 }
 
 func (lm *lockMachine) pick(t *rapid.T) *leaseRec {
@@ -147,86 +254,247 @@ func (lm *lockMachine) pick(t *rapid.T) *leaseRec {
 	return rapid.SampledFrom(lm.leases).Draw(t, "lease")
 }
 
+// forcedState says whether the forced-unlock record of the ownership with
+// token tok lives: forcedNo, forcedYes, or forcedMaybe once it may have
+// expired (lockModel.forcedSure).
+func (lm *lockMachine) forcedState(tok fence.Token) int {
+	switch {
+	case lm.m.forced == fence.None || lm.m.forced != tok:
+		return forcedNo
+	case time.Now().Before(lm.m.forcedSure):
+		return forcedYes
+	}
+	return forcedMaybe
+}
+
+const (
+	forcedNo = iota
+	forcedYes
+	forcedMaybe
+)
+
+// freeSince reports whether the name is free and no token was issued on
+// its counter since tok: what release.lua answers -2 for.
+func (lm *lockMachine) freeSince(tok fence.Token) bool {
+	return lm.m.owner == -1 && lm.m.last == tok
+}
+
+// unlockWant is what Unlock of r answers by the model (as unlockAnswer
+// names it), and alt another answer it may give (a forced record that may
+// have expired), or "".
+func (lm *lockMachine) unlockWant(r *leaseRec) (want, alt string) {
+	switch {
+	case r.unlocked:
+		return "already unlocked", ""
+	case r.live:
+		return "nil", ""
+	}
+	// Redis no longer holds the lease. A forced unlock's record says so
+	// first; a client that knew the ownership lost says it was lost;
+	// otherwise a release that finds the name free with no token issued
+	// since is taken for a retry whose first attempt released it, and
+	// anything else is unconfirmed: never ErrLost.
+	fallback := "release unconfirmed"
+	switch {
+	case r.own.lost:
+		fallback = "lost before Unlock"
+	case lm.freeSince(r.lease.Token()):
+		fallback = "nil"
+	}
+	switch lm.forcedState(r.lease.Token()) {
+	case forcedYes:
+		return "forced unlock by", ""
+	case forcedMaybe:
+		return "forced unlock by", fallback
+	}
+	return fallback, ""
+}
+
+// unlockAnswer names Unlock's answer err as unlockWant does.
+func unlockAnswer(err error) string {
+	switch {
+	case err == nil:
+		return "nil"
+	case !errors.Is(err, reentrant.ErrNotHeld):
+	case errors.Is(err, reentrant.ErrLost):
+		if strings.Contains(err.Error(), "lost before Unlock") {
+			return "lost before Unlock"
+		}
+	default:
+		for _, s := range []string{"forced unlock by", "release unconfirmed", "already unlocked"} {
+			if strings.Contains(err.Error(), s) {
+				return s
+			}
+		}
+	}
+	return "other: " + err.Error()
+}
+
 func (lm *lockMachine) unlock(t *rapid.T) {
 	r := lm.pick(t)
+	want, alt := lm.unlockWant(r)
 	err := r.lease.Unlock(context.Background())
-	lm.hist = append(lm.hist, fmt.Sprintf("  unlock owner %d token %d level %s: %v", r.owner, r.lease.Token(), r.lease.ID(), err))
-	if !r.live {
-		if !errors.Is(err, reentrant.ErrNotHeld) {
-			t.Fatalf("Unlock of a dead lease: %v, want ErrNotHeld", err)
-		}
+	got := unlockAnswer(err)
+	lm.hist = append(lm.hist, fmt.Sprintf("  unlock owner %d token %d level %s (%s): %v", r.owner, r.lease.Token(), r.lease.ID(), r.state(), err))
+	if got != want && (alt == "" || got != alt) {
+		t.Fatalf("Unlock of a %s lease (owner %d token %d): %v; want %q (or %q)", r.state(), r.owner, r.lease.Token(), err, want, alt)
+	}
+	if r.unlocked {
 		return
 	}
-	if err != nil {
-		t.Fatalf("Unlock of a live lease: %v", err)
-	}
-	r.live, r.released = false, true
-	if lm.m.depth--; lm.m.depth == 0 {
-		ended := lm.m.token
-		lm.m.owner, lm.m.token = -1, fence.None
-		lm.handOff(t)
-		// Released with nothing else to keep, the lock is stowed: the
-		// model follows the script's choice, which Inspect then shows.
-		if lm.m.owner == -1 && lm.b.Client.Exists(context.Background(), scripts.SharedKeysFor(propPrefix, lm.name).Lock).Val() == 0 {
-			lm.m.stowed = ended
+	r.unlocked = true
+	r.own.open--
+	switch {
+	case r.live:
+		r.live = false
+		if lm.m.depth--; lm.m.depth == 0 {
+			r.own.ended = true
+			lm.free()
+			lm.handOff(t)
 		}
+	case got == "forced unlock by":
+		if !r.own.ended {
+			r.own.lost = true
+		}
+		r.own.ended = true
+	default: // released by an earlier attempt (nil), unconfirmed, lost
+		r.own.ended = true
+	}
+	if r.own.open == 0 {
+		r.own.ended = true
 	}
 }
 
 func (lm *lockMachine) extend(t *rapid.T) {
 	r := lm.pick(t)
 	err := r.lease.Extend(context.Background(), time.Minute)
+	lm.hist = append(lm.hist, fmt.Sprintf("  extend owner %d token %d level %s (%s): %v", r.owner, r.lease.Token(), r.lease.ID(), r.state(), err))
 	if r.live != (err == nil) {
 		t.Fatalf("Extend of a lease (live=%v): %v", r.live, err)
 	}
-	if !r.live && !errors.Is(err, reentrant.ErrNotHeld) {
+	if r.live {
+		return
+	}
+	if !errors.Is(err, reentrant.ErrNotHeld) {
 		t.Fatalf("Extend of a dead lease: %v, want ErrNotHeld", err)
 	}
+	if r.unlocked || r.own.ended {
+		return // answered by the client: it knows the lease ended
+	}
+	// Redis said the ownership is gone, naming the forcer if it was forced.
+	if f := lm.forcedState(r.lease.Token()); f == forcedYes && !strings.Contains(err.Error(), "forced unlock by") ||
+		f == forcedNo && strings.Contains(err.Error(), "forced") {
+		t.Fatalf("Extend of a dead lease (token %d, forced record %d): %v", r.lease.Token(), lm.m.forced, err)
+	}
+	r.own.ended, r.own.lost = true, true
 }
 
 // replay re-sends the release of a lease that was already unlocked, as
 // go-redis does when the first attempt's reply was lost: at any later
-// point, after whatever the owners did in between. It must change nothing.
+// point, after whatever the owners did in between. It must change nothing
+// (check compares the state), and be answered as release.lua promises: the
+// depth left while the ownership holds other levels; the forced record
+// while it lives; free (-2) while nobody took the name since; else -1.
 func (lm *lockMachine) replay(t *rapid.T) {
 	var done []*leaseRec
 	for _, r := range lm.leases {
-		if r.released {
+		if r.unlocked {
 			done = append(done, r)
 		}
 	}
 	if len(done) == 0 {
-		t.Skip("nothing released yet")
+		t.Skip("nothing unlocked yet")
 	}
-	l := rapid.SampledFrom(done).Draw(t, "released lease").lease
-	n, err := scripts.Release(context.Background(), lm.b.Client, scripts.SharedKeysFor(propPrefix, lm.name),
-		string(l.Owner()), l.Token(), l.ID(), scripts.Tokens{})
+	r := rapid.SampledFrom(done).Draw(t, "unlocked lease")
+	l, tok := r.lease, r.lease.Token()
+	got, err := scripts.Release(context.Background(), lm.b.Client, lm.keys, string(l.Owner()), tok, l.ID(), lm.tokens)
+	lm.hist = append(lm.hist, fmt.Sprintf("  replay owner %d token %d level %s: %s, %v", r.owner, tok, l.ID(), releasedText(got), err))
 	if err != nil {
 		t.Fatalf("replayed release: %v", err)
 	}
-	if n < -1 {
-		t.Fatalf("replayed release answered %d", n)
+	want := scripts.Released{Depth: -1}
+	var alt *scripts.Released
+	if lm.m.owner == r.owner && lm.m.token == tok {
+		want.Depth = int64(lm.m.depth)
+	} else {
+		fallback := scripts.Released{Depth: -1, Free: lm.freeSince(tok)}
+		switch lm.forcedState(tok) {
+		case forcedNo:
+			want = fallback
+		case forcedMaybe:
+			alt = &fallback
+			fallthrough
+		default:
+			want.Forced = &scripts.Forced{Token: tok}
+		}
+	}
+	if !sameReleased(got, want) && (alt == nil || !sameReleased(got, *alt)) {
+		t.Fatalf("replayed release of token %d level %s answered %s, want %s\nHIST %s",
+			tok, l.ID(), releasedText(got), releasedText(want), strings.Join(lm.hist, "\nHIST "))
+	}
+}
+
+func sameReleased(a, b scripts.Released) bool {
+	return a.Depth == b.Depth && a.Free == b.Free && (a.Forced == nil) == (b.Forced == nil) &&
+		(a.Forced == nil || a.Forced.Token == b.Forced.Token)
+}
+
+func releasedText(r scripts.Released) string {
+	s := fmt.Sprintf("{depth %d", r.Depth)
+	if r.Free {
+		s += " free"
+	}
+	if r.Forced != nil {
+		s += fmt.Sprintf(" forced %d", r.Forced.Token)
+	}
+	return s + "}"
+}
+
+// free is the model's lock freed: no hold, the counter and the record as
+// they were.
+func (lm *lockMachine) free() {
+	lm.m.owner, lm.m.depth, lm.m.token = -1, 0, fence.None
+}
+
+// dead marks every lease no longer held by Redis: the hold is gone.
+func (lm *lockMachine) dead() {
+	for _, r := range lm.leases {
+		r.live = false
 	}
 }
 
 // expire makes the lease run out: miniredis's clock jumps past the TTL; on
-// a real Redis the lease's end is moved to the past, as if it had run out
-// (the hash's x, or the second field of a hold kept as a string).
+// a real Redis the hold's key (its expiry is the lease) is given 1 ms, and
+// the forced record too, which ends no later than the lease it forced, as
+// if the time had passed.
 func (lm *lockMachine) expire(t *rapid.T) {
 	if lm.b.Mini != nil {
 		// Past the lease, and short of the queue's own expiry.
 		testenv.Advance(lm.b.Mini, time.Minute+time.Second)
-	} else if err := lm.b.Client.Eval(context.Background(),
-		`if redis.call('TYPE', KEYS[1]).ok == 'string' then
-		   local t, rest = string.match(redis.call('GET', KEYS[1]), '^(%d+) %d+ (.*)$')
-		   redis.call('SET', KEYS[1], t .. ' 1 ' .. rest, 'KEEPTTL')
-		 elseif redis.call('HEXISTS', KEYS[1], 'x') == 1 then redis.call('HSET', KEYS[1], 'x', '1') end`,
-		[]string{scripts.SharedKeysFor(propPrefix, lm.name).Lock}).Err(); err != nil && err.Error() != "redis: nil" {
-		t.Fatalf("expire: %v", err)
+	} else {
+		ctx := context.Background()
+		rdb := lm.b.Client
+		was, err := rdb.HGet(ctx, lm.keys.Lock, "t").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("expire: %v", err)
+		}
+		if err := rdb.PExpire(ctx, lm.keys.Lock, time.Millisecond).Err(); err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		if err := rdb.PExpire(ctx, lm.keys.Forced, time.Millisecond).Err(); err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		// Gone, or taken by a waiter's poll since: the hold's token changed.
+		if !testenv.Await(waitCeiling, func() bool {
+			t, _ := rdb.HGet(ctx, lm.keys.Lock, "t").Result()
+			return (was == "" || t != was) && rdb.Exists(ctx, lm.keys.Forced).Val() == 0
+		}) {
+			t.Fatalf("the hold (token %s) and the forced record did not expire within %v", was, waitCeiling)
+		}
 	}
-	for _, r := range lm.leases {
-		r.live = false
-	}
-	lm.m.owner, lm.m.depth, lm.m.token = -1, 0, fence.None
+	lm.dead()
+	lm.free()
+	lm.m.forced = fence.None
 	lm.handOff(t)
 }
 
@@ -253,29 +521,35 @@ func (lm *lockMachine) write(t *rapid.T) {
 	}
 }
 
-// delete is an operator's DEL of the lock's keys (the hash and the queue),
-// what every Redis-lock tutorial shows for a stuck lock. The ownership is
-// gone, and the floor is not: the next ownership gets a higher token. The
-// record of the last stowed ownership, a field of a shared hash, stays:
-// Inspect shows it.
+// delete is an operator's DEL of every key of the name (the hold, the
+// queue, the forced record and, with time tokens, the strict counter the
+// name does not have), what every Redis-lock tutorial shows for a stuck
+// lock. The ownership is gone, and the token's counter is not: the floor
+// is its slot's, not the name's, so the next ownership gets a higher token
+// (acquire checks it). With the strict counter, the counter is the name's
+// own key, which no operator may delete (a deleted counter restarts at 1,
+// docs/design.md): it is kept.
 // With waiters queued, their places would go too and their order with
 // them; the model's queue cannot say what follows, so it is not done then.
 func (lm *lockMachine) delete(t *rapid.T) {
 	if len(lm.queue) > 0 {
 		t.Skip("waiters queued")
 	}
-	k := scripts.SharedKeysFor(propPrefix, lm.name)
-	if err := lm.b.Client.Del(context.Background(), k.Lock, k.Queue).Err(); err != nil {
+	keys := []string{lm.keys.Lock, lm.keys.Queue, lm.keys.Forced}
+	if !lm.strict {
+		keys = append(keys, lm.keys.Counter)
+	}
+	if err := lm.b.Client.Del(context.Background(), keys...).Err(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	for _, r := range lm.leases {
-		r.live = false
-	}
-	lm.m.owner, lm.m.depth, lm.m.token, lm.m.shown = -1, 0, fence.None, lm.m.stowed
+	lm.dead()
+	lm.free()
+	lm.m.forced = fence.None
 }
 
-// force is ForceUnlock: the holder's ownership ends, whoever holds it, and
-// the lock goes to the oldest waiter with a fresh token.
+// force is ForceUnlock: the holder's ownership ends, whoever holds it, the
+// record of it is kept, and the lock goes to the oldest waiter with a
+// fresh token.
 func (lm *lockMachine) force(t *rapid.T) {
 	tok, err := lm.c.ForceUnlock(context.Background(), lm.name)
 	lm.hist = append(lm.hist, fmt.Sprintf("  force: token %d, %v", tok, err))
@@ -288,10 +562,11 @@ func (lm *lockMachine) force(t *rapid.T) {
 	if err != nil || tok != lm.m.token {
 		t.Fatalf("ForceUnlock: token %d, %v; want the holder's %d", tok, err, lm.m.token)
 	}
-	for _, r := range lm.leases {
-		r.live = false
-	}
-	lm.m.owner, lm.m.depth, lm.m.token = -1, 0, fence.None
+	// The record lives as long as the forced lease would have: a claim
+	// time (20 s) at least after its hold was made.
+	lm.m.forced, lm.m.forcedSure = tok, lm.m.heldSince.Add(15*time.Second)
+	lm.dead()
+	lm.free()
 	lm.handOff(t)
 }
 
@@ -311,20 +586,68 @@ func (lm *lockMachine) check(t *rapid.T) {
 	// it has settled, at most waitCeiling later (a leftover entry fails
 	// there).
 	lm.awaitWaiters(t)
-	st, err := lm.c.Inspect(context.Background(), lm.name)
+	ctx := context.Background()
+	st, err := lm.c.Inspect(ctx, lm.name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var bad []string
 	held := lm.m.owner != -1
-	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || st.LastToken != lm.m.shown || st.Floor < lm.m.last {
-		q := lm.b.Client.ZRange(context.Background(), scripts.SharedKeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
-		t.Fatalf("state %+v, model %+v, queue %q\nHIST %s", st, lm.m, q, strings.Join(lm.hist, "\nHIST "))
+	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || st.Pending {
+		bad = append(bad, "the hold")
 	}
-	if held && reentrant.Owner(st.Owner) != mustOwner(lm.owners[lm.m.owner]) {
-		t.Fatalf("owner %s, model owner %d", st.Owner, lm.m.owner)
+	if held {
+		var levels []string
+		for _, r := range lm.leases {
+			if r.live {
+				levels = append(levels, r.lease.ID())
+			}
+		}
+		slices.Sort(levels)
+		got := slices.Sorted(slices.Values(st.Levels))
+		if reentrant.Owner(st.Owner) != mustOwner(lm.owners[lm.m.owner]) {
+			bad = append(bad, "the owner")
+		}
+		if st.TTL <= 0 {
+			bad = append(bad, "a held lock without a TTL")
+		}
+		if !slices.Equal(got, levels) {
+			bad = append(bad, fmt.Sprintf("levels %q, live leases %q", got, levels))
+		}
+	} else if st.Owner != "" || st.TTL != 0 || st.Levels != nil || st.Meta != "" {
+		// A free name reports no owner, no lease and no levels.
+		bad = append(bad, "a free name shows a holder")
 	}
-	if held && st.TTL <= 0 {
-		t.Fatalf("a held lock must carry a TTL, has %v", st.TTL)
+	// LastToken is the counter (strict) or the floor of the slot, which
+	// only this name moves during a case: the last token issued, once the
+	// case took one.
+	if lm.m.last != fence.None && st.LastToken != lm.m.last {
+		bad = append(bad, fmt.Sprintf("last token %d, model %d", st.LastToken, lm.m.last))
+	}
+	switch f := lm.forcedState(lm.m.forced); {
+	case f == forcedMaybe:
+	case lm.m.forced == fence.None && st.Forced != nil:
+		bad = append(bad, fmt.Sprintf("a forced record of token %d, none in the model", st.Forced.Token))
+	case lm.m.forced != fence.None && (st.Forced == nil || st.Forced.Token != lm.m.forced):
+		bad = append(bad, fmt.Sprintf("forced record %+v, model %d", st.Forced, lm.m.forced))
+	}
+	if !held && len(lm.queue) == 0 {
+		// A released, expired, forced or deleted name leaves nothing but
+		// its counter, and the forced record while it lives.
+		exists := func(key string) bool { return lm.b.Client.Exists(ctx, key).Val() == 1 }
+		if exists(lm.keys.Lock) || exists(lm.keys.Queue) {
+			bad = append(bad, "a free name left its hold or its queue")
+		}
+		if exists(lm.keys.Counter) != (lm.strict && lm.m.last != fence.None) {
+			bad = append(bad, fmt.Sprintf("strict counter present: %v (strict %v)", exists(lm.keys.Counter), lm.strict))
+		}
+		if f := lm.forcedState(lm.m.forced); f != forcedMaybe && exists(lm.keys.Forced) != (f == forcedYes) {
+			bad = append(bad, "the forced record's key")
+		}
+	}
+	if len(bad) > 0 {
+		q := lm.b.Client.ZRange(ctx, lm.keys.Queue, 0, -1).Val()
+		t.Fatalf("state %+v, model %+v, queue %q: %s\nHIST %s", st, lm.m, q, strings.Join(bad, "; "), strings.Join(lm.hist, "\nHIST "))
 	}
 	if st.Waiters != int64(len(lm.queue)) {
 		t.Fatalf("%d waiters queued, model %d", st.Waiters, len(lm.queue))
@@ -338,13 +661,14 @@ func mustOwner(ctx context.Context) reentrant.Owner {
 
 // lockMachineBody is the lock machine: every action, or with only, just
 // the named ones (and the check), for a hunt that needs a particular
-// sequence to be likely.
-func lockMachineBody(b testenv.Backend, c *reentrant.Client, only ...string) func(*rapid.T) {
+// sequence to be likely. Each case draws its token mode.
+func lockMachineBody(b testenv.Backend, cs propClients, only ...string) func(*rapid.T) {
 	return func(t *rapid.T) {
-		lm := newLockMachine(t, b, c, rapid.IntRange(1, 4).Draw(t, "owners"))
+		lm := newLockMachine(t, b, cs, rapid.IntRange(1, 4).Draw(t, "owners"))
 		defer lm.stop()
 		w := func(n string, f func(*rapid.T)) func(*rapid.T) {
 			return func(t *rapid.T) {
+				lm.start = time.Now()
 				lm.hist = append(lm.hist, fmt.Sprintf("%s model-before %+v q%d", n, lm.m, len(lm.queue)))
 				f(t)
 			}
@@ -374,19 +698,21 @@ func lockMachineBody(b testenv.Backend, c *reentrant.Client, only ...string) fun
 	}
 }
 
-func propClient(t *testing.T, b testenv.Backend) *reentrant.Client {
-	// Waiters poll every 10 ms, which is how they find a lock that expired;
-	// a handed lock waits for its claim as long as the case may need.
-	c, err := reentrant.New(b.Client, reentrant.WithPrefix(propPrefix),
-		reentrant.WithTTL(time.Minute), reentrant.WithoutRenewal(),
-		// The hash outlives every expire step's advance of the clock; a
-		// delete step removes it.
-		reentrant.WithRecordExpiry(24*time.Hour),
-		reentrant.WithHandoffTimeout(40*time.Second), reentrant.WithMaxRetryDelay(10*time.Millisecond),
-		reentrant.WithRetryJitter(2*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+// newPropClients makes b's lock clients, closed when t ends.
+func newPropClients(t *testing.T, b testenv.Backend) propClients {
+	mk := func(prefix string, opts ...reentrant.ClientOption) *reentrant.Client {
+		// Waiters poll every 10 ms, which is how they find a lock that
+		// expired; a handed lock waits for its claim as long as the case
+		// may need.
+		c, err := reentrant.New(b.Client, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix),
+			reentrant.WithTTL(time.Minute), reentrant.WithoutRenewal(),
+			reentrant.WithHandoffTimeout(40 * time.Second), reentrant.WithMaxRetryDelay(10 * time.Millisecond),
+			reentrant.WithRetryJitter(2 * time.Millisecond)}, opts...)...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	return propClients{time: mk(propPrefix), strict: mk(propPrefix+"-strict", reentrant.WithStrictTokens())}
 }
 
 // The property tests run in parallel (t.Parallel), two at a time, after
@@ -400,7 +726,7 @@ func TestLockProperties(t *testing.T) {
 		if b.Mini == nil {
 			factor = 2
 		}
-		body := lockMachineBody(b, propClient(t, b))
+		body := lockMachineBody(b, newPropClients(t, b))
 		withChecks(t, factor, func() { rapid.Check(t, body) })
 	})
 }
@@ -472,9 +798,9 @@ func (lm *lockMachine) handOff(t *rapid.T) {
 		t.Fatalf("handoff gave owner %s token %d depth %d; want owner %d, a token above %d, depth 1",
 			r.lease.Owner(), r.lease.Token(), r.lease.Depth(), w.owner, lm.m.last)
 	}
-	lm.m = lockModel{owner: w.owner, depth: 1, token: r.lease.Token(), last: r.lease.Token(), shown: r.lease.Token()}
+	lm.m.owner, lm.m.depth, lm.m.token, lm.m.last, lm.m.heldSince = w.owner, 1, r.lease.Token(), r.lease.Token(), lm.start
 	lm.hist = append(lm.hist, fmt.Sprintf("  handoff owner %d token %d level %s", w.owner, r.lease.Token(), r.lease.ID()))
-	lm.leases = append(lm.leases, &leaseRec{owner: w.owner, lease: r.lease, live: true})
+	lm.addLease(w.owner, r.lease)
 	lm.awaitWaiters(t)
 }
 
@@ -518,7 +844,7 @@ func (lm *lockMachine) result(t *rapid.T, w *waiterRec) waitResult {
 		return r
 	case <-time.After(waitCeiling):
 		st, err := lm.c.Inspect(context.Background(), lm.name)
-		q := lm.b.Client.ZRange(context.Background(), scripts.SharedKeysFor(propPrefix, lm.name).Queue, 0, -1).Val()
+		q := lm.b.Client.ZRange(context.Background(), lm.keys.Queue, 0, -1).Val()
 		t.Fatalf("owner %d's Lock did not return; state %+v (%v), queue %q", w.owner, st, err, q)
 		return waitResult{}
 	}

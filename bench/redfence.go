@@ -19,11 +19,13 @@ func redfenceSystem() system { return redfenceVariant("redfence", nil) }
 
 // redfenceStrictSystem is redfence with WithStrictTokens: the opt-in
 // counter per name, for the script time and memory it saves or costs
-// against the default in the same run.
+// against the default in the same run. It has a prefix of its own: the
+// clients of one prefix share a token mode.
 func redfenceStrictSystem() system {
-	s := redfenceVariant("redfence-strict", []reentrant.ClientOption{reentrant.WithStrictTokens()})
+	s := redfenceVariant("redfence-strict", []reentrant.ClientOption{reentrant.WithStrictTokens(),
+		reentrant.WithPrefix("redfence-strict")})
 	s.openN = nil // Redlock has no strict mode
-	s.linger, s.kept = 0, "one key: the name's counter, as the record of its last ownership (forever)"
+	s.linger, s.kept = 0, "one key: the name's counter (forever)"
 	return s
 }
 
@@ -49,17 +51,14 @@ func redfenceVariant(name string, opts []reentrant.ClientOption) system {
 			}
 			return &redfenceLocker{c}, nil
 		},
-		// With its default time tokens, a release stows the name: its
-		// record (last token, owner) is a field of a record hash shared
-		// by the names of its floor, which expires one to two
-		// DefaultRecordExpiry after the release, and the floors (512 on
-		// one server) live DefaultCounterIdleExpiry (7 days), too long
-		// for the memory workload to wait: the row after the records
-		// expired shows what the floors cost per name.
-		linger:      2 * reentrant.DefaultRecordExpiry,
+		// With its default time tokens, a release deletes the hold and
+		// leaves the name nothing of its own; the floors (at most one per
+		// hash slot) live 7 days after their last write, too long for the
+		// memory workload to wait.
+		linger:      0,
 		idleExpiry:  0,
-		idleTooLong: reentrant.DefaultCounterIdleExpiry,
-		kept:        "the name's record, a field of a shared hash (1 to 2 min), and 512 shared floors (7 days)",
+		idleTooLong: 7 * 24 * time.Hour,
+		kept:        "one floor per hash slot (7 days), shared by the slot's names",
 	}
 }
 

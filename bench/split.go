@@ -17,24 +17,25 @@ const ws = "W1 split of the script time"
 //go:embed split.lua
 var splitLib string
 
-// splitBlocks is how many alternated blocks of pairs each of split's four
+// splitBlocks is how many alternated blocks of pairs each of split's
 // kinds runs; the median block is reported.
 const splitBlocks = 21
 
 // split (W1s) splits redfence's script time per uncontended pair (its
 // default options, W1's pattern: one name taken and released again and
 // again) into what its commands cost and what the rest does, and sets it
-// against the strict counter's. In the same run, alternating in blocks so
-// that a busy machine weighs on all four alike, it measures the script
-// time per pair of redfence itself; of redfence with WithStrictTokens; of
-// split.lua's take and release, which run the default's commands with the
-// same keys and arguments and nothing else; and of two calls of a
-// function that runs nothing. The first less the third is what the checks
-// around the commands cost; the third less the fourth, the commands; the
-// fourth, the calls themselves. The default against the strict counter is
-// reported as the median of the ratios of blocks run side by side, the
-// figure least moved by a noisy machine. Only redfence on one node runs
-// it, on a server with Functions.
+// and the strict counter's against fenced-lua's (the targets are ratios
+// to it). In the same run, alternating in blocks so that a busy machine
+// weighs on all of them alike, it measures the script time per pair of
+// redfence itself; of redfence with WithStrictTokens (a prefix of its
+// own); of fenced-lua; of split.lua's take and release, which run the
+// default's commands with the same keys and arguments and nothing else;
+// and of two calls of a function that runs nothing. The first less the
+// fourth is what the checks around the commands cost; the fourth less the
+// fifth, the commands; the fifth, the calls themselves. Each ratio is the
+// median of the ratios of blocks run side by side, the figure least moved
+// by a noisy machine. Only redfence on one node runs it, on a server with
+// Functions.
 func split(ctx context.Context, e *env) ([]metric, error) {
 	r, ok := e.lk.(*redfenceLocker)
 	if !ok || e.sys.name != "redfence" || e.multi() {
@@ -47,7 +48,7 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 		return nil, fmt.Errorf("split: load split.lua: %w", err)
 	}
 	const name = "w1s"
-	keys := []string{"redfence:{w1s-probe}", "redfence:{w1s-probe}:q", "redfence:{w1s-probe}:f"}
+	keys := []string{"redfence:{w1s-probe}", "redfence:{w1s-probe}:q", "redfence:{w1s-probe}:f", "redfence:{w1s-probe}:t"}
 	// The arguments redfence sends for a waiting Lock and its Unlock,
 	// with values of the same lengths.
 	const owner, level = "hcxKnNSi5sm1h4CO-xGH3g", "XsYzBXZ1-sg:1"
@@ -55,7 +56,7 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 	member := level + "\n500\n" + owner + "\n\npredfence:c:XsYzBXZ1-sg"
 	probe := func(take, release string) func(context.Context) error {
 		return func(ctx context.Context) error {
-			v, err := e.rdb.FCall(ctx, take, keys, owner, ttl, level, member, "61000", "604800000/60000", "", "1024").Result()
+			v, err := e.rdb.FCall(ctx, take, keys, owner, ttl, level, member, "61000", "604800000", "", "1024").Result()
 			if err != nil {
 				return err
 			}
@@ -65,28 +66,35 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 			if got, ok := v.([]any); ok && len(got) == 3 {
 				tok = got[1]
 			}
-			return e.rdb.FCall(ctx, release, keys, owner, tok, level, "604800000/60000").Err()
+			return e.rdb.FCall(ctx, release, keys, owner, tok, level, "604800000").Err()
 		}
 	}
-	// The strict counter on the same client's server, for the ratio the
-	// default is held to (same blocks, so the noise of a busy machine
-	// weighs on both alike; W1's own ratio is of separate runs).
-	sc, err := reentrant.New(e.rdb, reentrant.WithTTL(e.cfg.ttl), reentrant.WithStrictTokens())
+	// The strict counter on the same client's server, under a prefix of
+	// its own (clients of one prefix share a token mode).
+	sc, err := reentrant.New(e.rdb, reentrant.WithTTL(e.cfg.ttl), reentrant.WithStrictTokens(),
+		reentrant.WithPrefix("redfence-w1s-strict"))
 	if err != nil {
 		return nil, fmt.Errorf("split: strict client: %w", err)
 	}
+	defer sc.Close()
 	strict := &redfenceLocker{c: sc}
+	fl, err := fencedSystem(true).open(e.rdb, e.cfg.ttl)
+	if err != nil {
+		return nil, fmt.Errorf("split: fenced-lua: %w", err)
+	}
+	defer fl.close()
 	kinds := []struct {
 		what string
 		f    func(context.Context) error
 	}{
 		{"redfence's acquire and release", func(ctx context.Context) error { return pair(ctx, r, name) }},
-		{"redfence-strict's acquire and release", func(ctx context.Context) error { return pair(ctx, strict, name+"-strict") }},
+		{"redfence-strict's acquire and release", func(ctx context.Context) error { return pair(ctx, strict, name) }},
+		{"fenced-lua's acquire and release", func(ctx context.Context) error { return pair(ctx, fl, name) }},
 		{"the same commands alone", probe("redfence_bench_split_take", "redfence_bench_split_release")},
 		{"two calls that run nothing", probe("redfence_bench_split_empty", "redfence_bench_split_empty")},
 	}
 	for _, k := range kinds {
-		for range 50 { // warm up: connections, the library, the records
+		for range 50 { // warm up: connections, the library
 			if err := k.f(ctx); err != nil {
 				return nil, fmt.Errorf("split: %s: %w", k.what, err)
 			}
@@ -94,28 +102,41 @@ func split(ctx context.Context, e *env) ([]metric, error) {
 	}
 	per := max(e.cfg.pairs/splitBlocks, 100)
 	got := make([][]float64, len(kinds))
-	for range splitBlocks {
-		for i, k := range kinds {
-			us, err := scriptTimePerPair(ctx, e.admin, per, k.f)
+	for b := range splitBlocks {
+		// Every other block backwards, so that no kind always follows
+		// the same one.
+		for j := range kinds {
+			i := j
+			if b%2 == 1 {
+				i = len(kinds) - 1 - j
+			}
+			us, err := scriptTimePerPair(ctx, e.admin, per, kinds[i].f)
 			if err != nil {
-				return nil, fmt.Errorf("split: %s: %w", k.what, err)
+				return nil, fmt.Errorf("split: %s: %w", kinds[i].what, err)
 			}
 			got[i] = append(got[i], us)
 		}
 	}
-	// The default against the strict counter: the median of the ratios of
-	// blocks run side by side.
-	ratios := make([]float64, splitBlocks)
-	for b := range ratios {
-		ratios[b] = got[0][b] / got[1][b]
+	// A ratio of two kinds: the median of the ratios of blocks run side
+	// by side.
+	ratio := func(a, b int) float64 {
+		r := make([]float64, splitBlocks)
+		for k := range r {
+			r[k] = got[a][k] / got[b][k]
+		}
+		slices.Sort(r)
+		return r[len(r)/2]
 	}
-	slices.Sort(ratios)
-	var out []metric
+	out := []metric{
+		{group: ws, name: "redfence / fenced-lua, median of the blocks' ratios", unit: unitRatio, value: ratio(0, 2), noRatio: true},
+		{group: ws, name: "redfence-strict / fenced-lua, median of the blocks' ratios", unit: unitRatio, value: ratio(1, 2), noRatio: true},
+		{group: ws, name: "redfence / redfence-strict, median of the blocks' ratios", unit: unitRatio, value: ratio(0, 1), noRatio: true},
+	}
 	for i, k := range kinds {
-		slices.Sort(got[i])
-		out = append(out, metric{group: ws, name: "script time per pair, " + k.what, unit: unitDur, value: got[i][len(got[i])/2], noRatio: true})
+		med := slices.Clone(got[i])
+		slices.Sort(med)
+		out = append(out, metric{group: ws, name: "script time per pair, " + k.what, unit: unitDur, value: med[len(med)/2], noRatio: true})
 	}
-	out = append(out, metric{group: ws, name: "redfence / redfence-strict, median of the blocks' ratios", unit: unitRatio, value: ratios[len(ratios)/2], noRatio: true})
 	return out, nil
 }
 

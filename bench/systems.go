@@ -36,9 +36,8 @@ type system struct {
 	// baseline.
 	openN func(rdbs []*redis.Client, ttl time.Duration) (locker, error)
 	// linger is how long per-name state left by a release stays after the
-	// end of the lease it was taken with before Redis expires it
-	// (redfence's record: the record expiry after the lease's end); 0 when
-	// a release leaves nothing that expires later.
+	// end of the lease it was taken with before Redis expires it; 0 when a
+	// release leaves nothing that expires later.
 	linger time.Duration
 	// idleExpiry is how long per-name state that outlives every release
 	// (redfence's fencing counter) stays once the name is idle; 0 when it

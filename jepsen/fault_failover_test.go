@@ -154,12 +154,19 @@ func runFaultFailover(t *testing.T, scenario string, newStore func(*testing.T) s
 		}
 		return l.Token(), l.Unlock(ctx)
 	}
+	// counter reads the fencing counter of the holders' lock on s: its
+	// strict counter P:{N}:t, or with time tokens the floor of its slot.
 	counter := func(s *redisproc.Server) string {
 		c := s.Client()
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		v, err := testenv.LockField(ctx, c, scripts.KeysFor("redfence", w.name).Lock, "t")
+		k := scripts.KeysFor(reentrant.DefaultPrefix, w.name)
+		key := k.Counter
+		if mode.time() {
+			key = k.Floor
+		}
+		v, err := c.Get(ctx, key).Result()
 		if err != nil {
 			return err.Error()
 		}

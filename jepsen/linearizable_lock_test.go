@@ -11,7 +11,6 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +37,9 @@ type linLockWorld struct {
 	opTimeout time.Duration
 	// release, when set, replaces the real release script for raw
 	// releases: the hook for a deliberately broken lock.
-	release func(ctx context.Context, k scripts.Keys, owner string, t fence.Token) (int64, error)
+	release func(ctx context.Context, k scripts.Keys, owner string, t fence.Token) (scripts.Released, error)
+	// lockOpts are added to every worker's lock client's options.
+	lockOpts []reentrant.ClientOption
 	// sharedOwners makes workers act in pairs for one owner, each with its
 	// own client and leases: the same owner reenters and releases from two
 	// places at once, as when an owner is handed to a worker goroutine.
@@ -64,7 +65,8 @@ func linRunLocks(t *testing.T, w linLockWorld, workers, ops int) linLockRun {
 	var wg sync.WaitGroup
 	var owner reentrant.Owner
 	for i := range workers {
-		lc, err := reentrant.New(w.rdb, reentrant.WithTTL(linTTL), reentrant.WithMaxRetryDelay(200*time.Millisecond))
+		lc, err := reentrant.New(w.rdb, append([]reentrant.ClientOption{reentrant.WithTTL(linTTL),
+			reentrant.WithMaxRetryDelay(200 * time.Millisecond)}, w.lockOpts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,9 +271,10 @@ func (k *linWorker) wrongRelease(name string, h *linHolding) {
 }
 
 // rawRelease runs the release script (or the broken one) as this owner and
-// records it with the depth the script reports.
-func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) (int64, error) {
-	var n int64
+// records it with the depth the script reports: a release that finds the
+// ownership gone (-1, or -2: free, and no token issued since) is refused.
+func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) (scripts.Released, error) {
+	var n scripts.Released
 	err := k.hl.Do(history.Release{Name: name, Owner: string(k.owner), Token: t}, func() (any, error) {
 		var err error
 		keys := scripts.KeysFor(reentrant.DefaultPrefix, name)
@@ -279,19 +282,25 @@ func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) 
 			n, err = k.w.release(ctx, keys, string(k.owner), t)
 		} else {
 			// A level ID nobody took: a release with the wrong token is
-			// refused before the level is looked at.
-			n, err = scripts.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), scripts.Tokens{})
+			// refused before the level is looked at. The workers' clients
+			// issue time tokens (the default).
+			n, err = scripts.Release(ctx, k.w.rdb, keys, string(k.owner), t, linReqID(), linTimeTokens)
 		}
 		switch {
 		case err != nil:
 			return nil, err
-		case n < 0:
+		case n.Depth < 0:
 			return history.ReleaseResult{}, nil
 		}
-		return history.ReleaseResult{Released: true, Depth: n}, nil
+		return history.ReleaseResult{Released: true, Depth: n.Depth}, nil
 	})
 	return n, err
 }
+
+// linTimeTokens is reentrant's default token mode, time tokens whose floor
+// outlives its last write by a week, for raw script runs beside its
+// clients.
+var linTimeTokens = scripts.NewTokens(true, 7*24*time.Hour)
 
 // write puts a fresh value under name with the token of the ownership this
 // worker holds, or with the last token it held: a late write.
@@ -370,11 +379,11 @@ func (s *linStaleStore) Put(ctx context.Context, key string, value []byte, t fen
 }
 
 // linOwnerBlindRelease is a deliberately broken release script: it checks
-// the token but not the owner. Tokens are small sequential integers anyone
-// can read, so it lets any client release anyone's lock.
+// the token but not the owner. Tokens are numbers anyone can read
+// (Inspect), so it lets any client release anyone's lock: it takes a level
+// of the hold (lua/lib.lua's layout), and deletes the hold with the last.
 var linOwnerBlindRelease = redis.NewScript(`
-local h = redis.call('HMGET', KEYS[1], 't', 'x')
-if h[1] ~= ARGV[1] or not h[2] then return -1 end
+if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] then return -1 end
 local n, gone = 0, nil
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(f, 1, 2) == 'l:' then
@@ -382,9 +391,11 @@ for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     gone = gone or f
   end
 end
-redis.call('HDEL', KEYS[1], gone)
-if n > 1 then return n - 1 end
-redis.call('HDEL', KEYS[1], 'x')
+if n > 1 then
+  redis.call('HDEL', KEYS[1], gone)
+  return n - 1
+end
+redis.call('DEL', KEYS[1])
 return 0`)
 
 // TestLinearizableCheckersCatchBrokenVariants runs each checker on a
@@ -399,16 +410,17 @@ func TestLinearizableCheckersCatchBrokenVariants(t *testing.T) {
 		t.Logf("%v, %d stale writes let through; check %v", rec.Counts(), s.forged.Load(), r)
 	})
 	t.Run("release without owner check", func(t *testing.T) {
-		// The victim's own Unlock then finds its ownership ended, which
-		// the release script takes for a repeat and answers as done: the
-		// theft shows when another owner takes the lock before the victim
-		// lets go. A run may miss that, so up to ten runs get the chance,
+		// The victim's own Unlock then finds the name free with no token
+		// issued since, which the release script takes for a repeat and
+		// answers as done: the theft shows when another owner takes the
+		// lock before the victim lets go. A run may miss that, so up to ten runs get the chance,
 		// and the last one must be called illegal.
 		for i := range 10 {
 			_, c := testenv.Mini(t)
 			w := linLockWorld{rdb: c, store: memory.New(), names: linLockNames(t), opTimeout: 5 * time.Second,
-				release: func(ctx context.Context, k scripts.Keys, _ string, tok fence.Token) (int64, error) {
-					return linOwnerBlindRelease.Run(ctx, c, []string{k.Lock}, tok.String()).Int64()
+				release: func(ctx context.Context, k scripts.Keys, _ string, tok fence.Token) (scripts.Released, error) {
+					n, err := linOwnerBlindRelease.Run(ctx, c, []string{k.Lock}, tok.String()).Int64()
+					return scripts.Released{Depth: n}, err
 				}}
 			run := linRunLocks(t, w, workers, ops)
 			ops := run.locks.Operations()
@@ -421,11 +433,13 @@ func TestLinearizableCheckersCatchBrokenVariants(t *testing.T) {
 	})
 	t.Run("fencing counter reset", func(t *testing.T) {
 		// As when maxmemory-policy allkeys-lru evicts the lock's keys, its
-		// counter among them: the next fresh acquisition starts again at
-		// token 1. A reset shows only when another acquisition of that
-		// name follows it, which a run on a loaded machine (a few resets
-		// in a fifth of a second) may miss: up to ten runs get the
-		// chance, and the last one must be called illegal.
+		// strict counter among them (WithStrictTokens: time tokens come
+		// from the server's clock and restart above it, never at 1): the
+		// next fresh acquisition starts again at token 1. A reset shows
+		// only when another acquisition of that name follows it, which a
+		// run on a loaded machine (a few resets in a fifth of a second)
+		// may miss: up to ten runs get the chance, and the last one must
+		// be called illegal.
 		for i := range 10 {
 			ops, resets := linCounterResetRun(t, workers, ops)
 			if r := history.Check(history.LockModel(), ops, linCheckTimeout); r.Verdict == porcupine.Illegal || i == 9 {
@@ -437,12 +451,14 @@ func TestLinearizableCheckersCatchBrokenVariants(t *testing.T) {
 	})
 }
 
-// linCounterResetRun runs the lock workload on miniredis while a
-// goroutine deletes each name's lock and counter whenever its last token
-// reaches 2, and returns the history and how many resets it made.
+// linCounterResetRun runs the lock workload with the strict counter on
+// miniredis while a goroutine deletes each name's hold and counter
+// whenever its last token reaches 2, and returns the history and how many
+// resets it made.
 func linCounterResetRun(t *testing.T, workers, ops int) ([]porcupine.Operation, int64) {
 	_, c := testenv.Mini(t)
-	w := linLockWorld{rdb: c, store: memory.New(), names: linLockNames(t), opTimeout: 5 * time.Second}
+	w := linLockWorld{rdb: c, store: memory.New(), names: linLockNames(t), opTimeout: 5 * time.Second,
+		lockOpts: []reentrant.ClientOption{reentrant.WithStrictTokens()}}
 	done := make(chan struct{})
 	var resets atomic.Int64
 	var wg sync.WaitGroup
@@ -454,16 +470,9 @@ func linCounterResetRun(t *testing.T, workers, ops int) ([]porcupine.Operation, 
 			case <-time.After(time.Millisecond):
 			}
 			for _, name := range w.names {
-				// The last token is the hash's t while the lock is held,
-				// and the counter's (a released lock's record, "<t> <b>
-				// <o>") once it is released and compacted.
+				// The last token issued is the strict counter's.
 				k := scripts.KeysFor(reentrant.DefaultPrefix, name)
-				tv, _ := testenv.LockField(context.Background(), c, k.Lock, "t")
-				n, _ := strconv.Atoi(tv)
-				if rec := strings.Fields(c.Get(context.Background(), k.Counter).Val()); len(rec) > 0 {
-					last, _ := strconv.Atoi(rec[0])
-					n = max(n, last)
-				}
+				n, _ := strconv.Atoi(c.Get(context.Background(), k.Counter).Val())
 				if n >= 2 {
 					c.Del(context.Background(), k.Lock, k.Counter)
 					resets.Add(1)
@@ -600,7 +609,7 @@ func (q *linQueueWorker) release(t *testing.T, name string) {
 	q.held[name] = append(ls[:i:i], ls[i+1:]...)
 	err := q.hc.Do(history.QRelease{Name: name, Owner: q.owner, Level: l.id, Token: l.token}, func() (any, error) {
 		n, err := scripts.Release(context.Background(), q.rdb, scripts.KeysFor("jepsen-q", name), q.owner, l.token, l.id, scripts.Tokens{})
-		return history.ReleaseResult{Released: n >= 0, Depth: n}, err
+		return history.ReleaseResult{Released: n.Depth >= 0, Depth: n.Depth}, err
 	})
 	if err != nil {
 		t.Errorf("release: %v", err)

@@ -63,12 +63,15 @@ func TestSentinelReplicaAckOneRoundTrip(t *testing.T) {
 // sentinelAckLocks checks, for every token mode, that a Lock under
 // WithReplicaAck through rdb, a client of g whose round trips trips
 // counts, is one round trip that carries the script (as script, "fcall"
-// or "evalsha") and WAIT, both on one connection to the primary.
+// or "evalsha") and WAIT, both on one connection to the primary. Each mode
+// has a prefix of its own: the scripts refuse a name whose keys show the
+// other mode (a strict counter, or a floor of the name's slot).
 func sentinelAckLocks(t *testing.T, g *redisproc.Sentinels, rdb *redis.Client, trips *sentinelTrips, script string) {
 	ctx := t.Context()
 	for _, mode := range faultTokenModes {
 		t.Run(mode.name, func(t *testing.T) {
-			lc, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithReplicaAck(1, 2*time.Second)}, mode.opts...)...)
+			lc, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithReplicaAck(1, 2*time.Second),
+				reentrant.WithPrefix("redfence-" + mode.name)}, mode.opts...)...)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = lc.Close() })
 			// The first call loads the script and reads the eviction policy.

@@ -1,30 +1,28 @@
 -- abandon: undo an acquire whose reply the caller never saw (its context
--- ended, or the connection broke, while the script may have run), or take a
--- waiter that gives up out of the queue.
+-- ended, or the connection broke, while the script may have run), or take
+-- a waiter that gives up out of the queue.
 --
--- KEYS[1]  lock hash   P:{N}     (layout in lib.lua)
--- KEYS[2]  wait queue  P:{N}:q   (layout in queue.lua)
--- KEYS[3]  counter     P:{N}:t in strict mode, else the floor P:{S}:f (lib.lua)
+-- KEYS[1]  the hold     P:{N}    (lib.lua)
+-- KEYS[2]  the queue    P:{N}:q  (queue.lua)
+-- KEYS[3]  the counter  P:{N}:t (strict) or the floor P:{S}:f (time tokens)
 -- ARGV[1]  owner ID
 -- ARGV[2]  level ID: the request ID of the acquire to undo
 -- ARGV[3]  the caller's queue member, or "" when it never queued
--- ARGV[4]  token mode for the token of a handed-over lock (lib.lua): "0"
---          the strict counter, "<ms>" time tokens
+-- ARGV[4]  token mode (lib.lua), for the token of a lock handed on
 --
--- The member leaves the queue. Returns 1 when the owner holds the lock and
--- the level is there (taken by the request, or handed to the waiter and not
--- yet claimed): the level is removed, and when it was the last one the lock
--- is handed to the next waiter or freed, so nobody waits out a TTL.
--- Returns 0 when the request left no level (it never ran, was undone
--- already, or the hold has ended since): there is nothing to undo. Repeating
--- the call is harmless. A token issued and abandoned is never used.
--- Error "FOREIGN <key>" when a key holds a value this library did not write;
--- "OVERFLOW <key>" when the handed-over lock's token would reach 2^53;
--- "ERR malformed token mode" for a bad ARGV[4]. Nothing is written then.
-local level = 'l:' .. ARGV[2]
-local h, err, mode, us, now = begin(KEYS[1], ARGV[4], level, KEYS[3])
-if not h then
+-- The member leaves the queue. Returns 1 when the owner holds the lock
+-- with that level (taken by the request, handed to the waiter, or pending
+-- on a Redlock node): the level goes, with the last one the lock is handed
+-- on or freed. 0 when there is no such level. Repeating it is harmless.
+-- Errors: FOREIGN, OVERFLOW (lib.lua), "ERR malformed token mode".
+local M, err = modeOf(ARGV[4])
+if not M then
   return err
+end
+local level = 'l:' .. ARGV[2]
+local o, ts, depth, granted, _, q = holdOf(KEYS[1], level, true)
+if o == nil then
+  return ts
 end
 if ARGV[3] ~= '' then
   local left, lerr = callOn('ZREM', KEYS[2], ARGV[3])
@@ -32,15 +30,14 @@ if ARGV[3] ~= '' then
     return lerr
   end
 end
-if not h.held or h.o ~= ARGV[1] or not h.granted then
+if o ~= ARGV[1] or not granted then
   return 0
-end
-if h.depth > 1 then
+elseif depth > 1 then
   redis.call('HDEL', KEYS[1], level)
   return 1
 end
-local done, perr = passOn(KEYS[1], KEYS[2], h, mode, us, now, false)
-if not done then
+local ok, perr = passOn(M, KEYS[3], KEYS[1], KEYS[2], ts, q)
+if not ok then
   return perr
 end
 return 1

@@ -2,11 +2,11 @@ package lua_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -16,16 +16,11 @@ import (
 	"github.com/redfence/redfence/internal/testkit/testenv"
 )
 
-// cycle takes and releases a fresh lock through the wrappers, and returns
-// its token.
+// cycle takes and releases a free lock through the wrappers.
 func cycle(t *testing.T, rdb *redis.Client, k scripts.Keys, level string) {
 	t.Helper()
-	a, err := scripts.Acquire(t.Context(), rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: level})
-	require.NoError(t, err)
-	require.True(t, a.OK)
-	n, err := scripts.Release(t.Context(), rdb, k, "o", a.Token, level, scripts.Tokens{})
-	require.NoError(t, err)
-	require.Zero(t, n)
+	a := take(t, rdb, k, "o", level, strict)
+	require.Equal(t, scripts.Released{}, release(t, rdb, k, "o", a.Token, level, strict))
 }
 
 // calls returns how many times the server ran cmd (INFO commandstats).
@@ -62,9 +57,7 @@ func TestFunctionsLoadedOnDemand(t *testing.T) {
 	require.Empty(t, testenv.Libraries(t, rdb))
 	cycle(t, rdb, k, "l4")
 	require.Equal(t, []string{scripts.LibraryName()}, testenv.Libraries(t, rdb), "reloaded after a restart")
-	st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, st.LastToken, "the restart lost the counter too (no persistence)")
+	require.EqualValues(t, 1, inspect(t, rdb, k).Counter, "the restart lost the counter too (no persistence)")
 	require.Zero(t, calls(t, rdb, "evalsha")+calls(t, rdb, "eval"), "no EVALSHA on a server with Functions")
 }
 
@@ -84,9 +77,7 @@ func TestFunctionsFallBackToEvalSha(t *testing.T) {
 			for i := range 5 {
 				cycle(t, rdb, k, "l"+strconv.Itoa(i))
 			}
-			st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
-			require.NoError(t, err)
-			require.EqualValues(t, 5, st.LastToken)
+			require.EqualValues(t, 5, inspect(t, rdb, k).Counter)
 			require.Equal(t, 11, calls(t, rdb, "evalsha"), "every call as EVALSHA (and EVAL the first of each script)")
 			require.LessOrEqual(t, calls(t, rdb, "fcall"), 1, "FCALL tried once, then remembered as missing")
 		})
@@ -106,14 +97,13 @@ func TestTwoLibraryVersionsCoexist(t *testing.T) {
 
 	k := keys(t)
 	// The other version takes the lock; this one releases it.
-	v, err := rdb.FCall(ctx, other+"_acquire", []string{k.Lock, k.Queue, k.Counter}, "o", 60000, "l1", "", 0, 0, "", 100).Result()
+	acquireKeys := []string{k.Lock, k.Queue, k.Counter, k.Floor}
+	v, err := rdb.FCall(ctx, other+"_acquire", acquireKeys, "o", 60000, "l1", "0").Result()
 	require.NoError(t, err)
-	require.Equal(t, []any{int64(1), int64(1), int64(1)}, v)
-	n, err := scripts.Release(ctx, rdb, k, "o", 1, "l1", scripts.Tokens{})
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Equal(t, "1", fmt.Sprint(v), "a fresh take's reply: its token (an integer or a decimal string)")
+	require.Equal(t, scripts.Released{}, release(t, rdb, k, "o", 1, "l1", strict))
 	require.ElementsMatch(t, []string{other, scripts.LibraryName()}, testenv.Libraries(t, rdb), "both libraries, neither replaced")
-	v, err = rdb.FCall(ctx, other+"_acquire", []string{k.Lock, k.Queue, k.Counter}, "o", 60000, "l2", "", 0, 0, "", 100).Result()
+	v, err = rdb.FCall(ctx, other+"_acquire", acquireKeys, "o", 60000, "l2", "0").Result()
 	require.NoError(t, err)
-	require.Equal(t, []any{int64(1), int64(2), int64(1)}, v, "the other version goes on from this one's counter")
+	require.Equal(t, "2", fmt.Sprint(v), "the other version goes on from this one's counter")
 }

@@ -24,7 +24,7 @@ func TestKeysShareOneSlot(t *testing.T) {
 	for _, name := range awkwardNames {
 		k := scripts.KeysFor("redfence", name)
 		want := testenv.Slot(k.Lock)
-		for _, key := range []string{k.Queue, k.Counter} {
+		for _, key := range []string{k.Queue, k.Counter, k.Forced, k.Floor} {
 			require.Equal(t, want, testenv.Slot(key), "name %q: %s and %s in different slots", name, k.Lock, key)
 		}
 		if !strings.ContainsAny(name, "{}%") {
@@ -33,14 +33,24 @@ func TestKeysShareOneSlot(t *testing.T) {
 	}
 }
 
+// No two names share a key, and no key of one name is another's: the
+// floor, shared by the names of a slot, is the only key two names have in
+// common.
 func TestKeysAreOneToOne(t *testing.T) {
 	seen := map[string]string{}
+	floors := map[string]bool{}
 	for _, name := range awkwardNames {
-		k := scripts.KeysFor("p", name).Lock
-		if other, dup := seen[k]; dup {
-			t.Fatalf("names %q and %q share key %s", name, other, k)
+		k := scripts.KeysFor("p", name)
+		floors[k.Floor] = true
+		for _, key := range []string{k.Lock, k.Queue, k.Counter, k.Forced} {
+			if other, dup := seen[key]; dup {
+				t.Fatalf("names %q and %q share key %s", name, other, key)
+			}
+			seen[key] = name
 		}
-		seen[k] = name
+	}
+	for floor := range floors {
+		require.NotContains(t, seen, floor, "a floor is no name's own key")
 	}
 }
 
@@ -54,7 +64,7 @@ func FuzzKeys(f *testing.F) {
 		}
 		k := scripts.KeysFor("redfence", name)
 		want := testenv.Slot(k.Lock)
-		for _, key := range []string{k.Queue, k.Counter} {
+		for _, key := range []string{k.Queue, k.Counter, k.Forced, k.Floor} {
 			if testenv.Slot(key) != want {
 				t.Fatalf("name %q: %s in slot %d, %s in %d", name, k.Lock, want, key, testenv.Slot(key))
 			}
@@ -78,7 +88,7 @@ func TestKeysShareOneSlotOnRealCluster(t *testing.T) {
 		want, err := rdb.ClusterKeySlot(t.Context(), k.Lock).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, testenv.Slot(k.Lock), want, "CRC16 disagrees with Redis for %q", k.Lock)
-		for _, key := range []string{k.Queue, k.Counter} {
+		for _, key := range []string{k.Queue, k.Counter, k.Forced, k.Floor} {
 			got, err := rdb.ClusterKeySlot(t.Context(), key).Result()
 			require.NoError(t, err)
 			require.Equal(t, want, got, "name %q: %s and %s in different slots", name, k.Lock, key)
@@ -90,7 +100,7 @@ func TestKeysShareOneSlotOnRealCluster(t *testing.T) {
 // one with PUBLISH; the member records which. (Real Redis 7: miniredis has
 // no SPUBLISH, and the standalone path never asks for it.)
 func TestShardedWaiterIsToldWithSPUBLISH(t *testing.T) {
-	r := newQueueRig(t, testenv.Redis(t))
+	r := newQueueRig(t, testenv.Backend{Name: "redis", Client: testenv.Redis(t)})
 	ch := "redfence:c:" + hashslot.Tag(hashslot.Of(r.k.Lock)) + ":" + testenv.Unique(t)
 	ps := r.rdb.SSubscribe(r.ctx, ch)
 	defer ps.Close()
@@ -104,7 +114,7 @@ func TestShardedWaiterIsToldWithSPUBLISH(t *testing.T) {
 	require.Len(t, q, 1)
 	require.True(t, strings.HasSuffix(q[0], "\ns"+ch), "member %q records a shard channel", q[0])
 
-	require.Zero(t, r.release("o1", first.Token, "l1"))
+	require.Equal(t, scripts.Released{}, r.release("o1", first.Token, "l1"))
 	select {
 	case m := <-ps.Channel():
 		require.Equal(t, ch, m.Channel)

@@ -2,8 +2,7 @@
 // files of this directory, embedded in [FS], and nothing else. Each file's
 // header gives its KEYS, ARGV and every reply; lib.lua describes the keys
 // of a lock and what each field of its hash means, queue.lua the wait
-// queue, quick.lua the quick paths of the common states: helpers that the
-// other files' scripts are run with. The module's internal/scripts builds
+// queue: helpers that the other files' scripts are run with. The module's internal/scripts builds
 // one Functions library and one EVALSHA script per script file from them,
 // and the lock client (package reentrant) is the only way the module runs
 // them: a script run by hand with wrong arguments can break a lock's

@@ -1,149 +1,296 @@
--- queue: the wait queue's helpers, which every lock script has after
--- lib.lua's (lua.go prepends both files).
+-- queue: the wait queue's helpers, built after lib.lua's.
 --
--- The wait queue P:{N}:q is a sorted set of the Lock calls waiting for the
--- lock, oldest first (the score is the server time they queued at, in
--- microseconds). A member is
--- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<kind><channel>": the
--- level the waiter will hold, how long it has to claim a lock handed to it,
--- its owner, the metadata its ownership gets (possibly empty), and the
--- channel its client listens on, after one byte saying how: "p" a classic
--- channel (PUBLISH), "s" a shard channel in the lock's slot (SPUBLISH,
--- Redis 7 Cluster). parseWaiter returns id, claim, owner, channel (kind
--- included) and metadata, or nil.
+-- P:{N}:q is a sorted set of the calls waiting for the lock, oldest first
+-- (score: the server time they queued at, in µs). A member is
+-- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<kind><channel>": the level
+-- the waiter will hold, how long it has to claim a lock handed to it, its
+-- owner, its ownership's metadata (possibly empty), and the channel its
+-- client listens on after one byte, "p" (PUBLISH) or "s" (SPUBLISH, a
+-- shard channel in the lock's slot). A LockMulti call's entry has an ID
+-- starting with "*": it is woken, never handed the lock.
+
 local function parseWaiter(m)
   local id, claim, owner, meta, channel = string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n([^\n]*)\n([ps].+)$')
+  if id and #claim > 10 then
+    return nil
+  end
   return id, claim, owner, channel, meta
 end
 
--- isWaiter reports whether m is a well-formed member, as parseWaiter
--- would read it: the same pattern without its captures, so that a quick
--- path's check makes no strings.
-local function isWaiter(m)
-  return string.find(m, '^[^\n]+\n[1-9][0-9]*\n[^\n]+\n[^\n]*\n[ps].') ~= nil
-end
-
--- isWake reports whether m is the entry of a LockMulti call (multi.lua):
--- its level ID starts with "*", which no Lock call's does. Such a waiter
--- is not handed the lock, which would make it hold one name while it
--- waits for others: a release takes it out of the queue and publishes
--- "<its ID> 0" on its channel, and it tries all its names again.
 local function isWake(m)
   return string.byte(m, 1) == 42
 end
 
--- refreshQueue makes the queue key live at least ms more, never less: one
--- waiter's shorter TTL must not cut another's place short. PEXPIRE GT
--- (Redis 7) does that in one command; a key without an expiry yet (just
--- created) and a server without GT get a plain PEXPIRE.
-local function refreshQueue(queue, ms)
-  local r = redis.pcall('PEXPIRE', queue, ms, 'GT')
-  if type(r) == 'table' and r.err then
-    redis.call('PEXPIRE', queue, ms)
-  elseif r == 0 and redis.call('PTTL', queue) == -1 then
-    redis.call('PEXPIRE', queue, ms)
-  end
-end
-
--- notify sends msg on a waiter's channel (kind included, see parseWaiter).
--- A shard channel shares the lock's slot, so the script may SPUBLISH to it
--- on a Cluster; SPUBLISH reaches the subscribers on the slot's own shard
--- only, where PUBLISH goes to every node. A failed SPUBLISH (a node before
--- Redis 7 in a cluster being upgraded) is ignored rather than failing a
--- script whose writes are made; like a message sent while the waiter's
--- subscription is on another node (a slot moving), it is lost, and the
--- waiter's next poll claims the lock.
+-- notify sends msg on a waiter's channel (kind byte first). A failed
+-- SPUBLISH (a node before Redis 7) is ignored: the waiter's poll claims.
 local function notify(channel, msg)
-  local kind, name = string.sub(channel, 1, 1), string.sub(channel, 2)
-  if kind == 's' then
-    redis.pcall('SPUBLISH', name, msg)
+  if string.sub(channel, 1, 1) == 's' then
+    redis.pcall('SPUBLISH', string.sub(channel, 2), msg)
   else
-    redis.call('PUBLISH', name, msg)
+    redis.call('PUBLISH', string.sub(channel, 2), msg)
   end
 end
 
--- nextWaiter takes the oldest waiter out of queue (ZPOPMIN) and returns it
--- with the token it gets in mode: false when nobody waits, a table {member,
--- id, claim, owner, channel, meta, token} otherwise, nil plus an error
--- reply for a foreign queue, a foreign counter or a token at 2^53, with
--- nothing written (a malformed head is put back, with its score; should it
--- have been the queue's only member, the queue key then lacks its expiry
--- until the next waiter's poll sets it) but the LockMulti entries
--- (isWake) found ahead of it, which are taken out and woken whatever
--- follows: waking one changes no lock. The caller must hand the lock to
--- the waiter returned (handTo) or take it for that waiter itself. The
--- queue is read only when h's flag q says it may hold someone; found
--- empty, h.qEmpty asks the caller's next write to clear the flag (free
--- does).
-local function nextWaiter(lock, queue, h, mode, us)
-  if not h.q then
-    return false
-  end
-  -- The token first: an error there must leave the queue as it was.
-  local t, terr = freshToken(lock, h, mode, us)
-  if not t then
-    return nil, terr
-  end
-  local head, err = callOn('ZPOPMIN', queue)
-  if not head then
+-- enqueue puts member in queue at score us, unless it is there, and makes
+-- the queue live at least ms more (never less: waiters' TTLs differ).
+local function enqueue(queue, us, member, ms)
+  local added, err = callOn('ZADD', queue, 'NX', us, member)
+  if not added then
     return nil, err
   end
-  -- A LockMulti call's entry (isWake) is never handed the lock: it is
-  -- woken to try all its names again, and the next entry is looked at.
-  while #head > 0 and isWake(head[1]) do
-    local wid, _, _, wchannel = parseWaiter(head[1])
-    if wid then
-      notify(wchannel, wid .. ' 0')
-    end
-    head = redis.call('ZPOPMIN', queue)
-  end
-  if #head == 0 then
-    h.qEmpty = true
-    return false
-  end
-  local id, claim, owner, channel, meta = parseWaiter(head[1])
-  if not id then
-    redis.call('ZADD', queue, head[2], head[1])
-    return foreign(queue)
-  end
-  return {member = head[1], id = id, claim = tonumber(claim), owner = owner, channel = channel, meta = meta, token = t}
-end
-
--- handTo gives the free lock h to waiter w, taken out of the queue by
--- nextWaiter with the same mode: the new token, depth 1 at the waiter's level, a lease of the
--- waiter's claim time, and one message "<level ID> <token>" on the
--- waiter's channel. The waiter claims it by calling acquire with its level
--- ID, which raises the lease to its TTL. A waiter that never claims (it
--- died, or its message was lost and it did not poll in time) loses the lock
--- when the claim time runs out, and the next acquire or poll of another
--- waiter hands it on.
-local function handTo(lock, queue, h, w, mode, now)
-  local ts = take(lock, h, w.owner, w.token, 'l:' .. w.id, now + w.claim, mode, now, w.meta)
-  notify(w.channel, w.id .. ' ' .. ts)
-end
-
--- passOn frees the lock h whose last level is going (with expired, its
--- lease ran out) and hands it to the oldest waiter, if any. It checks the
--- queue before writing anything: true when done, nil plus an error reply
--- (nothing written) otherwise.
-local function passOn(lock, queue, h, mode, us, now, expired)
-  local w, err = nextWaiter(lock, queue, h, mode, us)
-  if w == nil then
-    return nil, err
-  end
-  if not w and not expired and (compact(lock, h, mode) or (mode > 0 and stow(lock, h, now))) then
-    return true
-  end
-  -- A release with time tokens leaves the record with the expiry the
-  -- lease gave it (the record time after the lease's end) unless that is
-  -- more than twice the record time away: a PEXPIRE saved on the common
-  -- path, for a record that lives at most one record time longer.
-  local early = not expired and mode > 0 and h.x and h.x - now <= h.rec
-  free(lock, h, expired)
-  if w then
-    handTo(lock, queue, h, w, mode, now)
-  elseif not early then
-    keep(lock, h, mode, now)
+  local r = redis.pcall('PEXPIRE', queue, ms, 'GT')
+  if type(r) == 'table' or (r == 0 and redis.call('PTTL', queue) == -1) then
+    -- No GT (before 7.0), or a queue without an expiry yet.
+    redis.call('PEXPIRE', queue, ms)
   end
   return true
 end
+
+-- nextWaiter takes the oldest Lock call out of queue, waking the
+-- LockMulti entries ahead of it, and issues its token (issue, on ckey):
+-- {member, id, claim, owner, channel, meta, token (a string)} and us;
+-- false when no Lock call waits; nil plus an error reply, having written
+-- nothing: entries go only once the token is issued.
+local function nextWaiter(M, ckey, queue, us, above)
+  while true do
+    local page, err = callOn('ZRANGE', queue, 0, 15)
+    if not page then
+      return nil, err
+    end
+    local j = 1
+    while j <= #page and isWake(page[j]) do
+      j = j + 1
+    end
+    local w = nil
+    if j <= #page then
+      local id, claim, owner, channel, meta = parseWaiter(page[j])
+      if not id then
+        return refuse(queue)
+      end
+      local t, x = issue(M, ckey, us, above)
+      if not t then
+        return nil, x
+      end
+      us = x
+      w = {member = page[j], id = id, claim = claim, owner = owner, channel = channel, meta = meta,
+        token = type(t) == 'string' and t or dec(t)}
+    end
+    if #page > 0 then
+      redis.call('ZREMRANGEBYRANK', queue, 0, math.min(j, #page) - 1)
+    end
+    for i = 1, math.min(j - 1, #page) do
+      local id, _, _, channel = parseWaiter(page[i])
+      if id then
+        notify(channel, id .. ' 0')
+      end
+    end
+    if w or #page < 16 then
+      return w or false, us
+    end
+  end
+end
+
+-- handTo gives the lock at key to waiter w (nextWaiter's): depth 1 at its
+-- level, a lease of its claim time, "<level ID> <token>" on its channel.
+-- It claims by acquiring with its level ID (the lease becomes its TTL);
+-- one that never claims loses the lock to the next waiter's poll.
+local function handTo(key, w)
+  redis.call('DEL', key)
+  grant(key, w.owner, w.token, 'l:' .. w.id, w.claim, w.meta, true)
+  notify(w.channel, w.id .. ' ' .. w.token)
+end
+
+-- passOn ends the hold at key (token ts, q flag q): the oldest waiter gets
+-- the lock, or the key goes. true, or nil plus an error, writing nothing.
+local function passOn(M, ckey, key, queue, ts, q)
+  if q then
+    local above, terr = tokenOf(key, ts)
+    if not above and ts then
+      return nil, terr
+    end
+    local w, err = nextWaiter(M, ckey, queue, nil, above)
+    if w == nil then
+      return nil, err
+    elseif w then
+      handTo(key, w)
+      return true
+    end
+  end
+  redis.call('DEL', key)
+  return true
+end
+
+-- waitedFor reports whether a Lock call's entry is in queue: LockMulti
+-- entries alone do not hold a free name back.
+local function waitedFor(queue)
+  local from = 0
+  while true do
+    local ws, err = callOn('ZRANGE', queue, from, from + 63)
+    if not ws then
+      return nil, err
+    end
+    for _, m in ipairs(ws) do
+      if not isWake(m) then
+        return true
+      end
+    end
+    if #ws < 64 then
+      return false
+    end
+    from = from + 64
+  end
+end
+
+-- examine reads name i of a LockMulti (multi.lua), writing nothing: {o, t
+-- (a reentry's token), depth, granted, q, held (another owner's lease
+-- left), waited (a Lock call queued), fresh (free)}; {2, i, token, depth}
+-- past maxDepth; or nil plus an error reply.
+local function examine(i, lock, queue, ckey, other, level, owner, maxDepth)
+  local o, ts, depth, granted, _, q = holdOf(lock, level)
+  if o == nil then
+    return nil, ts
+  end
+  local merr = otherMode(other)
+  if merr then
+    return nil, merr
+  end
+  local h = {o = o, depth = depth, q = q or redis.call('EXISTS', queue) == 1}
+  if o == owner then
+    local err
+    h.t, err = tokenOf(lock, ts)
+    if h.t and granted then
+      h.granted, err = tokenOf(lock, granted)
+    end
+    if not h.t or granted and not h.granted then
+      return nil, err
+    elseif not granted and depth >= maxDepth then
+      return {2, i, h.t, depth}
+    end
+  elseif o then
+    h.held = redis.call('PTTL', lock)
+  else
+    local waited, werr = false, nil
+    if h.q then
+      waited, werr = waitedFor(queue)
+    end
+    local c, cerr = true, nil
+    if not waited then
+      c, cerr = counterOf(ckey) -- checked now, issued once every name is free
+    end
+    if waited == nil or not c then
+      return nil, werr or cerr
+    end
+    h.waited, h.fresh = waited, not waited
+  end
+  return h
+end
+
+-- reenter is acquire's answer to the owner of the hold at lock (token ts,
+-- depth, and granted: its level's value when this call took it, a repeat
+-- or a claim). The call's queue entry (member) leaves the queue when it
+-- may be there (q: the hold has had waiters; again: an earlier attempt).
+local function reenter(lock, queue, level, ttl, member, again, maxDepth, ts, depth, granted, q)
+  local t, err = tokenOf(lock, ts)
+  if not t then
+    return err
+  elseif not granted and depth >= maxDepth then
+    -- Refused: a waiting call leaves the queue too, or the lock would be
+    -- handed to a call that has returned.
+    local left, lerr = true, nil
+    if member ~= '' then
+      left, lerr = callOn('ZREM', queue, member)
+    end
+    return left and {2, t, depth} or lerr
+  elseif not granted and member ~= '' and (q or again) then
+    local left, lerr = callOn('ZREM', queue, member)
+    if not left then
+      return lerr
+    end
+  end
+  if granted then
+    depth, err = tokenOf(lock, granted)
+    if not depth then
+      return err
+    end
+  else
+    depth = depth + 1
+  end
+  -- A repeat or a claim writes its level again, so that a WAIT after it
+  -- (WithReplicaAck) covers the handoff too.
+  redis.call('HSET', lock, level, dec(depth))
+  stretch(lock, ttl)
+  return {1, t, depth}
+end
+
+-- contend is acquire's answer when another owner holds the lock (held) or
+-- the name is free with a queue: its oldest Lock call goes first (the
+-- caller takes it if that is itself or nobody); a waiting caller (member)
+-- joins the queue, which lives queueTTL more.
+local function contend(M, lock, queue, ckey, owner, level, ttl, meta, member, queueTTL, held, q)
+  local pttl, us
+  if held then
+    pttl = redis.call('PTTL', lock)
+  else
+    local w, x = nextWaiter(M, ckey, queue)
+    if w == nil then
+      return x
+    elseif not w or w.member == member then
+      local t = w and w.token
+      if not t then
+        t, x = issue(M, ckey, x)
+        if not t then
+          return x
+        end
+      end
+      grant(lock, owner, t, level, ttl, meta, true)
+      return t
+    end
+    handTo(lock, w)
+    pttl, q, us = tonumber(w.claim), true, x
+  end
+  if member ~= '' then
+    local ok, err = enqueue(queue, us or clock(), member, queueTTL)
+    if not ok then
+      return err
+    elseif not q then
+      redis.call('HSET', lock, 'q', '1')
+    end
+  end
+  return {0, pttl, 0}
+end
+
+-- refuseMulti is multi.lua's answer when some of its names refuse (hs:
+-- examine's, KEYS: multi's): a free name a Lock call waits for goes to it,
+-- and the call's entry (member) joins the queue of each name that refused
+-- and leaves the others'. {0, pttl, i, j, ...}, or nil plus an error reply.
+local function refuseMulti(M, KEYS, hs, member, again, queueTTL, us, pttl)
+  local reply = {0, pttl}
+  for i, h in ipairs(hs) do
+    local lock, queue = KEYS[4 * i - 3], KEYS[4 * i - 2]
+    if h.held or h.waited then
+      reply[#reply + 1] = i
+      local w, err = false, nil
+      if h.waited then
+        w, err = nextWaiter(M, KEYS[4 * i - 1], queue, us)
+      end
+      if w == nil then
+        return err
+      elseif w then
+        handTo(lock, w)
+        h.o, h.q = true, true
+      end
+      if member ~= '' then
+        local ok, qerr = enqueue(queue, us, member, queueTTL)
+        if not ok then
+          return qerr
+        elseif h.o and not h.q then
+          redis.call('HSET', lock, 'q', '1')
+        end
+      end
+    elseif member ~= '' and again then
+      redis.pcall('ZREM', queue, member)
+    end
+  end
+  return reply
+end
+

@@ -45,19 +45,17 @@ func TestQuorumPhases(t *testing.T) {
 		require.False(t, raise("o1", "r1", 6), "a raised hold is not raised again")
 		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 5, Depth: 2}}, q("o1", "r2"), "a reentry keeps the token")
 
-		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.True(t, st.Held)
 		require.EqualValues(t, 5, st.Token)
 
 		// release.lua and extend.lua work per node once t is the token.
-		held, err := scripts.Extend(ctx, rdb, k, "o1", 5, time.Minute, scripts.Tokens{})
+		held, err := scripts.Extend(ctx, rdb, k, "o1", 5, time.Minute)
 		require.NoError(t, err)
 		require.True(t, held)
-		for _, lv := range []string{"r2", "r1"} {
-			_, err := scripts.Release(ctx, rdb, k, "o1", 5, lv, scripts.Tokens{})
-			require.NoError(t, err)
-		}
+		require.Equal(t, scripts.Released{Depth: 1}, release(t, rdb, k, "o1", 5, "r2", strict))
+		require.Equal(t, scripts.Released{}, release(t, rdb, k, "o1", 5, "r1", strict))
 		a := q("o2", "r3")
 		require.Equal(t, scripts.QAcquired{Acquired: scripts.Acquired{OK: true, Token: 5, Depth: 1}, Pending: true}, a,
 			"the next take reads the counter")
@@ -66,8 +64,7 @@ func TestQuorumPhases(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, bumped, "a bump never touches a held lock")
 		require.True(t, raise("o2", "r3", 9))
-		_, err = scripts.Release(ctx, rdb, k, "o2", 9, "r3", scripts.Tokens{})
-		require.NoError(t, err)
+		require.Equal(t, scripts.Released{}, release(t, rdb, k, "o2", 9, "r3", strict))
 		for _, c := range []struct {
 			tok  int
 			want bool
@@ -90,35 +87,36 @@ func TestQuorumPendingUndone(t *testing.T) {
 		undone, err := scripts.Abandon(ctx, rdb, k, r)
 		require.NoError(t, err)
 		require.True(t, undone)
-		require.Zero(t, rdb.Exists(ctx, k.Lock).Val(), "a pending hold that created the hash leaves nothing")
+		require.Zero(t, rdb.Exists(ctx, k.Lock, k.Counter).Val(), "an undone pending hold leaves nothing")
 
-		// An expired pending hold is not recorded as an ownership. (The
-		// ownership before it has a long lease: released, not expired, even
-		// on a slow machine.)
+		// A pending hold that expires leaves the counter where the last
+		// raised ownership put it.
 		_, err = scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
 		ok, err := scripts.QRaise(ctx, rdb, k, "o1", "r1", 3, false)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = scripts.Release(ctx, rdb, k, "o1", 3, "r1", scripts.Tokens{})
-		require.NoError(t, err)
-		r.Level, r.TTL = "r2", 20*time.Millisecond
+		require.Equal(t, scripts.Released{}, release(t, rdb, k, "o1", 3, "r1", strict))
+		r.Level, r.TTL = "r2", 100*time.Millisecond
 		_, err = scripts.QAcquire(ctx, rdb, k, joined(t, rdb), r)
 		require.NoError(t, err)
-		time.Sleep(50 * time.Millisecond) // TIME is the real clock on miniredis too
+		expire(t, b, k.Lock)
 		a, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r3"})
 		require.NoError(t, err)
 		require.True(t, a.OK && a.Pending)
 		require.EqualValues(t, 3, a.Token)
-		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
-		require.NoError(t, err)
-		for _, e := range st.Ended {
-			require.False(t, e.Expired && e.Owner == "o1" && e.Token == 3, "the expired pending hold was recorded as ownership %v", e)
-		}
 	})
 }
 
 func fenceTok(n int) fence.Token { return fence.Token(n) }
+
+// counter is k's strict counter, a Redlock node's.
+func counter(t *testing.T, rdb *redis.Client, k scripts.Keys) fence.Token {
+	t.Helper()
+	v, err := rdb.Get(t.Context(), k.Counter).Uint64()
+	require.NoError(t, err)
+	return fence.Token(v)
+}
 
 // A reentry raises a pending hold to the token its ownership holds
 // elsewhere even where the counter already reached that token (held); a
@@ -144,7 +142,7 @@ func TestQuorumRaiseHeld(t *testing.T) {
 		require.False(t, raise("r2", 7, false), "a fresh token must be above the counter")
 		require.False(t, raise("r2", 6, true), "never below the counter, held or not")
 		require.True(t, raise("r2", 7, true), "the ownership's own token, which the counter holds already")
-		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending)
 		require.EqualValues(t, 7, st.Token)
@@ -189,10 +187,16 @@ func TestJoiningNodeVotesForNobody(t *testing.T) {
 			require.Zero(t, rdb.Exists(ctx, k.Lock).Val())
 		}
 
-		b.Expire(310 * time.Millisecond) // real time on a real server, the clock on miniredis
-		a, err = scripts.QAcquire(ctx, rdb, k, node, req)
-		require.NoError(t, err)
-		require.False(t, a.Joining, "joined once the delay has passed")
+		// The delay runs on the server's clock: miniredis's is moved, a
+		// real one waited for (a ceiling).
+		if b.Mini != nil {
+			testenv.Advance(b.Mini, 310*time.Millisecond)
+		}
+		require.True(t, testenv.Await(30*time.Second, func() bool {
+			a, err = scripts.QAcquire(ctx, rdb, k, node, req)
+			require.NoError(t, err)
+			return !a.Joining
+		}), "joined once the delay has passed")
 		require.True(t, a.OK && a.Pending)
 
 		// A record the library did not write is refused; nothing written.
@@ -243,14 +247,12 @@ func TestQuorumProposal(t *testing.T) {
 		k := keys(t)
 		p := proposeNow(k, "o1", "r1")
 		require.Equal(t, p, counter(t, rdb, k), "the counter is the token")
-		st, err := scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
+		st, err := scripts.Inspect(ctx, rdb, k)
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending)
 		require.Equal(t, p, st.Token)
 		require.False(t, take(k, "o2", "r2", p+10).OK, "held by another owner: refused, proposal or not")
-		left, err := scripts.Release(ctx, rdb, k, "o1", p, "r1", scripts.Tokens{})
-		require.NoError(t, err)
-		require.Zero(t, left, "released per node like a raised hold")
+		require.Equal(t, scripts.Released{}, release(t, rdb, k, "o1", p, "r1", strict), "released per node like a raised hold")
 
 		// Refused, each for one reason: at the counter; behind the clock;
 		// an hour ahead of it.
@@ -264,14 +266,14 @@ func TestQuorumProposal(t *testing.T) {
 			{"behind the clock", fence.Token(micros(t, rdb) - uint64(time.Second.Microseconds()))},
 			{"an hour ahead", fence.Token(micros(t, rdb) + uint64(time.Hour.Microseconds()))},
 		} {
-			kc := scripts.KeysFor("rflua", testenv.Unique(t)+"-"+c.what)
+			kc := keys(t)
 			a = take(kc, "o1", "r1", c.p)
 			require.True(t, a.OK && a.Pending && !a.Proposed, "a proposal %s is not taken", c.what)
 			require.Zero(t, rdb.Exists(ctx, kc.Counter).Val(), "no counter raised")
 		}
 
 		// A hold that took a proposal the client did not choose.
-		kp := scripts.KeysFor("rflua", testenv.Unique(t)+"-from")
+		kp := keys(t)
 		p = proposeNow(kp, "o1", "r1")
 		from := func(tok, p fence.Token) bool {
 			ok, err := scripts.QRaiseFrom(ctx, rdb, kp, "o1", "r1", tok, p)
@@ -286,13 +288,13 @@ func TestQuorumProposal(t *testing.T) {
 		require.True(t, from(p+5, p))
 		require.True(t, from(p+5, p), "a repeated raise")
 		require.Equal(t, p+5, counter(t, rdb, kp))
-		st, err = scripts.Inspect(ctx, rdb, kp, scripts.Tokens{})
+		st, err = scripts.Inspect(ctx, rdb, kp)
 		require.NoError(t, err)
 		require.Equal(t, p+5, st.Token)
 
 		// "held" raises a lower hold of the ownership (a reentry that met
 		// the proposal before its raise), above the counter only.
-		kh := scripts.KeysFor("rflua", testenv.Unique(t)+"-held")
+		kh := keys(t)
 		p = proposeNow(kh, "o1", "r1")
 		require.Equal(t, p, take(kh, "o1", "r2", fence.None).Token, "a reentry answers the hold's token")
 		held := func(tok fence.Token) bool {
@@ -313,35 +315,30 @@ func TestQuorumProposal(t *testing.T) {
 // and only then: a Redlock node's waiters need no command of their own.
 func TestReleaseWakes(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		ctx, rdb, k := t.Context(), b.Client, keys(t)
-		wake := k.Lock + ":w"
-		sub := rdb.Subscribe(ctx, wake)
-		defer sub.Close()
-		_, err := sub.Receive(ctx)
-		require.NoError(t, err)
-		for _, m := range []scripts.Tokens{{}, timeTokens} {
-			r := &scripts.Request{Owner: "o1", TTL: time.Minute, Level: "r1", Tokens: m}
-			a, err := scripts.Acquire(ctx, rdb, k, r)
+		ctx, rdb := t.Context(), b.Client
+		for _, mode := range tokenModes {
+			m, k := mode.m, keys(t)
+			wake := k.Lock + ":w"
+			sub := rdb.Subscribe(ctx, wake)
+			defer sub.Close()
+			_, err := sub.Receive(ctx)
 			require.NoError(t, err)
-			r2 := *r
-			r2.Level = "r2"
-			_, err = scripts.Acquire(ctx, rdb, k, &r2)
-			require.NoError(t, err)
+			a := take(t, rdb, k, "o1", "r1", m)
+			take(t, rdb, k, "o1", "r2", m)
 			left, err := scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r2", m, wake)
 			require.NoError(t, err)
-			require.EqualValues(t, 1, left)
+			require.Equal(t, scripts.Released{Depth: 1}, left, "a level left: nobody woken")
 			left, err = scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r1", m, wake)
 			require.NoError(t, err)
-			require.Zero(t, left)
-			msg, err := sub.ReceiveTimeout(ctx, 10*time.Second)
+			require.Equal(t, scripts.Released{}, left)
+			msg, err := sub.ReceiveTimeout(ctx, 30*time.Second)
 			require.NoError(t, err)
 			require.Equal(t, wake, msg.(*redis.Message).Channel)
-			// A repeated release frees nothing and publishes nothing.
 			left, err = scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r1", m, wake)
 			require.NoError(t, err)
-			require.Zero(t, left)
+			require.Equal(t, scripts.Released{Depth: -1, Free: true}, left, "%s: a repeated release frees nothing", mode.name)
+			_, err = sub.ReceiveTimeout(ctx, 200*time.Millisecond)
+			require.Error(t, err, "%s: one message per freeing release", mode.name)
 		}
-		_, err = sub.ReceiveTimeout(ctx, 200*time.Millisecond)
-		require.Error(t, err, "one message per freeing release")
 	})
 }

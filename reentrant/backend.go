@@ -49,9 +49,8 @@ type backend interface {
 	undoInBackground(r *call)
 	leave(r *call) error
 
-	// release gives up level of the ownership (owner, tok): the depth
-	// left, or -1 when the ownership no longer holds the lock.
-	release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error)
+	// release gives up level of the ownership (owner, tok).
+	release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (released, error)
 	// extend keeps the ownership's lock for req.ttl; held is false when it
 	// is gone.
 	extend(ctx context.Context, req *extendReq) extendResult
@@ -126,14 +125,30 @@ type extendResult struct {
 	err    error
 }
 
+// released is a backend's answer to a release.
+type released struct {
+	// left is the depth left when the ownership held the level's lock (0:
+	// released now); -1 when it does not hold the lock.
+	left int64
+	// free, with -1: the name is free and nobody took it since this
+	// ownership, which is what a retried release finds once its first
+	// attempt freed the lock.
+	free bool
+	// forced, with -1: the forced unlock that ended the ownership, while
+	// Redis keeps its record.
+	forced *Forced
+}
+
 // goneReason says why Redis no longer holds an ownership, as a lost lease's
 // cause puts it: who forced it and when, if Redis still has that record,
-// else what (a renewal, Redis) found.
-func (r extendResult) goneReason(what string) string {
-	if f := r.forced; f != nil {
+// else what (a renewal, Redis) found. An expiry is not among the reasons:
+// the lease's local deadline passes before Redis expires it, and that
+// deadline's own loss says so.
+func goneReason(f *Forced, what string) string {
+	if f != nil {
 		return fmt.Sprintf("forced by %q at %s", f.By, f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	}
-	return what + " found it expired, taken, forced or deleted"
+	return what + " found it gone: deleted, or taken by another owner"
 }
 
 // forceResult is a backend's answer to a forced unlock.

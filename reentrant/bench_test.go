@@ -31,8 +31,8 @@ func BenchmarkLockUnlock(b *testing.B) { benchLockUnlock(b) }
 
 // BenchmarkLockUnlockStrictTokens is BenchmarkLockUnlock with
 // WithStrictTokens: a counter per name instead of the slot's floor, and
-// no expiry.
-func BenchmarkLockUnlockStrictTokens(b *testing.B) { benchLockUnlock(b, reentrant.WithStrictTokens()) }
+// no expiry (under strictPrefix: one token mode per prefix).
+func BenchmarkLockUnlockStrictTokens(b *testing.B) { benchLockUnlock(b, strictOpts...) }
 
 func benchLockUnlock(b *testing.B, opts ...reentrant.ClientOption) {
 	c, name, ctx := benchClient(b, opts...)

@@ -34,29 +34,6 @@ const (
 	// DefaultHandoffTimeout: see WithHandoffTimeout.
 	DefaultHandoffTimeout = time.Second
 
-	// DefaultCounterIdleExpiry is how long, with time tokens (the
-	// default), a name's floor outlives the last token issued through
-	// it: a server clock stepped back by less than this after the floor
-	// is gone still issues no repeated token. The floors are at most
-	// 512 keys per prefix on one server (16,384 on a Cluster), whatever
-	// the number of names, so a long idle time costs no memory per name
-	// (docs/safety.md).
-	DefaultCounterIdleExpiry = 7 * 24 * time.Hour
-	// MinCounterIdleExpiry rides out NTP steps and a failover's skew.
-	MinCounterIdleExpiry = time.Hour
-	// MaxCounterIdleExpiry is ten years.
-	MaxCounterIdleExpiry = 10 * 365 * 24 * time.Hour
-
-	// DefaultRecordExpiry is how long, with time tokens (the default), a
-	// name's lock hash outlives its lease or its release: a retried
-	// release is answered as the first and Inspect names the last owner
-	// while it lives; then the name leaves no key of its own. At 1,000
-	// new names a second it is about 60,000 records (docs/safety.md).
-	DefaultRecordExpiry = time.Minute
-	// MinRecordExpiry outlasts go-redis's default retries of a release
-	// (3 retries, each bounded by a 3 s read timeout).
-	MinRecordExpiry = 15 * time.Second
-
 	// DefaultMaxDepth is the deepest an ownership may reenter unless
 	// WithMaxDepth says otherwise. Past it a reentry fails with
 	// ErrTooDeep, so runaway recursion stops instead of growing the hold.
@@ -75,13 +52,9 @@ type config struct {
 	ackReplicas   int
 	ackTimeout    time.Duration
 	allowEviction bool
-	slotLocal     bool // WithSlotLocalKeys
 	handoff       time.Duration
-	tokens        tokenMode     // WithTimeTokens, WithStrictTokens, or neither
-	counterIdle   time.Duration // WithCounterIdleExpiry, or its default
-	idleSet       bool
-	record        time.Duration // WithRecordExpiry, or its default
-	recordSet     bool
+	strict        bool          // WithStrictTokens
+	floorIdle     time.Duration // how long a time-token floor outlives its last write: floorIdle, but in tests
 	rejoin        time.Duration // WithRejoinDelay (Redlock)
 	rejoinSet     bool
 	log           *slog.Logger
@@ -108,17 +81,15 @@ type leaseConfig struct {
 	maxDepth  int64
 }
 
-// tokenMode is how a client issues fresh tokens.
-type tokenMode uint8
-
-const (
-	tokensDefault tokenMode = iota // time tokens, no option given
-	tokensTime                     // WithTimeTokens
-	tokensStrict                   // WithStrictTokens
-)
+// floorIdle is how long, with time tokens (the default), the floor of a
+// slot outlives its last write: a server clock stepped back by less than
+// this after the floor is gone still issues no repeated token. The floors
+// are at most one key per hash slot and prefix, whatever the number of
+// names, so a long idle time costs no memory per name (docs/safety.md).
+const floorIdle = 7 * 24 * time.Hour
 
 // timeTokens reports whether c issues time tokens (the default).
-func (c *config) timeTokens() bool { return c.tokens != tokensStrict }
+func (c *config) timeTokens() bool { return !c.strict }
 
 // defaults is a client's configuration before its options.
 func defaults() config {
@@ -127,8 +98,7 @@ func defaults() config {
 		jitter:        DefaultRetryJitter,
 		maxRetryDelay: DefaultMaxRetryDelay,
 		handoff:       DefaultHandoffTimeout,
-		counterIdle:   DefaultCounterIdleExpiry,
-		record:        DefaultRecordExpiry,
+		floorIdle:     floorIdle,
 		log:           slog.New(slog.DiscardHandler),
 		identity:      defaultIdentity(),
 		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
@@ -180,21 +150,7 @@ func (c *config) apply(opts []ClientOption) error {
 // finish checks the options together and derives the defaults that
 // depend on the TTL, for a client or for one call.
 func (c *config) finish() error {
-	if c.tokens == tokensStrict {
-		switch {
-		case c.idleSet:
-			return invalid("WithCounterIdleExpiry does not apply to WithStrictTokens: the strict counter never expires")
-		case c.recordSet:
-			return invalid("WithRecordExpiry does not apply to WithStrictTokens: its keys never expire")
-		}
-	}
 	l := &c.lease
-	if c.timeTokens() && c.counterIdle <= l.ttl {
-		return invalid("counter idle expiry %v is not longer than the TTL %v", c.counterIdle, l.ttl)
-	}
-	if c.timeTokens() && c.record > c.counterIdle {
-		return invalid("record expiry %v is longer than the counter idle expiry %v", c.record, c.counterIdle)
-	}
 	if !l.marginSet {
 		l.margin = l.ttl / 10
 	}

@@ -232,7 +232,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	case out.err != nil:
 		return opErr(op, name, out.err)
 	case !out.v:
-		return opErr(op, name, l.goneFromRedis(extendResult{}))
+		return opErr(op, name, l.goneFromRedis(nil))
 	}
 	return nil
 }

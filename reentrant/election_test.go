@@ -184,7 +184,7 @@ func TestElectionEdges(t *testing.T) {
 		// "0 0 <value>" (written here by hand).
 		l, err = c.Lock(ctx, name, reentrant.WithMetadata("plain"))
 		require.NoError(t, err)
-		require.NoError(t, b.Client.HSet(ctx, scripts.SharedKeysFor(prefix, name).Lock, "m", "\x1d0 0 unstamped").Err())
+		require.NoError(t, b.Client.HSet(ctx, scripts.KeysFor(prefix, name).Lock, "m", "\x1d0 0 unstamped").Err())
 		ld, err = e.Leader(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "unstamped", ld.Value)
@@ -234,7 +234,7 @@ func TestElectionResignAfterCloseAndGoneTerm(t *testing.T) {
 
 		term, err = other.Election(name).Campaign(ctx, "B")
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, name).Lock).Err()) // an operator's DEL
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, name).Lock).Err()) // an operator's DEL
 		require.ErrorIs(t, term.Proclaim(ctx, "B2"), reentrant.ErrNotHeld)
 		require.ErrorIs(t, term.Err(), reentrant.ErrGone, "the term ended when Redis said it was gone")
 		require.NoError(t, term.Resign(ctx))
@@ -251,7 +251,7 @@ func TestElectionRedlockNewestValue(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { // the grant reached every node
 		for _, n := range nodes {
-			if st, err := scripts.Inspect(ctx, n, scripts.SharedKeysFor(prefix, name), scripts.Tokens{}); err != nil || !st.Held {
+			if st, err := scripts.Inspect(ctx, n, scripts.KeysFor(prefix, name)); err != nil || !st.Held {
 				return false
 			}
 		}

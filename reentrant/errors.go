@@ -37,11 +37,11 @@ var (
 	ErrLost error = &subError{"lease lost", []error{ErrNotHeld}}
 
 	// ErrGone is the cause of a lease lost because Redis says its ownership
-	// no longer holds the lock: its lease ran out there, another ownership
-	// took it, an operator forced it ([Client.ForceUnlock]) or deleted the
-	// lock's keys. When a forced unlock ended it and Redis still has that
-	// record (the record expiry, 1 minute by default), the error says who
-	// forced it and when. errors.Is(ErrGone, ErrLost) holds.
+	// no longer holds the lock: an operator forced it ([Client.ForceUnlock])
+	// or deleted the lock's keys, or another ownership took it. When a
+	// forced unlock ended it, the error says who forced it and when (Redis
+	// keeps that record until the forced lease would have ended).
+	// errors.Is(ErrGone, ErrLost) holds.
 	ErrGone error = &subError{"lease lost: ownership gone from Redis", []error{ErrLost}}
 
 	// ErrUnconfirmed is the cause of a lease lost because no renewal was
@@ -205,13 +205,19 @@ func pkgErr(op string, err error) error {
 func (e *OpError) Unwrap() error { return e.Err }
 
 // opErr returns nil when err is nil, and otherwise err as an error of op on
-// the lock name (err itself when it is that already).
+// the lock name (err itself when it is that already). A script's refusal
+// of the other token mode's keys is ErrInvalid: a client's setting
+// disagrees with another's on the same prefix.
 func opErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if e, ok := err.(*OpError); ok && e.Op == op && e.Name == name {
 		return err
+	}
+	if errors.Is(err, scripts.ErrMode) && !errors.Is(err, ErrInvalid) {
+		err = fmt.Errorf("%w: another token mode uses this name's keys: every client of a prefix must use "+
+			"WithStrictTokens, or none: %w", ErrInvalid, err)
 	}
 	return &OpError{Op: op, Name: name, Err: err}
 }

@@ -283,7 +283,7 @@ func ExampleLease_Done() {
 
 	// Simulate a loss: Redis's clock jumps past the lease, as if this process
 	// had been paused for a minute. The next renewal finds the lock gone.
-	mr.SetTime(time.Now().Add(time.Minute))
+	mr.FastForward(time.Minute)
 
 	step := time.NewTicker(10 * time.Millisecond)
 	defer step.Stop()

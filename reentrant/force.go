@@ -17,9 +17,10 @@ const forceAttempts = 3
 // release; the fencing counter is untouched, so the next ownership gets a
 // higher token and the forced holder's writes are refused by every fenced
 // store once the next holder has written. Redis records the forced token,
-// the time and this client's identity (see WithIdentity), which
-// [Client.Inspect] reports in [State.Forced]. The forced holder's lease
-// ends with ErrGone at its next renewal, Extend or Unlock.
+// the time and this client's identity (see WithIdentity) until the forced
+// lease would have ended; [Client.Inspect] reports it in [State.Forced].
+// The forced holder's lease ends with ErrGone, saying who forced it, at its
+// next renewal, Extend or Unlock.
 //
 // ForceUnlock returns the token of the ownership it ended. It is safe to
 // retry: it reads the holder's token and ends that ownership only, so a

@@ -27,56 +27,32 @@ type State struct {
 	// Pending reports a hold that a Redlock acquisition has taken but not
 	// yet given its token (Owner and Depth are set, Token is None).
 	Pending bool
-	// TTL is what is left of the holder's lease; 0 when free. A held lock
-	// always has a lease.
+	// TTL is what is left of the holder's lease: the lock key's own
+	// expiry; 0 when free.
 	TTL time.Duration
 	// Meta is the holder's metadata (see [WithMetadata]); empty when free
 	// or none was given.
 	Meta string
-	// LastToken is the last token issued for the name; fence.None if none
-	// was, or if its record expired (see [WithRecordExpiry]). With
-	// [NewRedlock] it is the highest counter among the nodes that answered:
-	// at least the last token handed out, and above it when an acquisition
-	// that got no majority raised a minority's counters with its proposed
-	// token (docs/deployments.md).
+	// LastToken is what the name's next token will be above: with time
+	// tokens (the default), the floor of the name's hash slot, the highest
+	// token issued for any name of the slot (fence.None once it expired);
+	// with WithStrictTokens, the name's counter, the highest token it
+	// issued. With [NewRedlock] it is the highest counter among the nodes
+	// that answered: at least the last token handed out, and above it when
+	// an acquisition that got no majority raised a minority's counters
+	// with its proposed token (docs/deployments.md).
 	LastToken fence.Token
-	// Floor is, with time tokens (the default), the name's floor (shared
-	// by the names of 32 hash slots on one server, of one on a Cluster):
-	// the highest token issued through it in the counter idle time, which
-	// every fresh token for the name passes;
-	// fence.None if there is none (strict tokens, or none was issued).
-	Floor fence.Token
-	// LastOwner is the owner of the last ownership, the holder's when the
-	// lock is held; empty if none is recorded.
-	LastOwner string
 	// Levels are the IDs of the hold's levels ([Lease.ID]), in no order;
 	// nil when free.
 	Levels []string
 	// Waiters is the number of Lock calls queued for the name, and of
 	// LockMulti calls waiting for it among others.
 	Waiters int64
-	// Ended are the ownerships known to have ended, lowest token first:
-	// the last one while the lock is free, and the 16 most recent whose
-	// lease ran out or was forced. nil if none is recorded.
-	Ended []Ended
-	// Forced is the last forced unlock of the name ([Client.ForceUnlock]);
-	// nil if none is recorded.
+	// Forced is the last forced unlock of the name ([Client.ForceUnlock])
+	// while its record lives, until the forced lease would have ended;
+	// nil if none is recorded. A released name keeps no other history:
+	// its last owner and how it ended are not recorded.
 	Forced *Forced
-}
-
-// Ended is an ownership of a lock that has ended, as Redis records it (see
-// [State.Ended]). It says whose hold it was, for tools and post-mortems.
-type Ended struct {
-	// Token is the ended ownership's fencing token.
-	Token fence.Token
-	// Owner is the ended ownership's owner ID.
-	Owner string
-	// Expired reports an ownership whose lease ran out, or that was
-	// forced; false: it was released by Unlock.
-	Expired bool
-	// Forced reports an ownership ended by a forced unlock
-	// ([Client.ForceUnlock]); Expired is then set too.
-	Forced bool
 }
 
 // Forced is the record a forced unlock ([Client.ForceUnlock]) leaves in

@@ -176,7 +176,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return out.err
 	}
 	if !out.v.held {
-		return l.goneFromRedis(out.v)
+		return l.goneFromRedis(out.v.forced)
 	}
 	l.own.confirm(out.v.sent, ttl)
 	return nil
@@ -209,7 +209,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	if st.Owner != string(l.owner) || st.Token != l.token {
-		return 0, l.goneFromRedis(extendResult{})
+		return 0, l.goneFromRedis(nil)
 	}
 	return st.TTL, nil
 }
@@ -235,14 +235,15 @@ func (l *Lease) live() error {
 	return nil
 }
 
-// goneFromRedis ends the lease's ownership, which Redis says it no longer holds, and
+// goneFromRedis ends the lease's ownership, which Redis says it no longer
+// holds (forced: the forced unlock that ended it, if Redis said so), and
 // returns the ErrNotHeld that Unlock, Extend and TTL report then.
-func (l *Lease) goneFromRedis(r extendResult) error {
-	l.own.lose(l.own.lostErr(ErrGone, r.goneReason("Redis"), nil))
-	if f := r.forced; f != nil {
-		return fmt.Errorf("%w: token %d: forced unlock by %q", ErrNotHeld, l.token, f.By)
+func (l *Lease) goneFromRedis(forced *Forced) error {
+	l.own.lose(l.own.lostErr(ErrGone, goneReason(forced, "Redis"), nil))
+	if forced != nil {
+		return fmt.Errorf("%w: token %d: forced unlock by %q", ErrNotHeld, l.token, forced.By)
 	}
-	return fmt.Errorf("%w: token %d expired or another ownership took the lock", ErrNotHeld, l.token)
+	return fmt.Errorf("%w: token %d: gone from Redis: deleted, or taken by another owner", ErrNotHeld, l.token)
 }
 
 // newLease records a level granted to the call r. A fresh ownership whose

@@ -108,7 +108,7 @@ func TestListReportsForeignKeys(t *testing.T) {
 		c := newClient(t, b.Client, reentrant.WithPrefix(p))
 		l, err := c.Lock(ctx, "mine")
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Set(ctx, scripts.SharedKeysFor(p, "theirs").Lock, "v", time.Minute).Err())
+		require.NoError(t, b.Client.Set(ctx, scripts.KeysFor(p, "theirs").Lock, "v", time.Minute).Err())
 		require.NoError(t, b.Client.Set(ctx, p+":{bad%7b}", "v", time.Minute).Err()) // no name's key: passed over
 		var names []string
 		var foreign []string
@@ -219,7 +219,7 @@ func TestListRedlock(t *testing.T) {
 			// given back and taken again, within a generous ceiling.
 			everyNode := func(l *reentrant.Lease) bool {
 				for _, node := range s.nodes {
-					st, err := scripts.Inspect(ctx, node, scripts.SharedKeysFor(p, name), scripts.Tokens{})
+					st, err := scripts.Inspect(ctx, node, scripts.KeysFor(p, name))
 					if err != nil || !st.Held || st.Token != l.Token() {
 						return false
 					}

@@ -5,7 +5,7 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,13 +68,12 @@ func usedMemory(t *testing.T, rdb *redis.Client) int64 {
 }
 
 // A service that locks per order or per request leaves, with the default
-// options, at most 100 B and no key of its own per released name: its
-// record is a field of a record hash shared by the names of its floor
-// (512 floors per prefix on a standalone server, each with two record
-// hashes), and every key expires. On a real server (20,000 names) the
-// test measures keys and used_memory per name; on miniredis it passes the
-// record and idle times: nothing is left.
-func TestReleasedNameCostsUnder100Bytes(t *testing.T) {
+// options, no key of its own per released name: only the floors of the
+// slots its names hash to (one key per slot and prefix, at most 16,384),
+// each of which expires. On a real server (20,000 names) the test counts
+// keys and measures used_memory per name; on miniredis it passes the
+// floors' idle time: nothing is left.
+func TestReleasedNameLeavesNoKey(t *testing.T) {
 	t.Parallel() // see TestMain
 	const names = 20_000
 	srv := redisproc.Start(t)
@@ -88,47 +87,39 @@ func TestReleasedNameCostsUnder100Bytes(t *testing.T) {
 	lockAndRelease(t, c, "order", names)
 	after := usedMemory(t, rdb)
 
-	var keys, floors, recordHashes, records int
+	slots := map[int]bool{}
+	for i := range names {
+		slots[hashslot.Of(scripts.KeysFor(prefix, "order-"+strconv.Itoa(i)).Lock)] = true
+	}
+	var keys int
 	iter := rdb.Scan(t.Context(), 0, "*", 1000).Iterator()
 	for iter.Next(t.Context()) {
 		key := iter.Val()
 		keys++
-		switch {
-		case strings.HasSuffix(key, ":f"):
-			floors++
-		case recordHashKey.MatchString(key):
-			recordHashes++
-			records += int(rdb.HLen(t.Context(), key).Val())
-		default:
-			t.Fatalf("unexpected key %q: a released name leaves a record in a shared hash, and its floor, only", key)
-		}
+		require.True(t, strings.HasSuffix(key, ":f"), "unexpected key %q: a released name leaves only its slot's floor", key)
+		require.True(t, slots[hashslot.Of(key)], "floor %q is in the slot of a name locked", key)
 		ttl := rdb.PTTL(t.Context(), key).Val()
 		require.Greater(t, ttl, time.Duration(0), "every key expires: %s", key)
 	}
 	require.NoError(t, iter.Err())
-	require.Equal(t, names, records, "one record per released name")
-	require.LessOrEqual(t, floors, scripts.SharedFloors)
-	require.LessOrEqual(t, recordHashes, 2*scripts.SharedFloors)
+	require.Equal(t, len(slots), keys, "one floor per slot of the names")
 	perName := float64(after-before) / names
-	t.Logf("SUMMARY released-names names=%d keys=%d floors=%d record_hashes=%d used_memory_per_name=%.0fB (records and floors)",
-		names, keys, floors, recordHashes, perName)
-	require.Less(t, keys, names, "no key per released name")
-	// A field of about 60 B in a shared hash, and a share of the floors
-	// and record hashes (docs/safety.md has the breakdown).
+	t.Logf("SUMMARY released-names names=%d keys=%d slots=%d used_memory_per_name=%.0fB (floors)",
+		names, keys, len(slots), perName)
 	require.Less(t, perName, 100.0, "used_memory per released name")
 
-	// The records go one to two record expiries after the release, the
-	// floors after the idle time: only miniredis can pass them in a test.
-	// Fewer names: the subject is what is left, not how much.
+	// The floors go the idle time (and up to a sixteenth more) after
+	// their last write: only miniredis can pass it in a test. Fewer names:
+	// the subject is what is left, not how much.
+	const idle = 7 * 24 * time.Hour
 	m, mrdb := testenv.Mini(t)
-	mc := newClient(t, mrdb, reentrant.WithCounterIdleExpiry(time.Hour))
+	mc := newClient(t, mrdb)
 	lockAndRelease(t, mc, "order", 500)
-	require.Zero(t, countKeys(t, mrdb, prefix+":{order-*}"), "no released name keeps a key")
-	require.Positive(t, countKeys(t, mrdb, "*:r*:[01]"), "their records are in the record hashes")
-	testenv.Advance(m, 2*reentrant.DefaultRecordExpiry+time.Millisecond)
-	require.Zero(t, countKeys(t, mrdb, "*:r*:[01]"), "no record is left after twice the record expiry")
-	require.Positive(t, countKeys(t, mrdb, "*:f"), "the floors are")
-	testenv.Advance(m, time.Hour)
+	require.Zero(t, countKeys(t, mrdb, prefix+":{order-*"), "no released name keeps a key")
+	require.Equal(t, countKeys(t, mrdb, "*"), countKeys(t, mrdb, "*:f"), "only floors are left")
+	testenv.Advance(m, idle-time.Minute)
+	require.Positive(t, countKeys(t, mrdb, "*:f"), "the floors live the idle time")
+	testenv.Advance(m, idle/16+time.Minute)
 	require.Zero(t, countKeys(t, mrdb, "*"), "nothing is left after the idle time")
 }
 
@@ -140,66 +131,84 @@ func countKeys(t *testing.T, rdb *redis.Client, pattern string) int {
 	return len(keys)
 }
 
-// The floor is the slot's: a name never locked before, in the slot of one
-// that was, gets a token above that one's, and Inspect shows the floor.
+// The floor is the slot's, and in it: a name never locked before, in the
+// slot of one that was, gets a token above that one's, and Inspect shows
+// the floor as its LastToken before (and it is free, no owner); a name of
+// another slot has a floor of its own. On a prefix of the test's own, so
+// that no other name moved the floors.
 func TestFloorIsShardedBySlot(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c := newClient(t, b.Client)
-		names, _ := testenv.SameSlot(prefix, testenv.Unique(t), 2)
-		k0, k1 := scripts.SharedKeysFor(prefix, names[0]), scripts.SharedKeysFor(prefix, names[1])
+		p := testenv.Unique(t)
+		c := newClient(t, b.Client, reentrant.WithPrefix(p))
+		names, slot := testenv.SameSlot(p, "n", 2)
+		other := testenv.NameWhere(p, "o", func(s int) bool { return s != slot })
+		k0, k1, ko := scripts.KeysFor(p, names[0]), scripts.KeysFor(p, names[1]), scripts.KeysFor(p, other)
 		require.Equal(t, k0.Floor, k1.Floor)
-		require.Equal(t, hashslot.Of(k0.Lock)%scripts.SharedFloors, hashslot.Of(k0.Floor),
-			"on a standalone server the floor is that of the name's slot modulo SharedFloors")
-		require.Equal(t, hashslot.Of(k0.Lock), hashslot.Of(scripts.KeysFor(prefix, names[0]).Floor),
-			"in the slot-local layout, the floor shares the slot of the name's keys")
-		first := issue(t, c, names[0], 1)
+		require.NotEqual(t, k0.Floor, ko.Floor)
+		require.Equal(t, slot, hashslot.Of(k0.Floor), "the floor is in the slot of its names")
 		st, err := c.Inspect(t.Context(), names[1])
 		require.NoError(t, err)
-		require.Equal(t, first, st.Floor, "%s", fmt.Sprint(st))
+		require.Equal(t, reentrant.State{Name: names[1]}, st, "no floor yet")
+
+		first := issue(t, c, names[0], 1)
+		st, err = c.Inspect(t.Context(), names[1])
+		require.NoError(t, err)
+		require.Equal(t, reentrant.State{Name: names[1], LastToken: first}, st, "%s", fmt.Sprint(st))
+		st, err = c.Inspect(t.Context(), other)
+		require.NoError(t, err)
+		require.Equal(t, reentrant.State{Name: other}, st, "another slot's floor")
 		require.Greater(t, issue(t, c, names[1], 1), first)
 	})
 }
 
-// WithSlotLocalKeys keeps every key a lock touches in the slot of its name,
-// as a Cluster needs and a proxy that routes by slot does: the floor and
-// the record hashes too. Without it, on one server, they are shared by the
-// names of 32 slots.
-func TestSlotLocalKeys(t *testing.T) {
+// Every key a lock's scripts touch is in the slot of its name, on every
+// deployment (a Cluster needs it, and so does a proxy that routes by
+// slot): the hold, the queue, the forced-unlock record and the floor with
+// the default options; the hold and the counter with WithStrictTokens.
+func TestKeysInTheSlotOfTheName(t *testing.T) {
 	srv := redisproc.Start(t)
 	rdb := srv.Client()
 	for _, c := range []struct {
-		opts  []reentrant.ClientOption
-		local bool
-	}{{nil, false}, {[]reentrant.ClientOption{reentrant.WithSlotLocalKeys()}, true}} {
-		require.NoError(t, rdb.FlushAll(t.Context()).Err())
-		lc := newClient(t, rdb, c.opts...)
-		// A name whose slot is above SharedFloors, so that the two
-		// layouts differ.
-		name := "slot-local"
-		for i := 0; hashslot.Of(scripts.KeysFor(prefix, name).Lock) < scripts.SharedFloors; i++ {
-			name = "slot-local-" + strconv.Itoa(i)
-		}
-		slot := hashslot.Of(scripts.KeysFor(prefix, name).Lock)
-		l, err := lc.Lock(t.Context(), name)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(t.Context()))
-		keys, err := rdb.Keys(t.Context(), "*").Result()
-		require.NoError(t, err)
-		require.Len(t, keys, 2, "a floor and a record hash: %q", keys)
-		for _, k := range keys {
-			if c.local {
-				require.Equal(t, slot, hashslot.Of(k), "slot-local: %s is in the name's slot", k)
-			} else {
-				require.Equal(t, slot%scripts.SharedFloors, hashslot.Of(k), "shared: %s is in the name's slot modulo SharedFloors", k)
+		desc string
+		opts []reentrant.ClientOption
+		want []string // the key suffixes left while a waiter queues after a forced unlock
+	}{
+		{"default", nil, []string{"}", "}:q", "}:u", ":f"}},
+		{"strict", []reentrant.ClientOption{reentrant.WithStrictTokens()}, []string{"}", "}:q", "}:u", "}:t"}},
+	} {
+		t.Run(c.desc, func(t *testing.T) {
+			require.NoError(t, rdb.FlushAll(t.Context()).Err())
+			lc := newClient(t, rdb, c.opts...)
+			name := "slot-local"
+			slot := hashslot.Of(scripts.KeysFor(prefix, name).Lock)
+			ctx := t.Context()
+			a, err := lc.Lock(ctx, name)
+			require.NoError(t, err)
+			_, err = lc.ForceUnlock(ctx, name)
+			require.NoError(t, err)
+			b, err := lc.Lock(ctx, name)
+			require.NoError(t, err)
+			got := make(chan error, 1)
+			go func() {
+				l, err := lc.Lock(ctx, name)
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			queued(t, lc, name, 1)
+			keys, err := rdb.Keys(ctx, "*").Result()
+			require.NoError(t, err)
+			require.Len(t, keys, len(c.want), "%q", keys)
+			for _, k := range keys {
+				require.Equal(t, slot, hashslot.Of(k), "%s is in the name's slot", k)
 			}
-		}
-		st, err := lc.Inspect(t.Context(), name)
-		require.NoError(t, err)
-		require.Equal(t, l.Token(), st.LastToken, "Inspect finds the record in its layout")
-		require.Equal(t, l.Token(), st.Floor)
+			for _, suffix := range c.want {
+				require.True(t, slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, suffix) }), "a key ending %q: %q", suffix, keys)
+			}
+			require.NoError(t, b.Unlock(ctx))
+			require.NoError(t, <-got)
+			require.ErrorIs(t, a.Unlock(ctx), reentrant.ErrNotHeld)
+		})
 	}
 }
-
-// recordHashKey matches the name of a record hash, P:{S}:r<record ms>:0
-// or :1 (lua/lib.lua).
-var recordHashKey = regexp.MustCompile(`:r[1-9][0-9]*:[01]$`)

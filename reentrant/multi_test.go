@@ -45,7 +45,7 @@ func eachMultiBackend(t *testing.T, f func(t *testing.T, b multiBackend)) {
 // queue and strict counter (the time tokens' floor is the slot's).
 func keysLeft(t *testing.T, raw redis.UniversalClient, name string) []string {
 	t.Helper()
-	k := scripts.SharedKeysFor(prefix, name)
+	k := scripts.KeysFor(prefix, name)
 	var out []string
 	for _, key := range []string{k.Lock, k.Queue, k.Counter} {
 		if raw.Exists(t.Context(), key).Val() > 0 {
@@ -79,7 +79,7 @@ func TestLockMultiAllOrNothing(t *testing.T) {
 			}
 		}
 		if be.raw != nil {
-			require.Zero(t, be.raw.Exists(ctx, scripts.SharedKeysFor(prefix, b).Queue).Val(), "a try does not queue")
+			require.Zero(t, be.raw.Exists(ctx, scripts.KeysFor(prefix, b).Queue).Val(), "a try does not queue")
 		}
 
 		require.NoError(t, hb.Unlock(ctx))
@@ -195,7 +195,7 @@ func TestLockMultiWokenByRelease(t *testing.T) {
 			}
 			got <- err
 		}()
-		queue := scripts.SharedKeysFor(prefix, p+"/b").Queue
+		queue := scripts.KeysFor(prefix, p+"/b").Queue
 		require.Eventually(t, func() bool { return be.Client.ZCard(ctx, queue).Val() == 1 }, time.Minute, 5*time.Millisecond)
 		st, err := c.Inspect(ctx, p+"/a")
 		require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestLockMultiCancelled(t *testing.T) {
 			got <- err
 		}()
 		if be.raw != nil {
-			queue := scripts.SharedKeysFor(prefix, p+"/b").Queue
+			queue := scripts.KeysFor(prefix, p+"/b").Queue
 			require.Eventually(t, func() bool { return be.raw.ZCard(ctx, queue).Val() == 1 }, time.Minute, 5*time.Millisecond)
 		} else {
 			time.Sleep(50 * time.Millisecond) // a few attempts
@@ -406,7 +406,7 @@ func TestRedlockLockMultiWokenByRelease(t *testing.T) {
 			}
 			got <- err
 		}()
-		channel := scripts.SharedKeysFor(prefix, p+"/b").Lock + ":w"
+		channel := scripts.KeysFor(prefix, p+"/b").Lock + ":w"
 		require.Eventually(t, func() bool {
 			n := s.nodes[0].PubSubNumSub(ctx, channel).Val()[channel]
 			return n > 0

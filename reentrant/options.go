@@ -172,57 +172,27 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 	})
 }
 
-// WithTimeTokens asks for time tokens, the default (client only): every
-// fresh token is max(counter + 1, the server's time in
-// microseconds), where the counter is a floor shared by the names of 16
-// hash slots on one server (of one slot on a Cluster, or with
-// WithSlotLocalKeys), and every key the lock writes expires. While the floor
-// lives, tokens increase exactly as a counter's; once Redis loses it (a
-// FLUSHALL, a restart without persistence, a failover to a replica that
-// missed writes, an eviction, a DEL, the idle expiry), tokens go on from
-// the server's clock instead of restarting at 1. With it,
-// ErrEvictionPolicy is never returned. docs/safety.md states what the
-// clock must do for tokens to stay increasing. It fails with ErrInvalid
-// beside WithStrictTokens.
-func WithTimeTokens() ClientOption { return tokenOption(tokensTime) }
-
 // WithStrictTokens makes every fresh token the name's own counter + 1, a
-// small integer, instead of a time token (client only; default off). The
-// counter is a key per name that never expires, and a released name keeps
-// one key (about 130-140 B) forever. A lost counter restarts at 1 and
-// hands out tokens a living holder may still have: a FLUSHALL, a restart
-// without persistence, a failover to a replica that missed writes, an
-// eviction, or a DEL of the counter key. Use it only on one primary with
+// small integer, instead of a time token (client only; by default a fresh
+// token is max(the floor of the name's hash slot + 1, the server's time
+// in microseconds), and the floor expires a week after its last write).
+// The counter is a key per name that never expires, and a released name
+// keeps it (about 70 B) forever. A lost counter restarts at 1 and hands
+// out tokens a living holder may still have: a FLUSHALL, a restart without
+// persistence, a failover to a replica that missed writes, an eviction,
+// or a DEL of the counter key. Use it only on one primary with
 // appendfsync always, no failover and no eviction; docs/safety.md
-// measures what each of those events does to it. It fails with ErrInvalid
-// beside WithTimeTokens, WithCounterIdleExpiry or WithRecordExpiry, and
-// with NewRedlock.
-func WithStrictTokens() ClientOption { return tokenOption(tokensStrict) }
-
-// tokenOption sets the token mode m, which an earlier option may not have
-// set to the other mode.
-func tokenOption(m tokenMode) ClientOption {
+// measures what each of those events does to it.
+//
+// Every client of one prefix must use the same token mode: a strict
+// client refuses a name whose slot has a time-token floor, and a
+// time-token client a name with a strict counter, with ErrInvalid naming
+// the key, so that neither issues a token below the other's. It fails
+// with ErrInvalid with NewRedlock.
+func WithStrictTokens() ClientOption {
 	return clientOption(func(c *config) error {
-		if c.tokens != tokensDefault && c.tokens != m {
-			return invalid("WithTimeTokens and WithStrictTokens exclude each other")
-		}
-		c.tokens = m
+		c.strict = true
 		return nil
-	})
-}
-
-// WithCounterIdleExpiry sets how long, with time tokens (the default), a
-// floor (shared by the names of 32 hash slots on one server, of one on a
-// Cluster) outlives the last token issued through it
-// (client only; default DefaultCounterIdleExpiry, 7 days): the largest
-// backward step of the server's clock that still repeats no token once
-// the floor is gone. It must be whole milliseconds from
-// MinCounterIdleExpiry to MaxCounterIdleExpiry, longer than the TTL and
-// not shorter than the record expiry; ErrInvalid otherwise, and beside
-// WithStrictTokens.
-func WithCounterIdleExpiry(d time.Duration) ClientOption {
-	return millisOption("counter idle expiry", d, MinCounterIdleExpiry, MaxCounterIdleExpiry, func(c *config) {
-		c.counterIdle, c.idleSet = d, true
 	})
 }
 
@@ -314,48 +284,6 @@ func WithRetry(s RetryStrategy) CallOption {
 		}
 		l.retry = s
 		return nil
-	})
-}
-
-// WithSlotLocalKeys keeps every key a lock's scripts touch in the slot of
-// the lock's name, as on a Redis Cluster (client only). Use it for a
-// server behind a proxy that routes commands by key slot and refuses a
-// script whose keys span slots (a CROSSSLOT error; Redis Enterprise and
-// other sharding proxies). By default a client of a standalone or
-// Sentinel server, or a Redlock client, shares each time-token floor, and
-// the two record hashes beside it, among the names of 32 slots (512
-// floors per prefix), so that a released name's record is a field of a
-// shared hash, under 100 B (docs/design.md, "Keys"); with this option, and always on a
-// *redis.ClusterClient, each slot has its own floor and record hashes,
-// which costs up to 16,384 of each per prefix. Every client of one
-// deployment must use the same layout: the floor a name's tokens are
-// checked against is the one its layout names.
-func WithSlotLocalKeys() ClientOption {
-	return clientOption(func(c *config) error {
-		c.slotLocal = true
-		return nil
-	})
-}
-
-// WithRecordExpiry sets how long, with time tokens (the default), the
-// record of a name's last ownership outlives it (client only; default
-// DefaultRecordExpiry, 1 minute). A held lock's hash expires that long
-// after its lease ends. A lock released with nothing else to remember is
-// stowed: its hash is deleted and its record (last token and owner) kept
-// as a field of a shared record hash for one to two record expiries; a
-// lock that ended otherwise (an expiry or a forced unlock recorded, a
-// queue) keeps its hash instead, for one to two record expiries. While
-// the record lives, a retried release is answered as the first, Inspect
-// names the last owner, and a lease lost to a forced unlock or an expiry
-// says so; afterwards the name leaves no key or field of its own, and a
-// release or Inspect finds nothing. Clients that share a prefix should
-// use one record expiry: a record hash takes the expiry of the first
-// record written to it in its generation, so a longer one is cut to it.
-// It must be whole milliseconds from MinRecordExpiry to the counter idle
-// expiry; ErrInvalid otherwise, and beside WithStrictTokens.
-func WithRecordExpiry(d time.Duration) ClientOption {
-	return millisOption("record expiry", d, MinRecordExpiry, MaxCounterIdleExpiry, func(c *config) {
-		c.record, c.recordSet = d, true
 	})
 }
 

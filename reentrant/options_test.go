@@ -55,10 +55,10 @@ func TestPerCallTTL(t *testing.T) {
 // does not compile; every CallOption is a ClientOption too. Bad values are
 // refused per call.
 func TestCallOptionsRefused(t *testing.T) {
-	for _, o := range []reentrant.ClientOption{reentrant.WithPrefix("x"), reentrant.WithTimeTokens(),
+	for _, o := range []reentrant.ClientOption{reentrant.WithPrefix("x"), reentrant.WithStrictTokens(),
 		reentrant.WithHandoffTimeout(time.Second), reentrant.WithLogger(slog.Default()),
 		reentrant.WithEvictionAllowed(), reentrant.WithRetryJitter(0), reentrant.WithMaxRetryDelay(time.Second),
-		reentrant.WithReplicaAck(1, time.Millisecond), reentrant.WithCounterIdleExpiry(time.Hour),
+		reentrant.WithReplicaAck(1, time.Millisecond), reentrant.WithRejoinDelay(time.Minute),
 		reentrant.WithObserver(func(reentrant.Event) {}), reentrant.WithIdentity("x"),
 	} {
 		_, isCall := o.(reentrant.CallOption)
@@ -219,7 +219,7 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrNotHeld)
 		require.Equal(t, `reentrant: unlock "`+name+`": not held: lease already unlocked`, err.Error())
 
-		require.NoError(t, b.Client.Set(t.Context(), scripts.SharedKeysFor(prefix, name).Lock, "x", 0).Err())
+		require.NoError(t, b.Client.Set(t.Context(), scripts.KeysFor(prefix, name).Lock, "x", 0).Err())
 		_, err = c.Lock(t.Context(), name)
 		require.ErrorIs(t, err, reentrant.ErrForeign)
 		var rerr interface{ RedisError() }
@@ -228,18 +228,24 @@ func TestErrorsAreOneLineNamingTheLock(t *testing.T) {
 		require.NotContains(t, err.Error(), "\n")
 
 		// Do returns fn's error as it is, and lists an Unlock failure after
-		// it on the same line.
+		// it on the same line: here the lock was deleted and another owner
+		// took it while fn ran.
 		other := name + "-do"
 		errFn := errors.New("fn failed")
 		err = c.Do(t.Context(), other, func(context.Context, fence.Token) error { return errFn })
 		require.Same(t, errFn, err)
+		var taker *reentrant.Lease
 		err = c.Do(t.Context(), other, func(ctx context.Context, _ fence.Token) error {
-			require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, other).Lock).Err())
+			require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, other).Lock).Err())
+			var terr error
+			taker, terr = newClient(t, b.Client).TryLock(t.Context(), other)
+			require.NoError(t, terr)
 			return errFn
 		})
 		require.ErrorIs(t, err, errFn)
 		require.ErrorIs(t, err, reentrant.ErrNotHeld)
 		require.True(t, strings.HasPrefix(err.Error(), `fn failed; reentrant: unlock "`+other+`": not held`), err.Error())
+		require.NoError(t, taker.Unlock(t.Context()))
 		require.NotContains(t, err.Error(), "\n")
 	})
 }

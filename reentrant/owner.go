@@ -49,8 +49,8 @@ func checkText(what, s string, maxLen int) error {
 }
 
 // NewOwner returns a fresh random owner: 128 bits from crypto/rand, in
-// unpadded base64url (22 characters; Redis keeps it in every held lock and
-// every released name's record, so shorter than hex's 32 saves memory).
+// unpadded base64url (22 characters; Redis keeps it in every held lock, so
+// shorter than hex's 32 saves memory).
 func NewOwner() Owner {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms

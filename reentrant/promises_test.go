@@ -5,6 +5,7 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -179,6 +180,98 @@ func TestRetriedPartialReleaseAfterReentry(t *testing.T) {
 	})
 }
 
+// A full release whose reply is lost is retried by go-redis, and the retry
+// finds the lock no longer held. While nobody took the lock since (no token
+// issued on its counter: the slot's floor, or the strict counter), Unlock
+// is answered as its first attempt was: nil. Once another owner took it in
+// between, Unlock cannot tell whether its first attempt released the lock,
+// and says so: ErrNotHeld saying "release unconfirmed", which is not
+// ErrLost, and the other owner's hold is left alone.
+//
+// The order is forced as in TestRetriedPartialReleaseAfterReentry: the
+// first attempt's reply is held by the fault proxy until go-redis gives up
+// on it, and the retry's new connection is held by a dial gate while the
+// test checks that the first attempt freed the lock, and another owner
+// takes it or not.
+func TestRetriedReleaseAnsweredAsItsFirst(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		for _, mode := range []struct {
+			name string
+			opts []reentrant.ClientOption
+		}{{"default", nil}, {"strict", []reentrant.ClientOption{reentrant.WithStrictTokens()}}} {
+			for _, taken := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/taken=%v", mode.name, taken), func(t *testing.T) {
+					retriedRelease(t, b.Client.Options().Addr, b.Client, mode.opts, taken)
+				})
+			}
+		}
+	})
+}
+
+func retriedRelease(t *testing.T, addr string, rdb *redis.Client, opts []reentrant.ClientOption, taken bool) {
+	p, err := netfault.New(addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	slow := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Second, MaxRetries: 3,
+		MinRetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = slow.Close() })
+	gate := newDialGate()
+	slow.AddHook(gate)
+	// A prefix of the test's own: no other name moves its slot's floor.
+	// No renewal: nothing but the release may cross the proxy.
+	opts = append(opts, reentrant.WithPrefix(testenv.Unique(t)))
+	c := newClient(t, slow, append(opts, reentrant.WithoutRenewal())...)
+	direct := newClient(t, rdb, opts...)
+	ctx, name := t.Context(), "n"
+
+	// Load the scripts through this client first: on a cold server the
+	// held reply would be NOSCRIPT, applied nowhere, and prove nothing.
+	warm, err := c.Lock(ctx, name+"-warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	l, err := c.Lock(ctx, name)
+	require.NoError(t, err)
+	conns := p.Stats().Accepted
+	p.DelayNext(netfault.Downstream, 30*time.Second)
+	gate.arm()
+	done := make(chan error, 1)
+	go func() { done <- l.Unlock(ctx) }()
+	select {
+	case <-gate.dialing:
+	case <-time.After(time.Minute):
+		t.Fatal("go-redis never dialed for the retry of the held release")
+	}
+	st, err := direct.Inspect(ctx, name)
+	require.NoError(t, err)
+	require.False(t, st.Held, "the premise: the first attempt ran and released the lock")
+	var other *reentrant.Lease
+	if taken {
+		other, err = direct.TryLock(ctx, name)
+		require.NoError(t, err)
+		require.Greater(t, other.Token(), l.Token())
+	}
+	gate.open()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the retried Unlock never returned")
+	}
+	require.Greater(t, p.Stats().Accepted, conns, "go-redis must have retried on a new connection")
+	if !taken {
+		require.NoError(t, err, "nobody took the lock since: the retry is answered as the first attempt")
+		require.ErrorIs(t, l.Err(), reentrant.ErrReleased)
+		return
+	}
+	require.ErrorIs(t, err, reentrant.ErrNotHeld)
+	require.NotErrorIs(t, err, reentrant.ErrLost)
+	require.ErrorContains(t, err, "release unconfirmed")
+	st, err = direct.Inspect(ctx, name)
+	require.NoError(t, err)
+	require.True(t, st.Held && st.Token == other.Token() && st.Depth == 1, "the retry left the other owner's hold alone: %+v", st)
+	require.NoError(t, other.Unlock(ctx))
+}
+
 // dialGate is a go-redis hook that, once armed, holds every new connection
 // until it is opened, and says on dialing when the first such dial began.
 type dialGate struct {
@@ -259,7 +352,7 @@ func TestForeignLockKeyRefusedWithItsType(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
 		c, name := newClient(t, rdb), testenv.Unique(t)
-		k := scripts.SharedKeysFor(prefix, name)
+		k := scripts.KeysFor(prefix, name)
 		require.NoError(t, rdb.HSet(ctx, k.Lock, "h", "10", "t", "10", "v", "record").Err())
 		for _, call := range []func() error{
 			func() error { _, err := c.TryLock(ctx, name); return err },
@@ -352,7 +445,7 @@ func TestEvictionPolicyChecked(t *testing.T) {
 			}
 			require.ErrorIs(t, err, reentrant.ErrEvictionPolicy)
 			require.ErrorContains(t, err, c.policy)
-			require.Zero(t, rdb.Exists(t.Context(), scripts.SharedKeysFor(prefix, "n").Lock).Val(), "nothing may be written")
+			require.Zero(t, rdb.Exists(t.Context(), scripts.KeysFor(prefix, "n").Lock).Val(), "nothing may be written")
 			// With time tokens (the default) an evicted key is a lost one,
 			// which the clock covers: no check.
 			_, err = newClient(t, rdb).TryLock(t.Context(), "t")

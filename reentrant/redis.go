@@ -22,28 +22,14 @@ type redisCall struct {
 	keys scripts.Keys
 }
 
-// keyspace is where a Redis backend's lock keys are: under prefix, with
-// the floors shared across slots (scripts.SharedKeysFor: a standalone or
-// Sentinel server, a Redlock node) or one per slot (scripts.KeysFor: a
-// Cluster, or WithSlotLocalKeys).
+// keyspace is where a Redis backend's lock keys are: under prefix, every
+// key of a name in its slot (scripts.KeysFor), on every deployment.
 type keyspace struct {
 	prefix string
-	shared bool
-}
-
-// keyspaceOf is the keyspace of a client of cfg on rdb.
-func keyspaceOf(cfg config, rdb redis.UniversalClient) keyspace {
-	_, cluster := rdb.(*redis.ClusterClient)
-	return keyspace{prefix: cfg.prefix, shared: !cluster && !cfg.slotLocal}
 }
 
 // keys returns the keys of the lock name in ks.
-func (ks keyspace) keys(name string) scripts.Keys {
-	if ks.shared {
-		return scripts.SharedKeysFor(ks.prefix, name)
-	}
-	return scripts.KeysFor(ks.prefix, name)
-}
+func (ks keyspace) keys(name string) scripts.Keys { return scripts.KeysFor(ks.prefix, name) }
 
 // init makes rc the call r of a lock in ks, whose backend state is be (the
 // struct rc is part of), and returns the call.
@@ -65,7 +51,7 @@ func keysOf(ref lockRef, ks keyspace) scripts.Keys {
 
 // tokensOf is how the scripts issue a fresh token for a client of cfg.
 func tokensOf(cfg config) scripts.Tokens {
-	return scripts.NewTokens(cfg.timeTokens(), cfg.counterIdle, cfg.record)
+	return scripts.NewTokens(cfg.timeTokens(), cfg.floorIdle)
 }
 
 // requestOf is r's acquisition as the scripts see it, without a queue.
@@ -104,21 +90,26 @@ func extendResults(res []scripts.ExtendResult) []extendResult {
 	return out
 }
 
+// releasedOf is the release script's reply as the Client's own.
+func releasedOf(r scripts.Released) released {
+	return released{left: r.Depth, free: r.Free, forced: forcedOf(r.Forced)}
+}
+
 // forceResultOf is the force script's reply as the Client's own.
 func forceResultOf(r scripts.ForceResult) forceResult {
 	return forceResult{ended: r.Ended, repeat: r.Repeat, holder: r.Holder}
 }
 
-// stateOf is the inspect script's reply as the State callers get: the one
-// place the scripts' state becomes a State.
-func stateOf(s scripts.State) State {
+// stateOf is the inspect script's reply as the State callers get, for a
+// client whose tokens come from the floor (time) or the name's counter:
+// the one place the scripts' state becomes a State.
+func stateOf(s scripts.State, time bool) State {
 	st := State{Name: s.Name, Held: s.Held, Owner: s.Owner, Depth: s.Depth, Token: s.Token,
-		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.LastToken, Floor: s.Floor, LastOwner: s.LastOwner,
-		Levels: s.Levels, Waiters: s.Waiters}
-	for _, e := range s.Ended {
-		st.Ended = append(st.Ended, Ended(e))
+		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.Counter, Levels: s.Levels, Waiters: s.Waiters,
+		Forced: forcedOf(s.Forced)}
+	if time {
+		st.LastToken = s.Floor
 	}
-	st.Forced = forcedOf(s.Forced)
 	return st
 }
 
@@ -146,7 +137,7 @@ var evicting = map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkey
 
 // noEvictionCheck reports a client of cfg whose servers' eviction policy
 // need not be checked: WithEvictionAllowed accepts the risk, and with time
-// tokens (the default) an evicted floor or record is a lost one, after
+// tokens (the default) an evicted floor is a lost one, after
 // which the next token comes from the server's clock, above every earlier
 // one unless that clock stepped back (they carry a TTL anyway, so
 // volatile-* policies may evict them too). Only WithStrictTokens checks.

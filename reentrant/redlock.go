@@ -28,9 +28,8 @@ import (
 // fair: there is no queue.
 //
 // NewRedlock fails with ErrInvalid for fewer than 3 nodes, an even number,
-// a nil node or a bad option, and for WithReplicaAck, WithStrictTokens,
-// WithCounterIdleExpiry, WithRecordExpiry and WithHandoffTimeout, which do
-// not apply (WithTimeTokens describes what Redlock does already).
+// a nil node or a bad option, and for WithReplicaAck, WithStrictTokens and
+// WithHandoffTimeout, which do not apply.
 // docs/deployments.md ("Redlock") has the algorithm and its argument.
 func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
 	defer func() { err = pkgErr("new redlock", err) }()
@@ -54,12 +53,8 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 	switch {
 	case cfg.ackReplicas > 0:
 		return nil, invalid("WithReplicaAck does not apply to Redlock: its nodes are independent masters")
-	case cfg.tokens == tokensStrict:
+	case cfg.strict:
 		return nil, invalid("WithStrictTokens does not apply to Redlock: its tokens follow the nodes' clocks, so that a node that restarts empty repeats none")
-	case cfg.idleSet:
-		return nil, invalid("WithCounterIdleExpiry does not apply to Redlock: its counters never expire")
-	case cfg.recordSet:
-		return nil, invalid("WithRecordExpiry does not apply to Redlock: its hashes never expire")
 	case cfg.handoffSet:
 		return nil, invalid("WithHandoffTimeout does not apply to Redlock: waiters poll, nothing is handed off")
 	}
@@ -76,7 +71,7 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 		rejoin = cfg.rejoin
 	}
 	c, _ := build(cfg)
-	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), space: keyspace{prefix: cfg.prefix, shared: !cfg.slotLocal},
+	q := &quorum{c: c, nodes: append([]redis.UniversalClient(nil), nodes...), space: keyspace{prefix: cfg.prefix},
 		node: scripts.Node{Joined: scripts.JoinedKey(cfg.prefix), Rejoin: rejoin}}
 	q.lead.Store(initialLead.Microseconds())
 	for _, rdb := range q.nodes {

@@ -16,17 +16,19 @@ import (
 
 // release runs release.lua on every node. It returns the depth left
 // that a majority confirmed (the highest of theirs), -1 when so many nodes
-// say the ownership is gone that no majority can confirm, or an error when
-// neither is known by the time ctx ends. Nodes that answer later still
-// release their level; one that never answers lets it expire.
-func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
+// say the ownership is gone that no majority can confirm (free when so
+// many of those say the name is free and untaken since that no majority
+// can hold it; forced when one says a forced unlock ended it), or an
+// error when neither is known by the time ctx ends. Nodes that answer
+// later still release their level; one that never answers lets it expire.
+func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (released, error) {
 	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	// Each node that frees the lock tells the waiters listening on it, in
 	// the release's own script: no command of its own.
 	wake := wakeChannel(k)
-	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
-		left, err := scripts.ReleaseWaking(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{}, wake)
-		if err == nil && left < 0 {
+	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.Released, error) {
+		r, err := scripts.ReleaseWaking(ctx, rdb, k, string(owner), tok, level, scripts.Tokens{}, wake)
+		if err == nil && r.Depth < 0 && r.Forced == nil {
 			// A node whose phase 2 never landed holds the level pending:
 			// raised to the token first, it remembers the token too; then
 			// the level goes. No level there may mean the grant is still
@@ -40,7 +42,7 @@ func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fenc
 			// the node restarted) learns the token, so that a later
 			// majority including it cannot issue the token again.
 			if bumped, _ := scripts.QBump(ctx, rdb, k, tok); bumped {
-				return left, err
+				return r, err
 			}
 			// Held: by the level, landed since the raise (raised now and
 			// released), or by a level the raise refuses, on a node whose
@@ -52,26 +54,33 @@ func (q *quorum) release(ctx context.Context, ref lockRef, owner Owner, tok fenc
 			}
 			_, _ = scripts.Abandon(ctx, rdb, k, &scripts.Request{Owner: string(owner), Level: level})
 		}
-		return left, err
+		return r, err
 	})
-	yes := func(x nodeReply[int64]) bool { return x.err == nil && x.v >= 0 }
-	gone := func(x nodeReply[int64]) bool { return x.err == nil && x.v < 0 }
-	got, _ := collect(q, ctx, ch, func(got []*nodeReply[int64]) bool {
+	yes := func(x nodeReply[scripts.Released]) bool { return x.err == nil && x.v.Depth >= 0 }
+	gone := func(x nodeReply[scripts.Released]) bool { return x.err == nil && x.v.Depth < 0 }
+	free := func(x nodeReply[scripts.Released]) bool { return gone(x) && x.v.Free }
+	got, _ := collect(q, ctx, ch, func(got []*nodeReply[scripts.Released]) bool {
 		return count(got, yes) >= maj || count(got, gone) > n-maj
 	}, nil)
 	if count(got, yes) >= maj {
 		left := int64(0)
 		for _, x := range got {
 			if x != nil && yes(*x) {
-				left = max(left, x.v)
+				left = max(left, x.v.Depth)
 			}
 		}
-		return left, nil
+		return released{left: left}, nil
 	}
 	if count(got, gone) > n-maj {
-		return -1, nil
+		r := released{left: -1, free: count(got, free) > n-maj}
+		for _, x := range got {
+			if x != nil && gone(*x) && x.v.Forced != nil {
+				r.forced = forcedOf(x.v.Forced)
+			}
+		}
+		return r, nil
 	}
-	return 0, join(fmt.Errorf("released on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
+	return released{}, join(fmt.Errorf("released on %d of %d nodes, fewer than a majority", count(got, yes), n), ctxErr(ctx), nodeErrs(got))
 }
 
 // extend runs extend.lua on every node and reports whether a majority
@@ -86,7 +95,7 @@ func (q *quorum) extendOnce(ctx context.Context, req *extendReq) (bool, time.Tim
 	owner, tok, ttl := req.owner, req.token, req.ttl
 	sent := time.Now()
 	ch := fanOut(q, ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
-		return scripts.Extend(ctx, rdb, k, string(owner), tok, ttl, scripts.Tokens{})
+		return scripts.Extend(ctx, rdb, k, string(owner), tok, ttl)
 	})
 	yes := func(x nodeReply[bool]) bool { return x.err == nil && x.v }
 	no := func(x nodeReply[bool]) bool { return x.err == nil && !x.v }
@@ -111,7 +120,7 @@ func (q *quorum) extendBatch(ctx context.Context, reqs []*extendReq) []extendRes
 	sreqs := prepared(reqs, q.space)
 	sent := time.Now()
 	ch := fanOut(q, time.Until(deadlineOr(ctx, sent.Add(time.Second))), func(ctx context.Context, _ int, rdb redis.UniversalClient) ([]scripts.ExtendResult, error) {
-		return scripts.ExtendBatch(ctx, rdb, sreqs, scripts.Tokens{}), nil
+		return scripts.ExtendBatch(ctx, rdb, sreqs), nil
 	})
 	yes := make([]int, len(reqs))
 	no := make([]int, len(reqs))
@@ -199,12 +208,11 @@ func agreedMeta(got []*nodeReply[scripts.State], owner string, tok fence.Token) 
 // inspect reads the lock on every node. When a majority agree on a
 // holder (owner and token), that is the state, with the shortest TTL among
 // them and the deepest hold; otherwise the lock is reported free, with the
-// highest LastToken a node reported. Ended and Meta come from one of the
-// agreeing nodes.
+// highest counter a node reported. Meta comes from the agreeing nodes.
 func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 	maj, n, k := q.majority(), len(q.nodes), keysOf(ref, q.space)
 	ch := fanOut(q, q.c.cfg.lease.ttl, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.State, error) {
-		return scripts.Inspect(ctx, rdb, k, scripts.Tokens{})
+		return scripts.Inspect(ctx, rdb, k)
 	})
 	// Done once a majority agree on a holder, or on the lock being free:
 	// a stopped node is not waited for.
@@ -232,7 +240,7 @@ func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 			continue
 		}
 		answered++
-		last = max(last, x.v.LastToken)
+		last = max(last, x.v.Counter)
 		if x.v.Held {
 			votes[holder{x.v.Owner, x.v.Token}]++
 		}
@@ -260,8 +268,8 @@ func (q *quorum) inspect(ctx context.Context, ref lockRef) (State, error) {
 			}
 		}
 		st.Meta = agreedMeta(got, h.owner, h.tok)
-		st.LastToken = max(st.LastToken, last)
-		return stateOf(st), nil
+		st.Counter = max(st.Counter, last)
+		return stateOf(st, false), nil
 	}
 	return State{Name: firstState(got).Name, LastToken: last}, nil
 }

@@ -98,8 +98,7 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 	_, err := reentrant.NewRedlock([]redis.UniversalClient{nodes[0], nil, nodes[1]})
 	require.ErrorIs(t, err, reentrant.ErrInvalid)
 	for _, o := range []reentrant.ClientOption{reentrant.WithStrictTokens(), reentrant.WithHandoffTimeout(time.Second),
-		reentrant.WithReplicaAck(1, 10*time.Millisecond), reentrant.WithCounterIdleExpiry(2 * time.Hour),
-		reentrant.WithRecordExpiry(time.Minute)} {
+		reentrant.WithReplicaAck(1, 10*time.Millisecond)} {
 		_, err := reentrant.NewRedlock(nodes[:3], o)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 	}
@@ -126,7 +125,7 @@ func TestRedlockTokensAndReentry(t *testing.T) {
 						// nodes, before late grants waited for their lease
 						// (TestRedlockLateGrants): say what each node held.
 						for j, node := range s.nodes {
-							st, ierr := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
+							st, ierr := scripts.Inspect(t.Context(), node, scripts.KeysFor(prefix, name))
 							t.Logf("node %d: %+v %v", j, st, ierr)
 						}
 						t.Logf("lease: token %d owner %s", l.Token(), l.Owner())
@@ -236,7 +235,7 @@ func TestRedlockLossReported(t *testing.T) {
 		// one left says held, a majority says gone.
 		holders := func() (in []int) {
 			for i, n := range s.nodes {
-				st, err := scripts.Inspect(t.Context(), n, scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
+				st, err := scripts.Inspect(t.Context(), n, scripts.KeysFor(prefix, name))
 				if err == nil && st.Held && st.Token == l.Token() {
 					in = append(in, i)
 				}
@@ -364,7 +363,7 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 		for _, how := range []string{"unlock", "force"} {
 			t.Run(how, func(t *testing.T) {
 				name := testenv.Unique(t)
-				channel := scripts.SharedKeysFor(prefix, name).Lock + ":w"
+				channel := scripts.KeysFor(prefix, name).Lock + ":w"
 				listeners := func() (n int64) {
 					for _, rdb := range s.nodes {
 						m, err := rdb.PubSubNumSub(t.Context(), channel).Result()
@@ -499,7 +498,7 @@ func (h *heldGrants) arm(t *testing.T) (release func()) {
 func TestRedlockLateGrants(t *testing.T) {
 	const ttl = 30 * time.Second // the window (the grants' deadline) is far off
 	state := func(t *testing.T, node redis.UniversalClient, name string) scripts.State {
-		st, err := scripts.Inspect(t.Context(), node, scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
+		st, err := scripts.Inspect(t.Context(), node, scripts.KeysFor(prefix, name))
 		require.NoError(t, err)
 		return st
 	}
@@ -543,7 +542,7 @@ func TestRedlockLateGrants(t *testing.T) {
 			// attempt's proposal where the attempt chose another token
 			// (the majority refused it), which it then cannot lower; the
 			// proposal was never handed out, and only raised the counter.
-			require.GreaterOrEqual(t, state(t, s.nodes[2], name).LastToken, l.Token(), "the node remembers the token")
+			require.GreaterOrEqual(t, state(t, s.nodes[2], name).Counter, l.Token(), "the node remembers the token")
 		})
 
 		t.Run("reentry, landing after its Unlock", func(t *testing.T) {
@@ -578,12 +577,12 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		h, late := holdGrants(t, s.nodes[2])
 		c := newRedlock(t, []redis.UniversalClient{s.nodes[0], s.nodes[1], late}, reentrant.WithTTL(30*time.Second))
 		name := testenv.Unique(t)
-		k := scripts.SharedKeysFor(prefix, name)
+		k := scripts.KeysFor(prefix, name)
 		outer, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
 		for i, node := range s.nodes {
 			require.True(t, testenv.Await(10*time.Second, func() bool {
-				st, err := scripts.Inspect(t.Context(), node, k, scripts.Tokens{})
+				st, err := scripts.Inspect(t.Context(), node, k)
 				return err == nil && st.Held && !st.Pending && st.Token == outer.Token()
 			}), "node %d never held the token", i)
 		}
@@ -599,7 +598,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, err, "one holding node and one whose counter is the token make a majority")
 		require.Equal(t, outer.Token(), inner.Token())
 		require.Equal(t, int64(2), inner.Depth())
-		st, err := scripts.Inspect(t.Context(), s.nodes[0], k, scripts.Tokens{})
+		st, err := scripts.Inspect(t.Context(), s.nodes[0], k)
 		require.NoError(t, err)
 		require.True(t, st.Held && !st.Pending && st.Token == outer.Token(), "node 0 holds the token again: %+v", st)
 
@@ -607,7 +606,7 @@ func TestRedlockReentryWhereTheHoldIsGone(t *testing.T) {
 		require.NoError(t, outer.Unlock(t.Context()))
 		for i, node := range s.nodes {
 			require.True(t, testenv.Await(10*time.Second, func() bool {
-				st, err := scripts.Inspect(t.Context(), node, k, scripts.Tokens{})
+				st, err := scripts.Inspect(t.Context(), node, k)
 				return err == nil && !st.Held
 			}), "node %d still holds the lock", i)
 		}
@@ -753,9 +752,9 @@ func TestRedlockRestartEmptyBehindAPartition(t *testing.T) {
 			first = l.Token()
 			require.NoError(t, l.Unlock(t.Context()))
 		}
-		require.Empty(t, nodes[2].Get(t.Context(), scripts.SharedKeysFor(prefix, name).Counter).Val(), "C never saw a token")
+		require.Empty(t, nodes[2].Get(t.Context(), scripts.KeysFor(prefix, name).Counter).Val(), "C never saw a token")
 		srvs[1].Crash(0)
-		require.Empty(t, nodes[1].Get(t.Context(), scripts.SharedKeysFor(prefix, name).Counter).Val(), "B restarted empty")
+		require.Empty(t, nodes[1].Get(t.Context(), scripts.KeysFor(prefix, name).Counter).Val(), "B restarted empty")
 		time.Sleep(wait)
 		l, err := noA.Lock(t.Context(), name)
 		require.NoError(t, err)

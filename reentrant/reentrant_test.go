@@ -23,6 +23,15 @@ import (
 
 const prefix = "rftest"
 
+// strictPrefix is the prefix of the tests' WithStrictTokens clients on a
+// shared server: every client of a prefix must use one token mode (a strict
+// client refuses a name whose slot has a time-token floor, and a time-token
+// client a name with a strict counter: TestTokenModesOnOnePrefixRefused).
+const strictPrefix = prefix + "-strict"
+
+// strictOpts are the options of a WithStrictTokens client under strictPrefix.
+var strictOpts = []reentrant.ClientOption{reentrant.WithStrictTokens(), reentrant.WithPrefix(strictPrefix)}
+
 func newClient(t *testing.T, rdb redis.UniversalClient, opts ...reentrant.ClientOption) *reentrant.Client {
 	t.Helper()
 	c, err := reentrant.New(rdb, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix)}, opts...)...)
@@ -56,20 +65,31 @@ func waitRenewed(t *testing.T, l *reentrant.Lease, by time.Duration) {
 }
 
 // assertShape checks the invariant after every acquire, reentry and extend
-// with the default options: the lease runs, the lock hash expires the
-// record time after it, and the slot's floor lives (the name has no
-// counter of its own).
+// with the default options: the hold is a hash of the owner, the token and
+// one field per level (no metadata here, no waiter), whose key's own
+// expiry is the lease; the slot's floor lives, and expires; the name has
+// no strict counter, no queue and no forced-unlock record.
 func assertShape(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
-	k := scripts.SharedKeysFor(prefix, name)
-	st, err := scripts.Inspect(t.Context(), rdb, k, scripts.Tokens{})
+	k := scripts.KeysFor(prefix, name)
+	st, err := scripts.Inspect(t.Context(), rdb, k)
 	require.NoError(t, err)
 	require.Greater(t, st.TTL, time.Duration(0), "the lease of %s must run", k.Lock)
 	ttl := rdb.PTTL(t.Context(), k.Lock).Val()
-	require.Greater(t, ttl, st.TTL, "lock hash %s must outlive its lease", k.Lock)
-	require.LessOrEqual(t, ttl, st.TTL+reentrant.DefaultRecordExpiry+time.Second, "lock hash %s must expire the record time after its lease", k.Lock)
+	require.Greater(t, ttl, time.Duration(0), "the hold %s expires", k.Lock)
+	require.LessOrEqual(t, ttl, st.TTL, "the hold %s expires when its lease ends, not later", k.Lock)
+	fields := rdb.HGetAll(t.Context(), k.Lock).Val()
+	require.Equal(t, st.Owner, fields["o"], "%s: %v", k.Lock, fields)
+	require.Equal(t, st.Token.String(), fields["t"], "%s: %v", k.Lock, fields)
+	require.Len(t, fields, 2+len(st.Levels), "%s: o, t and one field per level: %v", k.Lock, fields)
+	for _, id := range st.Levels {
+		require.Contains(t, fields, "l:"+id)
+	}
 	require.Greater(t, rdb.PTTL(t.Context(), k.Floor).Val(), time.Duration(0), "floor %s must live, and expire", k.Floor)
-	require.Equal(t, time.Duration(-2), rdb.PTTL(t.Context(), k.Counter).Val(), "no counter %s", k.Counter)
+	require.GreaterOrEqual(t, st.Floor, st.Token, "floor %s is at least the token", k.Floor)
+	for _, key := range []string{k.Counter, k.Queue, k.Forced} {
+		require.Equal(t, time.Duration(-2), rdb.PTTL(t.Context(), key).Val(), "no key %s", key)
+	}
 }
 
 func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
@@ -97,7 +117,8 @@ func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
 		require.True(t, st.Held)
 		require.EqualValues(t, 3, st.Depth)
 		require.Equal(t, outer.Token(), st.Token)
-		require.Equal(t, outer.Token(), st.LastToken)
+		// The slot's floor: other tests' names of the slot may have raised it.
+		require.GreaterOrEqual(t, st.LastToken, outer.Token())
 		require.Greater(t, st.TTL, time.Duration(0))
 
 		// Another owner cannot take it while any depth remains, and unlock
@@ -116,10 +137,11 @@ func TestReentryKeepsTokenAndCountsDepth(t *testing.T) {
 		require.NoError(t, next.Unlock(t.Context()))
 		st, err = c.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.GreaterOrEqual(t, st.Floor, next.Token(), "the slot's floor is at least the last token")
-		st.Floor = 0 // the slot's: other tests' names of the slot may have raised it
-		require.Equal(t, reentrant.State{Name: name, LastToken: next.Token(), LastOwner: string(next.Owner()),
-			Ended: []reentrant.Ended{{Owner: string(next.Owner()), Token: next.Token()}}}, st)
+		require.GreaterOrEqual(t, st.LastToken, next.Token(), "the slot's floor is at least the last token")
+		st.LastToken = 0 // the slot's: other tests' names of the slot may have raised it
+		require.Equal(t, reentrant.State{Name: name}, st, "a released name keeps nothing but its floor")
+		k := scripts.KeysFor(prefix, name)
+		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter, k.Forced).Val(), "no key of the name's own")
 	})
 }
 
@@ -386,7 +408,7 @@ func TestLeaseTTL(t *testing.T) {
 		require.NoError(t, err)
 		require.Greater(t, first, 50*time.Second)
 		require.LessOrEqual(t, first, time.Minute)
-		time.Sleep(50 * time.Millisecond)
+		elapse(b, 50*time.Millisecond) // miniredis's clock too
 		later, err := l.TTL(ctx)
 		require.NoError(t, err)
 		require.Less(t, later, first, "TTL must not extend the lock")
@@ -400,8 +422,9 @@ func TestLeaseTTL(t *testing.T) {
 		_, err = inner.TTL(ctx)
 		require.ErrorIs(t, err, reentrant.ErrNotHeld, "an unlocked level")
 
-		// The lease runs out in Redis and another owner takes the lock.
-		require.NoError(t, b.Client.HSet(ctx, scripts.SharedKeysFor(prefix, name).Lock, "x", "1").Err())
+		// The hold goes from Redis (its lease run out, or an operator's
+		// DEL) and another owner takes the lock.
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, name).Lock).Err())
 		other, err := newClient(t, b.Client).TryLock(ctx, name)
 		require.NoError(t, err)
 		_, err = l.TTL(ctx)
@@ -440,18 +463,19 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)
 		require.False(t, st.Held, "the lock must be released when fn panics")
-		require.Positive(t, st.LastToken, "the record names the ownership")
+		require.Positive(t, st.LastToken, "the floor holds the ownership's token")
 	})
 }
 
 // A nil fn is refused before anything is acquired.
 func TestDoNilFn(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		c, name := newClient(t, b.Client), testenv.Unique(t)
+		// A prefix of its own: no other name raised the floor of its slot.
+		c, name := newClient(t, b.Client, reentrant.WithPrefix(testenv.Unique(t))), testenv.Unique(t)
 		require.ErrorIs(t, c.Do(t.Context(), name, nil), reentrant.ErrInvalid)
 		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.Zero(t, st.LastToken, "nothing may have been acquired")
+		require.Equal(t, reentrant.State{Name: name}, st, "nothing may have been acquired")
 	})
 }
 
@@ -557,42 +581,53 @@ func TestNilArguments(t *testing.T) {
 	require.NoError(t, l.Unlock(t.Context()))
 }
 
-// Inspect says whose the last ownership was and that it was released, names
-// with glob characters included.
-func TestInspectAttributesEndedOwnerships(t *testing.T) {
+// Inspect of a lock held at depth 2, then 1, then released, names with
+// glob characters included: the holder's state while held; once released,
+// nothing but LastToken (no owner, token, levels or lease), and another
+// name's lock does not show.
+func TestInspectHeldThenReleased(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c := newClient(t, b.Client)
 		name := testenv.Unique(t) + "*?[x]\\{}"
-		l, err := c.Lock(t.Context(), name)
+		l, err := c.Lock(t.Context(), name, reentrant.WithMetadata("job"))
 		require.NoError(t, err)
 		inner, err := c.Lock(l.Context(), name)
 		require.NoError(t, err)
-		require.NoError(t, l.Unlock(t.Context()))
 		st, err := c.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.Empty(t, st.Ended, "a partial release ends nothing")
-		require.Equal(t, string(l.Owner()), st.LastOwner)
+		require.ElementsMatch(t, []string{l.ID(), inner.ID()}, st.Levels)
+		require.NoError(t, l.Unlock(t.Context()))
+		st, err = c.Inspect(t.Context(), name)
+		require.NoError(t, err)
+		require.True(t, st.Held, "a partial release ends nothing")
+		require.Equal(t, string(l.Owner()), st.Owner)
+		require.Equal(t, l.Token(), st.Token)
+		require.EqualValues(t, 1, st.Depth)
+		require.Equal(t, []string{inner.ID()}, st.Levels, "the outer level went, the inner one stays")
+		require.Equal(t, "job", st.Meta)
+		require.Positive(t, st.TTL)
+		require.GreaterOrEqual(t, st.LastToken, l.Token())
 		require.NoError(t, inner.Unlock(t.Context()))
-		_, err = c.TryLock(t.Context(), testenv.Unique(t)) // another name's lock is not listed
+		other, err := c.TryLock(t.Context(), testenv.Unique(t)) // another name's lock is not shown
 		require.NoError(t, err)
 		st, err = c.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.False(t, st.Held)
-		require.Equal(t, []reentrant.Ended{{Owner: string(l.Owner()), Token: l.Token()}}, st.Ended)
-		require.Equal(t, string(l.Owner()), st.LastOwner)
-		require.Equal(t, l.Token(), st.LastToken)
+		require.GreaterOrEqual(t, st.LastToken, l.Token(), "the floor of the name's slot")
+		st.LastToken = 0
+		require.Equal(t, reentrant.State{Name: name}, st)
+		require.NoError(t, other.Unlock(t.Context()))
 	})
 }
 
 // The types Inspect hands out are this package's own, so that go doc shows
 // their fields here, not behind an alias of an internal package.
 func TestInspectTypesAreOwn(t *testing.T) {
-	for _, v := range []any{reentrant.State{}, reentrant.Ended{}, reentrant.Forced{}} {
+	for _, v := range []any{reentrant.State{}, reentrant.Forced{}} {
 		typ := reflect.TypeOf(v)
 		require.Equal(t, "github.com/redfence/redfence/reentrant", typ.PkgPath(), "%v is an alias of another package's type", typ)
 	}
 	typ := reflect.TypeOf(reentrant.State{})
-	for _, f := range []string{"Ended", "Forced"} {
+	for _, f := range []string{"Forced"} {
 		ft, ok := typ.FieldByName(f)
 		require.True(t, ok, f)
 		for ft.Type.Kind() == reflect.Slice || ft.Type.Kind() == reflect.Pointer {
@@ -707,7 +742,7 @@ func TestErrorsPrefixedAndNamesCut(t *testing.T) {
 func TestForeignValueLeftUntouched(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		c, name := newClient(t, b.Client), testenv.Unique(t)
-		k := scripts.SharedKeysFor(prefix, name)
+		k := scripts.KeysFor(prefix, name)
 		require.NoError(t, b.Client.RPush(t.Context(), k.Lock, "mine").Err())
 		for _, f := range []func() error{
 			func() error { _, err := c.TryLock(t.Context(), name); return err },
@@ -732,7 +767,7 @@ func TestUncontendedRoundTrips(t *testing.T) {
 		for _, mode := range []struct {
 			name string
 			opts []reentrant.ClientOption
-		}{{"counter", []reentrant.ClientOption{reentrant.WithStrictTokens()}}, {"time", nil}} {
+		}{{"counter", strictOpts}, {"time", nil}} {
 			t.Run(mode.name, func(t *testing.T) {
 				rdb := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 				t.Cleanup(func() { _ = rdb.Close() })

@@ -14,19 +14,34 @@ import (
 // the owner, the token and the level, so a stale lease never touches a later
 // ownership and a retried Unlock is applied at most once.
 //
-// Unlock returns ErrNotHeld when the lease was already unlocked, expired or
-// superseded, and also, joined with the loss's cause (ErrLost), when it
-// was lost before Unlock was called although Redis still held the lock
-// (within the safety margin), which Unlock then released; ErrInvalid for a
-// nil ctx; the context's error when ctx ended before Redis answered (call
-// Unlock again to learn the outcome); Redis errors, wrapped. It works after
-// the Client is closed.
+// A retried Unlock (go-redis's retry after a lost reply, or the caller's
+// after an error) is answered as its first attempt while nobody has taken
+// the lock since and the lease has not run out: nil once the lock is
+// released. Otherwise Unlock cannot tell whether an earlier attempt
+// released the lock: it returns ErrNotHeld saying the release is
+// unconfirmed, which is not ErrLost.
+//
+// Unlock returns ErrNotHeld when the lease was already unlocked, when a
+// forced unlock ended it (saying who), when the release is unconfirmed
+// (above), and, joined with the loss's cause (ErrLost), when it was lost
+// before Unlock was called (Redis may have held the lock still, within
+// the safety margin, which Unlock then released); ErrInvalid for a nil
+// ctx; the context's error when ctx ended before Redis answered (call
+// Unlock again to learn the outcome); Redis errors, wrapped. It works
+// after the Client is closed.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return opErr("unlock", "", errNilLease)
 	}
 	return opErr("unlock", l.name, l.unlock(ctx))
 }
+
+// errUnconfirmed is the error of a release that found the lock no longer
+// this ownership's, while nothing says why: its first attempt may have
+// released it, and someone may have taken it since.
+var errUnconfirmed = fmt.Errorf("%w: release unconfirmed: the lock is no longer this lease's "+
+	"(an earlier attempt of this Unlock may have released it, or an operator deleted it, "+
+	"and another owner has taken it since)", ErrNotHeld)
 
 func (l *Lease) unlock(ctx context.Context) error {
 	if ctx == nil {
@@ -46,35 +61,49 @@ func (l *Lease) unlock(ctx context.Context) error {
 	if !errors.Is(lost, ErrLost) || errors.Is(lost, ErrClosed) {
 		lost = nil
 	}
-	var out outcome[int64]
+	var out outcome[released]
 	if l.c.inline(ctx) { // see ranInline
-		n, err := l.release(ctx)
-		out = ranInline(ctx, n, err)
+		r, err := l.release(ctx)
+		out = ranInline(ctx, r, err)
 	} else {
 		out = bounded(l.c, ctx, CleanupBudget/2, l.release, nil)
 	}
-	n, err := out.v, out.err
+	r, err := out.v, out.err
 	if err != nil {
 		return err
 	}
 	l.unlocked = true
 	defer l.c.dropRef(l.own)
-	if n < 0 {
-		return l.goneFromRedis(extendResult{}) // the lease ends with its ownership's cause
+	switch {
+	case r.forced != nil:
+		return l.goneFromRedis(r.forced)
+	case lost != nil && r.left <= 0:
+		l.end(lost)
+		how := "Redis still held the lock, which is now released"
+		if r.left < 0 {
+			how = "Redis no longer held it"
+		}
+		return fmt.Errorf("%w: the lease was lost before Unlock (%s): %w", ErrNotHeld, how, bare(lost))
+	case r.left < 0 && !r.free:
+		l.end(errUnconfirmed)
+		l.own.end(errUnconfirmed)
+		return errUnconfirmed
 	}
+	// Released: by this call, by an earlier attempt of it (r.free), or
+	// one level of a deeper hold.
 	l.end(ErrReleased)
-	if n == 0 {
+	if r.left <= 0 {
 		l.own.end(ErrReleased)
 		l.c.emit(Event{Kind: Released, Name: l.name, Token: l.token})
 	}
 	if lost != nil {
-		return fmt.Errorf("%w: the lease was lost before Unlock (Redis still held the lock, which is now released): %w", ErrNotHeld, bare(lost))
+		return fmt.Errorf("%w: the lease was lost before Unlock (Redis still held the lock): %w", ErrNotHeld, bare(lost))
 	}
 	return nil
 }
 
 // release sends one release of l's level.
-func (l *Lease) release(ctx context.Context) (int64, error) {
+func (l *Lease) release(ctx context.Context) (released, error) {
 	return l.c.be.release(ctx, l.ref, l.owner, l.token, l.level)
 }
 

@@ -268,7 +268,7 @@ func (o *ownership) renewed(r extendResult) {
 		o.confirm(r.sent, o.cfg.ttl)
 		o.c.emit(Event{Kind: Renewed, Name: o.key.name, Token: o.token})
 	case r.err == nil:
-		o.lose(o.lostErr(ErrGone, r.goneReason("renewal"), nil))
+		o.lose(o.lostErr(ErrGone, goneReason(r.forced, "renewal"), nil))
 	case refused(r.err):
 		o.lose(o.lostErr(ErrGone, "renewal refused", r.err))
 	default:

@@ -95,7 +95,7 @@ func (h *traffic) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 				h.fcalls.Add(1)
 			}
 			if len(a) > 3 {
-				keys = append(keys, a[3].(string))
+				keys = append(keys, fmt.Sprint(a[3])) // a string, or the scripts' own argument type
 			}
 		}
 		if evalsha {
@@ -322,7 +322,7 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 		b.Client.AddHook(h)
 		c := newClient(t, b.Client, reentrant.WithTTL(ttl))
 		leases := lockMany(t, c, n)
-		key := func(l *reentrant.Lease) string { return scripts.SharedKeysFor(prefix, l.Name()).Lock }
+		key := func(l *reentrant.Lease) string { return scripts.KeysFor(prefix, l.Name()).Lock }
 		lost, foreign, kept := leases[:3], leases[3], leases[4:]
 		before := make([]time.Time, len(kept))
 		for i, l := range kept {
@@ -359,7 +359,7 @@ func TestRenewalBatchMixesLostAndHeld(t *testing.T) {
 			require.ErrorIs(t, l.Err(), reentrant.ErrLost)
 		}
 		for _, l := range lost {
-			require.ErrorContains(t, l.Err(), "renewal found it expired")
+			require.ErrorContains(t, l.Err(), "renewal found it gone")
 		}
 		require.ErrorIs(t, foreign.Err(), reentrant.ErrForeign)
 		// RenewAllNow applied the replies before returning: the held ones
@@ -484,7 +484,7 @@ func renewerNotHeldBack(t *testing.T, rdb *redis.Client) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no renewal pipeline was sent")
 	}
-	require.Equal(t, []string{scripts.SharedKeysFor(prefix, stuck.Name()).Lock}, hung)
+	require.Equal(t, []string{scripts.KeysFor(prefix, stuck.Name()).Lock}, hung)
 
 	h.mu.Lock()
 	h.record = true
@@ -532,7 +532,7 @@ func TestLoggerAndObserver(t *testing.T) {
 
 	l, err = c.Lock(ctx, name)
 	require.NoError(t, err)
-	m.Del(scripts.SharedKeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
+	m.Del(scripts.KeysFor(prefix, name).Lock) // the lock vanishes: the next renewal finds it gone
 	awaitDone(t, l, 30*time.Second)
 	require.Eventually(t, func() bool { return count(&mu, &events, reentrant.Lost) == 1 }, 30*time.Second, 5*time.Millisecond,
 		"one loss reported; events: %v", eventList{&mu, &events})
@@ -613,7 +613,7 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		const handoff, renew = 4 * time.Second, time.Second
 		ctx, name := t.Context(), testenv.Unique(t)
-		key := scripts.SharedKeysFor(prefix, name).Lock
+		key := scripts.KeysFor(prefix, name).Lock
 		var mu sync.Mutex
 		var renewalsSent []time.Time
 		b.Client.AddHook(testenv.Hook{Sent: func(cmds []redis.Cmder, pipe bool) {
@@ -621,7 +621,7 @@ func TestHandedLockNotRenewedAtOnce(t *testing.T) {
 				return
 			}
 			for _, c := range cmds {
-				if a := c.Args(); len(a) > 3 && a[3] == key {
+				if a := c.Args(); len(a) > 3 && fmt.Sprint(a[3]) == key {
 					mu.Lock()
 					renewalsSent = append(renewalsSent, time.Now())
 					mu.Unlock()
@@ -671,7 +671,7 @@ func TestReleasedLeasesLeaveTheRenewalSchedule(t *testing.T) {
 	leases := lockMany(t, c, n)
 	keys := map[string]*reentrant.Lease{}
 	for _, l := range leases {
-		keys[scripts.SharedKeysFor(prefix, l.Name()).Lock] = l
+		keys[scripts.KeysFor(prefix, l.Name()).Lock] = l
 	}
 	order := rand.Perm(n)
 	released := map[*reentrant.Lease]bool{}

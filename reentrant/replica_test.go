@@ -5,7 +5,6 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,7 +30,7 @@ func TestReplicaAckSurvivesFailover(t *testing.T) {
 	ctx := t.Context()
 	c := newClient(t, primary.Client(), reentrant.WithReplicaAck(1, 2*time.Second))
 	name := testenv.Unique(t)
-	k := scripts.SharedKeysFor(prefix, name)
+	k := scripts.KeysFor(prefix, name)
 
 	var handed fence.Token
 	for range 3 {
@@ -134,14 +133,14 @@ func TestClusterReplicaAck(t *testing.T) {
 		conn := c.ReplicasOf(m)[0].Client().Conn()
 		defer conn.Close()
 		require.NoError(t, conn.ReadOnly(ctx).Err())
-		v, err := lockToken(ctx, conn, scripts.SharedKeysFor(prefix, name).Lock)
+		v, err := lockToken(ctx, conn, scripts.KeysFor(prefix, name).Lock)
 		require.NoError(t, err)
 		return fence.Token(v)
 	}
 	nameOn := func(m *redisproc.Server) string {
 		for i := 0; ; i++ {
 			name := fmt.Sprintf("ack{%d}-%d", time.Now().UnixNano(), i)
-			if c.MasterOf(hashslot.Of(scripts.SharedKeysFor(prefix, name).Lock)) == m {
+			if c.MasterOf(hashslot.Of(scripts.KeysFor(prefix, name).Lock)) == m {
 				return name
 			}
 		}
@@ -191,7 +190,7 @@ func TestClusterReplicaAck(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 	dst := c.Masters()[1]
-	c.MigrateSlot(hashslot.Of(scripts.SharedKeysFor(prefix, name).Lock), dst, 10, 0)
+	c.MigrateSlot(hashslot.Of(scripts.KeysFor(prefix, name).Lock), dst, 10, 0)
 	l, err = lc.Lock(ctx, name)
 	require.NoError(t, err, "after the move")
 	require.GreaterOrEqual(t, onReplica(dst, name), l.Token())
@@ -303,7 +302,7 @@ func TestReplicaAckLockMulti(t *testing.T) {
 	m, err := c.LockMulti(ctx, names)
 	require.NoError(t, err)
 	for _, n := range names {
-		got, err := lockToken(ctx, replica.Client(), scripts.SharedKeysFor(prefix, n).Lock)
+		got, err := lockToken(ctx, replica.Client(), scripts.KeysFor(prefix, n).Lock)
 		require.NoError(t, err)
 		require.Equal(t, m.Token(n), fence.Token(got), "%s: an acknowledged token is on the replica", n)
 	}
@@ -320,12 +319,8 @@ func TestReplicaAckLockMulti(t *testing.T) {
 	replica.Resume()
 }
 
-// lockToken reads the token of the lock key (its t), a hash or a hold kept
-// as a string, from rdb (a replica).
+// lockToken reads the token of the hold at key (its field t) from rdb (a
+// replica).
 func lockToken(ctx context.Context, rdb redis.Cmdable, key string) (uint64, error) {
-	v, err := testenv.LockField(ctx, rdb, key, "t")
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(v, 10, 64)
+	return rdb.HGet(ctx, key, "t").Uint64()
 }

@@ -36,7 +36,7 @@ type single struct {
 const batchLeaders = 2
 
 func newSingle(c *Client, rdb redis.UniversalClient, id string) *single {
-	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), space: keyspaceOf(c.cfg, rdb),
+	s := &single{c: c, rdb: rdb, note: newNotifier(rdb, c.cfg.prefix, id, c.goBackground), space: keyspace{prefix: c.cfg.prefix},
 		tokens: tokensOf(c.cfg), retries: retries(rdb), calls: rdb}
 	if r, ok := rdb.(*redis.Client); ok && !c.deadlines {
 		s.calls = scripts.Batch(r, batchLeaders)
@@ -80,10 +80,11 @@ func (s *single) request(r *call) scripts.Request {
 // Each call below is sent again while a Cluster refuses it for now (see
 // retryBusy).
 
-func (s *single) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (int64, error) {
+func (s *single) release(ctx context.Context, ref lockRef, owner Owner, tok fence.Token, level string) (released, error) {
 	k := keysOf(ref, s.space)
-	return retryBusy(s, ctx, func(ctx context.Context) (int64, error) {
-		return scripts.Release(ctx, s.calls, k, string(owner), tok, level, s.tokens)
+	return retryBusy(s, ctx, func(ctx context.Context) (released, error) {
+		r, err := scripts.Release(ctx, s.calls, k, string(owner), tok, level, s.tokens)
+		return releasedOf(r), err
 	})
 }
 
@@ -93,7 +94,7 @@ func (s *single) extend(ctx context.Context, req *extendReq) extendResult {
 	k := keysOf(req.ref, s.space)
 	r, err := retryBusy(s, ctx, func(ctx context.Context) (extendResult, error) {
 		sent := time.Now()
-		r, err := scripts.ExtendWhy(ctx, s.rdb, k, string(req.owner), req.token, req.ttl, s.tokens)
+		r, err := scripts.ExtendWhy(ctx, s.rdb, k, string(req.owner), req.token, req.ttl)
 		return extendResult{held: r.Held, forced: forcedOf(r.Forced), sent: sent}, err
 	})
 	r.err = err
@@ -104,7 +105,7 @@ func (s *single) extend(ctx context.Context, req *extendReq) extendResult {
 // refused for now in another, until each has another answer or ctx ends.
 func (s *single) extendBatch(ctx context.Context, reqs []*extendReq) []extendResult {
 	sreqs := prepared(reqs, s.space)
-	res := scripts.ExtendBatch(ctx, s.rdb, sreqs, s.tokens)
+	res := scripts.ExtendBatch(ctx, s.rdb, sreqs)
 	s.resendBusy(ctx, sreqs, res)
 	return extendResults(res)
 }
@@ -112,9 +113,9 @@ func (s *single) extendBatch(ctx context.Context, reqs []*extendReq) []extendRes
 func (s *single) inspect(ctx context.Context, ref lockRef) (State, error) {
 	k := keysOf(ref, s.space)
 	st, err := retryBusy(s, ctx, func(ctx context.Context) (scripts.State, error) {
-		return scripts.Inspect(ctx, s.rdb, k, s.tokens)
+		return scripts.Inspect(ctx, s.rdb, k)
 	})
-	return stateOf(st), err
+	return stateOf(st, s.tokens.Time), err
 }
 
 func (s *single) force(ctx context.Context, ref lockRef, tok fence.Token) (forceResult, error) {

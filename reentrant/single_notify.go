@@ -80,9 +80,6 @@ func (n *notifier) register(ctx context.Context, lockKey, level string, w *waite
 	if n.closed {
 		return nil, ErrClosed
 	}
-	if w.wake == nil {
-		w.wake = make(chan struct{}, 1)
-	}
 	w.n, w.level, w.channel, w.slot = n, level, n.channel, slot
 	if slot >= 0 {
 		w.channel = n.shards.ref(slot)
@@ -97,6 +94,7 @@ func (n *notifier) register(ctx context.Context, lockKey, level string, w *waite
 func (n *notifier) listen(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	w.channelMade()
 	if n.closed {
 		return
 	}
@@ -131,6 +129,16 @@ func (n *notifier) run() {
 				n.poke(-1)
 			}
 		}
+	}
+}
+
+// channelMade makes w's wake channel, when it has none yet, under its
+// notifier's mutex: a Lock that takes the lock at its first attempt, the
+// common case, never needs one, and a message that comes before the call
+// listens finds it made.
+func (w *waiter) channelMade() {
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
 	}
 }
 
@@ -175,6 +183,7 @@ func (n *notifier) poke(slot int) {
 }
 
 func (w *waiter) poke() {
+	w.channelMade()
 	select {
 	case w.wake <- struct{}{}:
 	default:

@@ -132,7 +132,7 @@ func (s *single) resendBusy(ctx context.Context, reqs []scripts.ExtendReq, res [
 		for j, i := range idx {
 			retry[j] = reqs[i]
 		}
-		for j, x := range scripts.ExtendBatch(ctx, s.rdb, retry, s.tokens) {
+		for j, x := range scripts.ExtendBatch(ctx, s.rdb, retry) {
 			res[idx[j]] = x
 		}
 	}

@@ -3,8 +3,8 @@
 package reentrant_test
 
 import (
+	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -72,8 +72,8 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				srv := redisproc.Start(t)
 				c, name := newClient(t, srv.Client(), mode.opts...), testenv.Unique(t)
 				before := issue(t, c, name, 5)
-				k := scripts.SharedKeysFor(prefix, name)
-				require.NoError(t, srv.Client().Del(t.Context(), k.Lock, k.Queue, k.Counter, k.Floor).Err())
+				k := scripts.KeysFor(prefix, name)
+				require.NoError(t, srv.Client().Del(t.Context(), k.Lock, k.Queue, k.Counter, k.Forced, k.Floor).Err())
 				checkAfterLoss(t, mode.name, before, firstAfter(t, c, name))
 			})
 			t.Run("failover", func(t *testing.T) {
@@ -87,9 +87,9 @@ func TestDefaultTokensSurviveLostData(t *testing.T) {
 				primary.Kill()
 				replica.Resume()
 				replica.Promote()
-				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.SharedKeysFor(prefix, name), scripts.Tokens{})
+				got, err := scripts.Inspect(t.Context(), replica.Client(), scripts.KeysFor(prefix, name))
 				require.NoError(t, err)
-				require.Less(t, got.LastToken, before, "the promoted replica must have missed tokens")
+				require.Less(t, max(got.Counter, got.Floor), before, "the promoted replica must have missed tokens")
 				after := newClient(t, replica.Client(), mode.opts...)
 				checkAfterLoss(t, mode.name, before, firstAfter(t, after, name))
 			})
@@ -107,130 +107,171 @@ func checkAfterLoss(t *testing.T, mode string, before, after fence.Token) {
 }
 
 // With the default options every key a name writes expires: a released
-// name's record one to two record times after the release (a field of a
-// shared record hash; its own hash is deleted), the floor its idle time
-// after the last token; with WithStrictTokens the name's counter never
-// expires.
+// name leaves nothing but its slot's floor, which expires the floor's idle
+// time (7 days) after its last write, up to a sixteenth more; with
+// WithStrictTokens the name's counter is all it leaves, and never expires.
 func TestEveryKeyExpires(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		const idle = 7 * 24 * time.Hour
 		for _, c := range []struct {
-			opts       []reentrant.ClientOption
-			rec, floor time.Duration // 0: no such key; -1: never expires
-			desc       string
-		}{
-			{[]reentrant.ClientOption{reentrant.WithStrictTokens()}, 0, 0, "strict"},
-			{nil, reentrant.DefaultRecordExpiry, reentrant.DefaultCounterIdleExpiry, "default"},
-			{[]reentrant.ClientOption{reentrant.WithTimeTokens(), reentrant.WithCounterIdleExpiry(2 * time.Hour),
-				reentrant.WithRecordExpiry(20 * time.Second)}, 20 * time.Second, 2 * time.Hour, "2 h, 20 s"},
-		} {
-			// A prefix per case: clients with different record times would
-			// share record hashes, whose expiry the first record of a
-			// generation sets (docs/safety.md).
-			p := prefix + "-" + strings.ReplaceAll(c.desc, " ", "")
+			opts []reentrant.ClientOption
+			desc string
+		}{{[]reentrant.ClientOption{reentrant.WithStrictTokens()}, "strict"}, {nil, "default"}} {
+			// A prefix per mode: one prefix, one token mode.
+			p := prefix + "-" + c.desc
 			lc, name := newClient(t, b.Client, append(c.opts, reentrant.WithPrefix(p))...), testenv.Unique(t)
 			l, err := lc.Lock(t.Context(), name)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(t.Context()))
-			k := scripts.SharedKeysFor(p, name)
-			within := func(key string, want time.Duration) {
-				t.Helper()
-				ttl := b.Client.PTTL(t.Context(), key).Val()
-				switch want {
-				case 0:
-					require.Equal(t, time.Duration(-2), ttl, "%s: %s must not exist", c.desc, key)
-				default:
-					require.Greater(t, ttl, want-time.Minute/2, "%s: %s", c.desc, key)
-					require.LessOrEqual(t, ttl, want, "%s: %s", c.desc, key)
-				}
+			k := scripts.KeysFor(p, name)
+			for _, key := range []string{k.Lock, k.Queue, k.Forced} {
+				require.Equal(t, time.Duration(-2), b.Client.PTTL(t.Context(), key).Val(), "%s: %s must not exist", c.desc, key)
 			}
-			if c.rec == 0 {
-				require.Equal(t, time.Duration(-1), b.Client.PTTL(t.Context(), k.Counter).Val(), "the strict counter never expires")
-				within(k.Lock, 0)
-			} else {
-				// Released cleanly, the name is stowed: no hash, and its
-				// record a field of a shared record hash that expires one
-				// to two record times after the release.
-				within(k.Lock, 0)
-				rttl := recordTTL(t, b.Client, k, c.rec)
-				require.Greater(t, rttl, c.rec-time.Minute/2, "%s: the record lives the record time", c.desc)
-				require.LessOrEqual(t, rttl, 2*c.rec, "%s: and at most twice it", c.desc)
-				within(k.Floor, c.floor)
-				within(k.Counter, 0)
-			}
-			within(k.Queue, 0)
 			st, err := lc.Inspect(t.Context(), name)
 			require.NoError(t, err)
-			require.Equal(t, l.Token(), st.LastToken)
-			require.Equal(t, string(l.Owner()), st.LastOwner, "the record names the last owner")
+			if c.desc == "strict" {
+				require.Equal(t, time.Duration(-1), b.Client.PTTL(t.Context(), k.Counter).Val(), "the strict counter never expires")
+				require.Equal(t, time.Duration(-2), b.Client.PTTL(t.Context(), k.Floor).Val(), "no floor")
+				require.Equal(t, reentrant.State{Name: name, LastToken: l.Token()}, st, "the counter is the last token")
+				continue
+			}
+			require.Equal(t, time.Duration(-2), b.Client.PTTL(t.Context(), k.Counter).Val(), "no strict counter")
+			ttl := b.Client.PTTL(t.Context(), k.Floor).Val()
+			require.Greater(t, ttl, idle-time.Minute, "the floor %s outlives its last write by the idle time", k.Floor)
+			require.LessOrEqual(t, ttl, idle+idle/16, "and by at most a sixteenth more")
+			require.GreaterOrEqual(t, st.LastToken, l.Token(), "the floor is at least the last token")
 		}
-		// The idle expiry is at least an hour (MinCounterIdleExpiry): only
-		// miniredis's clock can pass it in a test.
+		// Only miniredis's clock can pass the idle time in a test: past it
+		// nothing is left, and the next token is still above the last.
 		if b.Mini == nil {
 			return
 		}
-		// Released, the name has no key of its own; past twice the record
-		// time, no record either; past the idle time, nothing at all. The
-		// next token is still above the last.
-		lc, name := newClient(t, b.Client, reentrant.WithCounterIdleExpiry(time.Hour)), testenv.Unique(t)
+		lc, name := newClient(t, b.Client), testenv.Unique(t)
 		last := issue(t, lc, name, 3)
-		k := scripts.SharedKeysFor(prefix, name)
-		testenv.Advance(b.Mini, 2*reentrant.DefaultRecordExpiry+time.Millisecond)
-		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter).Val())
-		require.EqualValues(t, 1, b.Client.Exists(t.Context(), k.Floor).Val())
+		k := scripts.KeysFor(prefix, name)
+		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter, k.Forced).Val())
 		st, err := lc.Inspect(t.Context(), name)
 		require.NoError(t, err)
-		require.Equal(t, reentrant.State{Name: name, Floor: last}, st, "only the slot's floor is left")
-		testenv.Advance(b.Mini, time.Hour)
-		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter, k.Floor).Val())
+		require.Equal(t, reentrant.State{Name: name, LastToken: last}, st, "only the slot's floor is left")
+		testenv.Advance(b.Mini, idle-time.Minute)
+		require.EqualValues(t, 1, b.Client.Exists(t.Context(), k.Floor).Val(), "the floor lives the idle time")
+		testenv.Advance(b.Mini, idle/16+time.Minute)
+		require.Zero(t, b.Client.Exists(t.Context(), k.Lock, k.Queue, k.Counter, k.Forced, k.Floor).Val(), "nothing is left")
 		require.Greater(t, issue(t, lc, name, 1), last)
 	})
 }
 
-func TestTimeTokenOptionsBadInput(t *testing.T) {
-	_, rdb := testenv.Mini(t)
-	for _, opts := range [][]reentrant.ClientOption{
-		{reentrant.WithStrictTokens(), reentrant.WithCounterIdleExpiry(24 * time.Hour)}, // the strict counter never expires
-		{reentrant.WithStrictTokens(), reentrant.WithRecordExpiry(time.Minute)},
-		{reentrant.WithStrictTokens(), reentrant.WithTimeTokens()},
-		{reentrant.WithTimeTokens(), reentrant.WithStrictTokens()},
-		{reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry - time.Millisecond)},
-		{reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry + time.Millisecond)},
-		{reentrant.WithCounterIdleExpiry(time.Hour + time.Microsecond)},
-		{reentrant.WithCounterIdleExpiry(2 * time.Hour), reentrant.WithTTL(3 * time.Hour)},
-		{reentrant.WithRecordExpiry(reentrant.MinRecordExpiry - time.Millisecond)},
-		{reentrant.WithRecordExpiry(time.Minute + time.Microsecond)},
-		{reentrant.WithCounterIdleExpiry(time.Hour), reentrant.WithRecordExpiry(2 * time.Hour)},
-	} {
-		_, err := reentrant.New(rdb, opts...)
-		require.ErrorIs(t, err, reentrant.ErrInvalid)
-	}
-	for _, opts := range [][]reentrant.ClientOption{
-		{reentrant.WithTimeTokens()},
-		{reentrant.WithStrictTokens()},
-		{reentrant.WithCounterIdleExpiry(reentrant.MinCounterIdleExpiry)},
-		{reentrant.WithCounterIdleExpiry(reentrant.MaxCounterIdleExpiry)},
-		{reentrant.WithRecordExpiry(reentrant.MinRecordExpiry)},
-		{reentrant.WithCounterIdleExpiry(time.Hour), reentrant.WithRecordExpiry(time.Hour)},
-	} {
-		c, err := reentrant.New(rdb, opts...)
-		require.NoError(t, err)
-		require.NoError(t, c.Close())
-	}
-}
-
-// Clients of both modes may share a name: each issues a token above the
-// counter, so tokens keep increasing whichever client takes the lock.
-func TestTokenModesShareAName(t *testing.T) {
+// Clients of one prefix must share a token mode: a time-token (default)
+// client that meets a name's strict counter, and a strict client that
+// meets the floor of the name's slot, are refused with ErrInvalid naming
+// the key, having written nothing, whichever came first and whether the
+// name is held or free: a name never has two holders, and neither mode
+// hands out a token below the other's. Clients of the two modes on
+// separate prefixes work side by side.
+func TestTokenModesOnOnePrefixRefused(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		strict, timed := newClient(t, b.Client, reentrant.WithStrictTokens()), newClient(t, b.Client)
-		name := testenv.Unique(t)
-		var last fence.Token
-		for _, c := range []*reentrant.Client{strict, timed, strict, timed, strict} {
-			tok := issue(t, c, name, 2)
-			require.Greater(t, tok, last)
-			last = tok
+		ctx, p := t.Context(), testenv.Unique(t)
+		strict := newClient(t, b.Client, reentrant.WithPrefix(p), reentrant.WithStrictTokens())
+		timed := newClient(t, b.Client, reentrant.WithPrefix(p))
+		// Two names in different slots, and a third in the slot of the second.
+		bc, slot := testenv.SameSlot(p, "b", 2)
+		a := testenv.NameWhere(p, "a", func(s int) bool { return s != slot })
+		ka, kb, kc := scripts.KeysFor(p, a), scripts.KeysFor(p, bc[0]), scripts.KeysFor(p, bc[1])
+		require.Equal(t, kb.Floor, kc.Floor)
+		require.NotEqual(t, ka.Floor, kb.Floor)
+		keys := func() []string { return snapshot(t, b.Client, ka, kb, kc) }
+		// refused checks that err is the mode refusal naming key, and that
+		// the call changed none of the names' keys (before: keys()).
+		refused := func(err error, key string, before []string) {
+			t.Helper()
+			require.ErrorIs(t, err, reentrant.ErrInvalid)
+			require.ErrorContains(t, err, key)
+			require.NotErrorIs(t, err, reentrant.ErrNotAcquired)
+			require.Equal(t, before, keys(), "a refused call writes nothing")
+		}
+		// wait is a Lock's context: a refusal must not wait for it to end.
+		wait := func() context.Context {
+			c, cancel := context.WithTimeout(ctx, time.Minute)
+			t.Cleanup(cancel)
+			return c
+		}
+
+		// The strict client first, on a: the time-token client is refused
+		// while a is held and after, on its counter.
+		sa, err := strict.Lock(ctx, a)
+		require.NoError(t, err)
+		require.Equal(t, fence.Token(1), sa.Token())
+		before := keys()
+		_, err = timed.TryLock(ctx, a)
+		refused(err, ka.Counter, before)
+		_, err = timed.Lock(wait(), a)
+		refused(err, ka.Counter, before)
+		_, err = timed.LockMulti(wait(), []string{bc[0], a})
+		refused(err, ka.Counter, before)
+		st, err := strict.Inspect(ctx, a)
+		require.NoError(t, err)
+		require.True(t, st.Held && st.Owner == string(sa.Owner()) && st.Depth == 1, "%+v", st)
+		require.NoError(t, sa.Unlock(ctx))
+		before = keys()
+		_, err = timed.TryLock(ctx, a)
+		refused(err, ka.Counter, before)
+		sa2, err := strict.Lock(ctx, a)
+		require.NoError(t, err)
+		require.Equal(t, fence.Token(2), sa2.Token(), "the strict counter goes on")
+		require.NoError(t, sa2.Unlock(ctx))
+
+		// The time-token client first, on b: the strict client is refused on
+		// b while it is held and after, and on c, never locked, of b's slot.
+		tb, err := timed.Lock(ctx, bc[0])
+		require.NoError(t, err)
+		require.Greater(t, tb.Token(), fence.Token(2))
+		before = keys()
+		for _, name := range bc {
+			_, err = strict.TryLock(ctx, name)
+			refused(err, kb.Floor, before)
+			_, err = strict.Lock(wait(), name)
+			refused(err, kb.Floor, before)
+		}
+		_, err = strict.LockMulti(wait(), []string{a, bc[1]})
+		refused(err, kb.Floor, before)
+		st, err = timed.Inspect(ctx, bc[0])
+		require.NoError(t, err)
+		require.True(t, st.Held && st.Owner == string(tb.Owner()) && st.Depth == 1, "%+v", st)
+		require.NoError(t, tb.Unlock(ctx))
+		before = keys()
+		for _, name := range bc {
+			_, err = strict.TryLock(ctx, name)
+			refused(err, kb.Floor, before)
+		}
+		tb2, err := timed.Lock(ctx, bc[0])
+		require.NoError(t, err)
+		require.Greater(t, tb2.Token(), tb.Token(), "the time tokens go on")
+		require.NoError(t, tb2.Unlock(ctx))
+
+		// Separate prefixes: each mode on its own, on the same names.
+		for _, name := range []string{a, bc[0]} {
+			s, err := newClient(t, b.Client, reentrant.WithPrefix(p+"-strict"), reentrant.WithStrictTokens()).Lock(ctx, name)
+			require.NoError(t, err)
+			tl, err := newClient(t, b.Client, reentrant.WithPrefix(p+"-time")).Lock(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, fence.Token(1), s.Token())
+			require.Greater(t, tl.Token(), tb2.Token())
+			require.NoError(t, s.Unlock(ctx))
+			require.NoError(t, tl.Unlock(ctx))
 		}
 	})
+}
+
+// snapshot is every key of the locks ks as testenv.Snapshot prints it.
+func snapshot(t *testing.T, rdb redis.UniversalClient, ks ...scripts.Keys) []string {
+	t.Helper()
+	var out []string
+	for _, k := range ks {
+		for _, key := range []string{k.Lock, k.Queue, k.Counter, k.Forced, k.Floor} {
+			out = append(out, key+": "+testenv.Snapshot(t, rdb, key))
+		}
+	}
+	return out
 }
 
 // operatorLease is the lease of the operator tests: renewed every 200 ms,
@@ -266,7 +307,7 @@ func deletedByHand(t *testing.T, rdb redis.UniversalClient) {
 	require.NoError(t, err)
 	require.NoError(t, store.Put(ctx, "resource", []byte("a1"), first.Token()))
 
-	k := scripts.SharedKeysFor(prefix, name)
+	k := scripts.KeysFor(prefix, name)
 	require.NoError(t, rdb.Del(ctx, k.Lock, k.Queue).Err())
 
 	second, err := b.TryLock(ctx, name)
@@ -363,7 +404,6 @@ func TestForceUnlockHandsToTheWaiter(t *testing.T) {
 		require.NotNil(t, st.Forced)
 		require.Equal(t, first.Token(), st.Forced.Token)
 		require.Equal(t, "ops@bastion", st.Forced.By)
-		require.Contains(t, st.Ended, reentrant.Ended{Token: first.Token(), Owner: string(first.Owner()), Expired: true, Forced: true})
 
 		// A repeat, by token, changes nothing and succeeds; the current
 		// holder is untouched.
@@ -388,7 +428,7 @@ func TestLossSaysWhy(t *testing.T) {
 		c := newClient(t, b.Client, operatorLease...)
 		l, err := c.Lock(ctx, testenv.Unique(t))
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, l.Name()).Lock).Err())
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, l.Name()).Lock).Err())
 		err = awaitLoss(t, l)
 		require.ErrorIs(t, err, reentrant.ErrGone)
 		require.ErrorIs(t, err, reentrant.ErrLost)
@@ -408,41 +448,153 @@ func TestLossSaysWhy(t *testing.T) {
 	})
 }
 
-// A lease ended by ForceUnlock says so: its Extend, and the cause its
-// context ends with, name who forced it (the record force.lua leaves).
+// A lease ended by ForceUnlock says so, whichever of its calls learns it
+// first: its next Unlock (even once another owner took the lock), its next
+// Extend, or its next renewal report who forced it (the record force.lua
+// leaves), as does the cause its context ends with.
 func TestForcedLeaseSaysWhoForcedIt(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
-		ctx, name := t.Context(), testenv.Unique(t)
+		ctx := t.Context()
 		c := newClient(t, b.Client, reentrant.WithoutRenewal())
 		ops := newClient(t, b.Client, reentrant.WithIdentity("ops@bastion"))
-		l, err := c.Lock(ctx, name)
-		require.NoError(t, err)
-		_, err = ops.ForceUnlock(ctx, name)
-		require.NoError(t, err)
-		err = l.Extend(ctx, time.Minute)
-		require.ErrorIs(t, err, reentrant.ErrNotHeld)
-		require.ErrorContains(t, err, `forced unlock by "ops@bastion"`)
-		require.ErrorIs(t, l.Err(), reentrant.ErrGone)
-		require.ErrorContains(t, l.Err(), `forced by "ops@bastion" at `)
+		forced := func(name string, l *reentrant.Lease) {
+			t.Helper()
+			tok, err := ops.ForceUnlock(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, l.Token(), tok)
+		}
+		saysWho := func(l *reentrant.Lease, err error) {
+			t.Helper()
+			require.ErrorIs(t, err, reentrant.ErrNotHeld)
+			require.NotErrorIs(t, err, reentrant.ErrUnconfirmed)
+			require.ErrorContains(t, err, `forced unlock by "ops@bastion"`)
+			require.ErrorIs(t, l.Err(), reentrant.ErrGone)
+			require.ErrorContains(t, l.Err(), `forced by "ops@bastion" at `)
+		}
+
+		t.Run("extend", func(t *testing.T) {
+			name := testenv.Unique(t)
+			l, err := c.Lock(ctx, name)
+			require.NoError(t, err)
+			forced(name, l)
+			saysWho(l, l.Extend(ctx, time.Minute))
+		})
+		t.Run("unlock", func(t *testing.T) {
+			name := testenv.Unique(t)
+			l, err := c.Lock(ctx, name)
+			require.NoError(t, err)
+			forced(name, l)
+			require.NoError(t, l.Err(), "nothing told the lease yet")
+			saysWho(l, l.Unlock(ctx))
+			require.ErrorIs(t, l.Unlock(ctx), reentrant.ErrNotHeld, "once")
+		})
+		t.Run("unlock after another owner took it", func(t *testing.T) {
+			name := testenv.Unique(t)
+			l, err := c.Lock(ctx, name)
+			require.NoError(t, err)
+			forced(name, l)
+			next, err := ops.TryLock(ctx, name)
+			require.NoError(t, err)
+			saysWho(l, l.Unlock(ctx))
+			st, err := ops.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.True(t, st.Held && st.Token == next.Token(), "the release left the next owner alone: %+v", st)
+			require.NoError(t, next.Unlock(ctx))
+		})
+		t.Run("renewal", func(t *testing.T) {
+			name := testenv.Unique(t)
+			renewed := newClient(t, b.Client, operatorLease...)
+			l, err := renewed.Lock(ctx, name)
+			require.NoError(t, err)
+			forced(name, l)
+			err = awaitLoss(t, l)
+			require.ErrorIs(t, err, reentrant.ErrGone)
+			require.ErrorContains(t, err, `forced by "ops@bastion" at `)
+			saysWho(l, l.Unlock(ctx))
+		})
 
 		// Deleted by hand, not forced: the cause says what it cannot tell.
-		l, err = c.Lock(ctx, name)
+		name := testenv.Unique(t)
+		l, err := c.Lock(ctx, name)
 		require.NoError(t, err)
-		require.NoError(t, b.Client.Del(ctx, scripts.SharedKeysFor(prefix, name).Lock).Err())
-		require.ErrorIs(t, l.Extend(ctx, time.Minute), reentrant.ErrNotHeld)
-		require.ErrorContains(t, l.Err(), "expired, taken, forced or deleted")
+		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, name).Lock).Err())
+		err = l.Extend(ctx, time.Minute)
+		require.ErrorIs(t, err, reentrant.ErrNotHeld)
+		require.NotContains(t, err.Error(), "forced")
+		require.ErrorIs(t, l.Err(), reentrant.ErrGone)
+		require.ErrorContains(t, l.Err(), "Redis found it gone: deleted, or taken by another owner")
 	})
 }
 
-// recordTTL returns how long the record hash of record time rec that holds
-// k's record has to live; it fails t when no record hash holds one.
-func recordTTL(t *testing.T, rdb redis.UniversalClient, k scripts.Keys, rec time.Duration) time.Duration {
-	t.Helper()
-	for _, rk := range k.Records(scripts.Tokens{Time: true, Record: rec}) {
-		if rdb.HExists(t.Context(), rk, k.RecordField()).Val() {
-			return rdb.PTTL(t.Context(), rk).Val()
+// Inspect of a free name: not held, and no owner, token, depth, lease,
+// levels or metadata; LastToken is what the name's next token will be
+// above: the floor of the name's slot with time tokens (the default), for
+// a name never locked too, and the name's own counter with
+// WithStrictTokens; Forced while a forced unlock's record lives. Each mode
+// on a prefix of its own, checked against the keys themselves.
+func TestInspectFreeName(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx := t.Context()
+		for _, mode := range []struct {
+			name string
+			opts []reentrant.ClientOption
+		}{{"time", nil}, {"strict", []reentrant.ClientOption{reentrant.WithStrictTokens()}}} {
+			t.Run(mode.name, func(t *testing.T) {
+				p := testenv.Unique(t)
+				c := newClient(t, b.Client, append(mode.opts, reentrant.WithPrefix(p), reentrant.WithIdentity("ops"))...)
+				names, _ := testenv.SameSlot(p, "n", 2)
+				k0, k1 := scripts.KeysFor(p, names[0]), scripts.KeysFor(p, names[1])
+				counter := func(k scripts.Keys) fence.Token {
+					t.Helper()
+					key := k.Counter
+					if mode.name == "time" {
+						key = k.Floor
+					}
+					v, err := b.Client.Get(ctx, key).Uint64()
+					require.NoError(t, err, key)
+					return fence.Token(v)
+				}
+				inspect := func(name string) reentrant.State {
+					t.Helper()
+					st, err := c.Inspect(ctx, name)
+					require.NoError(t, err)
+					return st
+				}
+				require.Equal(t, reentrant.State{Name: names[1]}, inspect(names[1]), "never locked, nothing issued in its slot")
+
+				// Another name of the slot is locked and released.
+				first := issue(t, c, names[0], 2)
+				require.Equal(t, first, counter(k0))
+				want := reentrant.State{Name: names[1]}
+				if mode.name == "time" {
+					want.LastToken = first // the slot's floor
+				}
+				require.Equal(t, want, inspect(names[1]), "a name never locked, in the slot of one that was")
+				require.Equal(t, reentrant.State{Name: names[0], LastToken: first}, inspect(names[0]))
+
+				// The name itself, locked and released.
+				tok := issue(t, c, names[1], 1)
+				if mode.name == "time" {
+					require.Greater(t, tok, first, "above the slot's floor")
+				} else {
+					require.Equal(t, fence.Token(1), tok, "the name's own counter")
+				}
+				require.Equal(t, tok, counter(k1))
+				require.Equal(t, reentrant.State{Name: names[1], LastToken: tok}, inspect(names[1]))
+
+				// Freed by a forced unlock: its record shows, while it lives.
+				l, err := c.Lock(ctx, names[1])
+				require.NoError(t, err)
+				forced, err := c.ForceUnlock(ctx, names[1])
+				require.NoError(t, err)
+				require.Equal(t, l.Token(), forced)
+				st := inspect(names[1])
+				require.NotNil(t, st.Forced)
+				require.Equal(t, reentrant.Forced{Token: l.Token(), At: st.Forced.At, By: "ops"}, *st.Forced)
+				require.WithinDuration(t, time.Now(), st.Forced.At, time.Minute, "the server's clock, which this machine shares")
+				require.Equal(t, reentrant.State{Name: names[1], LastToken: l.Token(), Forced: st.Forced}, st)
+				require.ErrorIs(t, l.Unlock(ctx), reentrant.ErrNotHeld)
+			})
 		}
-	}
-	require.Fail(t, "no record", "no record hash of %s holds %s", k.Floor, k.RecordField())
-	return 0
+	})
 }

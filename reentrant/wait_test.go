@@ -3,7 +3,6 @@ package reentrant_test
 import (
 	"context"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,7 +132,7 @@ func TestRenewalDetectsLoss(t *testing.T) {
 		name := testenv.Unique(t)
 		outer, inner := nested(t, c, name)
 		// Someone deletes the lock (an operator, a FLUSHDB, a failover).
-		require.NoError(t, b.Client.Del(t.Context(), scripts.SharedKeysFor(prefix, name).Lock).Err())
+		require.NoError(t, b.Client.Del(t.Context(), scripts.KeysFor(prefix, name).Lock).Err())
 		for _, l := range []*reentrant.Lease{outer, inner} {
 			select {
 			case <-l.Done():
@@ -174,17 +173,17 @@ func TestRenewalFailureReportedBeforeExpiry(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no renewal was sent")
 	}
-	// The lock hash's x: when the lease ends, server time in ms (lua/lib.lua).
-	xv, err := testenv.LockField(t.Context(), rdb, scripts.SharedKeysFor(prefix, name).Lock, "x")
-	require.NoError(t, err, "the lock must still be held in Redis")
-	expiry, err := strconv.ParseInt(xv, 10, 64)
-	require.NoError(t, err, "the lock must still be held in Redis")
+	// The hold's own expiry is the lease (lua/lib.lua): when it ends,
+	// server time in ms.
+	expiry, err := rdb.PExpireTime(t.Context(), scripts.KeysFor(prefix, name).Lock).Result()
+	require.NoError(t, err)
+	require.Positive(t, expiry, "the lock must still be held in Redis, with a lease")
 	require.NoError(t, lockRdb.Close())
 	release()
 	awaitDone(t, l, 30*time.Second)
 	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
 	require.ErrorIs(t, l.Err(), redis.ErrClosed, "the cause must carry the Redis error")
-	deadline, expires := reentrant.LocalDeadline(l), time.UnixMilli(expiry)
+	deadline, expires := reentrant.LocalDeadline(l), time.UnixMilli(expiry.Milliseconds())
 	require.True(t, deadline.Before(expires),
 		"the lease ended at %v, not before the lock's expiry in Redis at %v", deadline, expires)
 	t.Logf("the lease ended %v before Redis's expiry", expires.Sub(deadline))

@@ -46,27 +46,23 @@
 //	ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
 //	meta        string    the holder's metadata (WithMetadata); "" when free or none
 //	levels      [string]  the IDs of the hold's levels; [] when free
-//	last_token  int       the last token issued for the name; 0 if none
-//	last_owner  string    the owner of the last ownership (the holder's when
-//	                      held); "" if none
-//	floor       int       with time tokens (the default), the name's floor,
-//	                      shared with other names: the highest token issued
-//	                      through it, which the name's next token passes;
-//	                      0 if none (strict tokens, or expired)
+//	last_token  int       what the name's next token is above: with time tokens
+//	                      (the default) the floor of the name's hash slot, shared
+//	                      with the slot's other names; with strict tokens the
+//	                      name's counter; 0 if none
 //	waiters     int       Lock calls queued for the name
-//	ended       [object]  ownerships known to have ended, lowest token first, each
-//	                      {"token": int, "owner": string, "how": "released",
-//	                      "expired" or "forced"}; [] if none
-//	forced      object    the last forced unlock (redfence unlock --force), as
-//	                      {"token": int, "at": string (RFC 3339), "by": string};
-//	                      null if none
+//	forced      object    the last forced unlock (redfence unlock --force), while
+//	                      its record lives (until the forced lease would have
+//	                      ended), as {"token": int, "at": string (RFC 3339),
+//	                      "by": string}; null if none
 //	found       bool      false when Redis holds nothing for NAME under the prefix:
-//	                      it was never locked there (a wrong --prefix?), or its
-//	                      record expired; every other field is then empty. The
-//	                      text form says "no: no state under prefix P"
+//	                      no hold, waiter, counter or record (a wrong --prefix, or
+//	                      a name never locked there); every other field is then
+//	                      empty. The text form says "no: no state under prefix P"
 //
-// Fields may be added; none is renamed or removed. The exit status is 0
-// whether or not the name was found.
+// A released name keeps no history: its last owner and how its ownerships
+// ended are not recorded. Fields may be added; none is renamed. The exit
+// status is 0 whether or not the name was found.
 //
 // list prints every lock held under the prefix: on one server or, when the
 // server of --redis runs in cluster mode, on every primary of its Cluster

@@ -34,26 +34,22 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
   ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
   meta        string    the holder's metadata (WithMetadata); "" when free or none
   levels      [string]  the IDs of the hold's levels; [] when free
-  last_token  int       the last token issued for the name; 0 if none
-  last_owner  string    the owner of the last ownership (the holder's when
-                        held); "" if none
-  floor       int       with time tokens (the default), the name's floor,
-                        shared with other names: the highest token issued
-                        through it, which the name's next token passes;
-                        0 if none (strict tokens, or expired)
+  last_token  int       what the name's next token is above: with time tokens
+                        (the default) the floor of the name's hash slot, shared
+                        with the slot's other names; with strict tokens the
+                        name's counter; 0 if none
   waiters     int       Lock calls queued for the name
-  ended       [object]  ownerships known to have ended, lowest token first, each
-                        {"token": int, "owner": string, "how": "released",
-                        "expired" or "forced"}; [] if none
-  forced      object    the last forced unlock (redfence unlock --force), as
-                        {"token": int, "at": string (RFC 3339), "by": string};
-                        null if none
+  forced      object    the last forced unlock (redfence unlock --force), while
+                        its record lives (until the forced lease would have
+                        ended), as {"token": int, "at": string (RFC 3339),
+                        "by": string}; null if none
   found       bool      false when Redis holds nothing for NAME under the prefix:
-                        it was never locked there (a wrong --prefix?), or its
-                        record expired; every other field is then empty. The
-                        text form says "no: no state under prefix P"
-Fields may be added; none is renamed or removed. The exit status is 0
-whether or not the name was found.`
+                        no hold, waiter, counter or record (a wrong --prefix, or
+                        a name never locked there); every other field is then
+                        empty. The text form says "no: no state under prefix P"
+A released name keeps no history: its last owner and how its ownerships
+ended are not recorded. Fields may be added; none is renamed. The exit
+status is 0 whether or not the name was found.`
 
 type inspectConfig struct {
 	target
@@ -117,10 +113,7 @@ type lockView struct {
 	Meta      string      `json:"meta" text:"none"`
 	Levels    []string    `json:"levels" text:"none"`
 	LastToken uint64      `json:"last_token" text:"none"`
-	LastOwner string      `json:"last_owner" text:"none"`
-	Floor     uint64      `json:"floor" text:"none"`
 	Waiters   int64       `json:"waiters"`
-	Ended     []endedView `json:"ended" text:"none"`
 	Forced    *forcedView `json:"forced" text:"none"`
 	Found     bool        `json:"found" text:"-"` // printed by writeText itself, with Prefix
 }
@@ -136,17 +129,6 @@ func (f forcedView) String() string {
 	return fmt.Sprintf("token %d at %s by %s", f.Token, f.At, textString(f.By))
 }
 
-// endedView is a reentrant.Ended as inspect prints it.
-type endedView struct {
-	Token uint64 `json:"token"`
-	Owner string `json:"owner"`
-	How   string `json:"how"` // "released", "expired" or "forced"
-}
-
-func (e endedView) String() string {
-	return fmt.Sprintf("token %d of %s, %s", e.Token, textString(e.Owner), e.How)
-}
-
 func newLockView(prefix string, st reentrant.State) lockView {
 	v := lockView{
 		Name:      st.Name,
@@ -157,43 +139,29 @@ func newLockView(prefix string, st reentrant.State) lockView {
 		Token:     uint64(st.Token),
 		Levels:    append([]string{}, st.Levels...),
 		LastToken: uint64(st.LastToken),
-		LastOwner: string(st.LastOwner),
-		Floor:     uint64(st.Floor),
 		Meta:      st.Meta,
 		Waiters:   st.Waiters,
-		Ended:     []endedView{},
 		Found:     found(st),
 	}
 	v.Lease, v.TTL, v.TTLMillis = lease(st)
 	if f := st.Forced; f != nil {
 		v.Forced = &forcedView{Token: uint64(f.Token), At: f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), By: f.By}
 	}
-	for _, e := range st.Ended {
-		how := "released"
-		switch {
-		case e.Forced:
-			how = "forced"
-		case e.Expired:
-			how = "expired"
-		}
-		v.Ended = append(v.Ended, endedView{Token: uint64(e.Token), Owner: string(e.Owner), How: how})
-	}
 	return v
 }
 
 // found reports whether st shows anything Redis holds for the name: a
-// hold, a waiter, a token issued, a record of past ownerships. Nothing
-// means no key of the name exists under the prefix inspected, which a
-// wrong --prefix would otherwise pass off as a free lock.
+// hold, a waiter, a token issued, a forced unlock's record. Nothing means
+// no key of the name exists under the prefix inspected, which a wrong
+// --prefix would otherwise pass off as a free lock.
 func found(st reentrant.State) bool {
-	return st.Held || st.Pending || st.Waiters > 0 || st.LastToken != 0 || st.LastOwner != "" ||
-		len(st.Ended) > 0 || st.Forced != nil
+	return st.Held || st.Pending || st.Waiters > 0 || st.LastToken != 0 || st.Forced != nil
 }
 
 // notFound is what inspect and unlock say of a name with no state under
 // prefix.
 func notFound(prefix string) string {
-	return "no state under prefix " + textString(prefix) + " (never locked there, or its record expired)"
+	return "no state under prefix " + textString(prefix) + " (never locked there)"
 }
 
 // lease describes what is left of st's lease: its kind, a Go duration

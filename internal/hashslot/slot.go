@@ -23,18 +23,23 @@ func Of(key string) int {
 			s = key[i+1 : i+1+j]
 		}
 	}
-	var crc uint16
+	return crc(s)
+}
+
+// crc is the slot of s, a hash tag's bytes: CRC16-XMODEM modulo Slots.
+func crc[T string | []byte](s T) int {
+	var c uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		c ^= uint16(s[i]) << 8
 		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
 			} else {
-				crc <<= 1
+				c <<= 1
 			}
 		}
 	}
-	return int(crc) % Slots
+	return int(c) % Slots
 }
 
 // slotTags maps each slot to the smallest n whose base-36 form hashes to
@@ -43,8 +48,10 @@ func Of(key string) int {
 var slotTags = sync.OnceValue(func() *[Slots]uint32 {
 	var tags [Slots]uint32
 	var found [Slots]bool
+	var buf [8]byte
 	for n, left := uint32(0), Slots; left > 0; n++ {
-		if s := Of(strconv.FormatUint(uint64(n), 36)); !found[s] {
+		// Formatted on the stack: the search allocates nothing.
+		if s := crc(strconv.AppendUint(buf[:0], uint64(n), 36)); !found[s] {
 			found[s], tags[s] = true, n
 			left--
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -56,31 +55,22 @@ type Waiter struct {
 	Sharded bool
 }
 
-// member is r's queue entry (layout in queue.lua), "" when r does not wait.
-func (r *Request) member() string {
+// appendMember appends r's queue entry (layout in queue.lua) to dst,
+// nothing when r does not wait.
+func (r *Request) appendMember(dst []byte) []byte {
 	w := r.Waiter
 	if w == nil {
-		return ""
+		return dst
 	}
 	kind := byte('p')
 	if w.Sharded {
 		kind = 's'
 	}
-	// Built in one buffer, which becomes the string: one allocation.
-	var b strings.Builder
-	b.Grow(len(r.Level) + len(r.Owner) + len(r.Meta) + len(w.Channel) + 32)
-	b.WriteString(r.Level)
-	b.WriteByte('\n')
-	var digits [20]byte
-	b.Write(strconv.AppendInt(digits[:0], max(w.Claim.Milliseconds(), 1), 10))
-	b.WriteByte('\n')
-	b.WriteString(r.Owner)
-	b.WriteByte('\n')
-	b.WriteString(r.Meta)
-	b.WriteByte('\n')
-	b.WriteByte(kind)
-	b.WriteString(w.Channel)
-	return b.String()
+	dst = append(append(dst, r.Level...), '\n')
+	dst = append(strconv.AppendInt(dst, max(w.Claim.Milliseconds(), 1), 10), '\n')
+	dst = append(append(dst, r.Owner...), '\n')
+	dst = append(append(dst, r.Meta...), '\n', kind)
+	return append(dst, w.Channel...)
 }
 
 // argv is the argument vector of one script call, with the values it
@@ -96,7 +86,18 @@ type argv struct {
 	vals   [8]arg
 	digits [4 * 20]byte // the numbers' text: four at most, of 20 digits at most
 	used   int          // of digits
-	args   [15]any
+	args   [16]any
+	// memberBuf holds the queue entry when it fits, as it does unless the
+	// owner, metadata or channel is long: no allocation of its own.
+	memberBuf [160]byte
+}
+
+// member stores r's queue entry as the vector's i-th value and returns it
+// as an argument.
+func (a *argv) member(i int, r *Request) any {
+	b := r.appendMember(a.memberBuf[:0])
+	a.vals[i].b = b[:len(b):len(b)]
+	return &a.vals[i]
 }
 
 // arg is one value of an argv.
@@ -109,11 +110,14 @@ func (a *arg) MarshalBinary() ([]byte, error) { return a.b, nil }
 func (a *arg) String() string { return string(a.b) }
 
 // str stores v as the vector's i-th value and returns it as an argument.
-// The bytes are v's own, which go-redis only reads.
 func (a *argv) str(i int, v string) any {
-	a.vals[i].b = unsafe.Slice(unsafe.StringData(v), len(v))
+	a.vals[i] = argOf(v)
 	return &a.vals[i]
 }
+
+// argOf returns v as an arg. The bytes are v's own, which go-redis only
+// reads.
+func argOf(v string) arg { return arg{unsafe.Slice(unsafe.StringData(v), len(v))} }
 
 // num stores v in decimal as the vector's i-th value and returns it as an
 // argument.
@@ -124,33 +128,46 @@ func (a *argv) num(i int, v int64) any {
 	return &a.vals[i]
 }
 
-// noDepthLimit is acquire's ARGV[8] for a request without MaxDepth, and
-// again its ARGV[9] for an attempt after a call's first, boxed once.
+// DefaultMaxDepth is the depth bound the acquire script applies when a
+// request leaves it out (Request.MaxDepth).
+const DefaultMaxDepth = 1024
+
+// Boxed once: acquire's ARGV[9] for an attempt after a call's first, the
+// empty string of an optional argument left empty, and the bound of a
+// request without one.
 var (
-	noDepthLimit any = int64(math.MaxInt32)
 	again        any = "1"
+	empty        any = ""
+	noDepthLimit any = int64(math.MaxInt32)
 )
 
 // acquireArgs returns the argument vector of acquire.lua for r, the first
-// two left for run: [cmd, script, 3, keys..., ARGV...].
+// two left for run: [cmd, script, 4, keys..., ARGV...]. Trailing optional
+// arguments at their defaults are left out: each argument costs the
+// script more than most of its commands' work (docs/benchmarks.md).
 func acquireArgs(k Keys, r *Request) []any {
-	var queue int64
-	if r.Waiter != nil {
-		queue = max(r.Waiter.Queue.Milliseconds(), 1)
-	}
-	depth := noDepthLimit
 	a := new(argv)
-	if r.MaxDepth > 0 {
-		depth = a.num(7, r.MaxDepth)
+	a.args = [16]any{nil, nil, 4, k.arg(lockKey), k.arg(queueKey), k.counter(r.Tokens), k.other(r.Tokens),
+		a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()), a.str(2, r.Level), a.str(3, r.Tokens.arg()),
+		empty, empty, empty, empty, empty}
+	n := 11
+	if r.Waiter != nil {
+		a.args[11], a.args[12] = a.member(4, r), a.num(5, max(r.Waiter.Queue.Milliseconds(), 1))
+		n = 13
 	}
-	a.args = [15]any{nil, nil, 3, k.arg(0), k.arg(1), k.counter(r.Tokens), a.str(0, r.Owner), a.num(1, r.TTL.Milliseconds()),
-		a.str(2, r.Level), a.str(3, r.member()), a.num(4, queue), a.str(5, r.Tokens.arg()), a.str(6, r.Meta), depth, again}
-	if !r.Again {
-		// A first attempt sends no ARGV[9]: the common path's command is
-		// as long as before the flag existed.
-		return a.args[:14]
+	if r.Meta != "" {
+		a.args[13], n = a.str(6, r.Meta), 14
 	}
-	return a.args[:]
+	switch {
+	case r.MaxDepth <= 0:
+		a.args[14], n = noDepthLimit, 15
+	case r.MaxDepth != DefaultMaxDepth:
+		a.args[14], n = a.num(7, r.MaxDepth), 15
+	}
+	if r.Again {
+		a.args[15], n = again, 16
+	}
+	return a.args[:n]
 }
 
 // Acquire runs acquire.lua for r without waiting: a free lock others queue
@@ -197,8 +214,19 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 	return a, n, nil
 }
 
-// parseAcquire decodes an acquire reply.
+// parseAcquire decodes an acquire reply: a fresh take's token alone, or a
+// table.
 func parseAcquire(v any) (Acquired, error) {
+	switch t := v.(type) {
+	case int64:
+		if t > 0 {
+			return Acquired{OK: true, Token: fence.Token(t), Depth: 1}, nil
+		}
+	case string:
+		if tok, err := fence.Parse(t); err == nil && tok != fence.None && t[0] != '0' {
+			return Acquired{OK: true, Token: tok, Depth: 1}, nil
+		}
+	}
 	a, ok := v.([]any)
 	if !ok || len(a) != 3 {
 		return Acquired{}, fmt.Errorf("%w: acquire returned %#v", ErrReply, v)
@@ -227,8 +255,8 @@ func parseAcquire(v any) (Acquired, error) {
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
 	a := new(argv)
-	a.args = [len(a.args)]any{nil, nil, 3, k.arg(0), k.arg(1), k.counter(r.Tokens), a.str(0, r.Owner), a.str(1, r.Level),
-		a.str(2, r.member()), a.str(3, r.Tokens.arg())}
+	a.args = [len(a.args)]any{nil, nil, 3, k.arg(lockKey), k.arg(queueKey), k.counter(r.Tokens), a.str(0, r.Owner),
+		a.str(1, r.Level), a.member(2, r), a.str(3, r.Tokens.arg())}
 	v, err := run(ctx, rdb, abandonScript, a.args[:10])
 	if err != nil {
 		return false, scriptErr(err)

@@ -51,8 +51,8 @@ func TestBatchedCallsShareRoundTrips(t *testing.T) {
 						errs <- errors.Join(err, errors.New(name+": acquire "+strconv.Itoa(i)+" answered "+strconv.FormatUint(uint64(a.Token), 10)))
 						return
 					}
-					if d, err := scripts.Release(ctx, b, k, name, a.Token, level, scripts.Tokens{}); err != nil || d != 0 {
-						errs <- errors.Join(err, errors.New(name+": release "+strconv.Itoa(i)+" answered depth "+strconv.FormatInt(d, 10)))
+					if d, err := scripts.Release(ctx, b, k, name, a.Token, level, scripts.Tokens{}); err != nil || d.Depth != 0 {
+						errs <- errors.Join(err, errors.New(name+": release "+strconv.Itoa(i)+" answered depth "+strconv.FormatInt(d.Depth, 10)))
 						return
 					}
 				}

@@ -11,9 +11,9 @@ import (
 )
 
 // Extend runs extend.lua and reports whether the ownership still held the
-// lock and now has ttl left. m sets the hash's own expiry (time tokens).
-func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (bool, error) {
-	r, err := ExtendWhy(ctx, rdb, k, owner, token, ttl, m)
+// lock and now has ttl left.
+func Extend(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration) (bool, error) {
+	r, err := ExtendWhy(ctx, rdb, k, owner, token, ttl)
 	return r.Held, err
 }
 
@@ -27,8 +27,9 @@ type ExtendReply struct {
 
 // ExtendWhy is Extend, and says who ended the ownership when a forced
 // unlock did.
-func ExtendWhy(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration, m Tokens) (ExtendReply, error) {
-	v, err := run(ctx, rdb, extendScript, []any{nil, nil, 1, k.Lock, owner, token.String(), ttl.Milliseconds(), m.arg()})
+func ExtendWhy(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration) (ExtendReply, error) {
+	v, err := run(ctx, rdb, extendScript, []any{nil, nil, 2, k.arg(lockKey), k.arg(forcedKey), owner, token.String(),
+		ttl.Milliseconds()})
 	if err != nil {
 		return ExtendReply{}, scriptErr(err)
 	}
@@ -45,7 +46,7 @@ type ExtendReq struct {
 	Token fence.Token
 	TTL   time.Duration // the lease from now; whole milliseconds
 
-	argv []any // extend.lua's arguments but the mode, or nil: built per send
+	argv []any // extend.lua's arguments, or nil: built per send
 }
 
 // NewExtendReq returns the request for an ownership, its arguments built.
@@ -59,7 +60,7 @@ func NewExtendReq(k Keys, owner string, token fence.Token, ttl time.Duration) Ex
 func (r *ExtendReq) Prepared() bool { return r.argv != nil }
 
 func (r *ExtendReq) build() []any {
-	return []any{1, r.Keys.Lock, r.Owner, r.Token.String(), r.TTL.Milliseconds()}
+	return []any{2, r.Keys.Lock, r.Keys.Forced, r.Owner, r.Token.String(), r.TTL.Milliseconds()}
 }
 
 // ExtendResult is the outcome of one [ExtendReq]: as [Extend]'s, plus Sent,
@@ -78,14 +79,13 @@ type ExtendResult struct {
 // EVALSHA (see pipelined: entries that find the library or the script
 // missing are sent again once it is loaded). The i-th result answers
 // reqs[i].
-func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tokens) []ExtendResult {
-	mode := m.arg()
+func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq) []ExtendResult {
 	b := pipelined(ctx, rdb, extendScript, len(reqs), 6, func(dst []any, i int) []any {
 		argv := reqs[i].argv
 		if argv == nil {
 			argv = reqs[i].build()
 		}
-		return append(append(dst, argv...), mode)
+		return append(dst, argv...)
 	})
 	out := make([]ExtendResult, len(reqs))
 	for i, cmd := range b.cmds {
@@ -106,18 +106,25 @@ func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq, m Tok
 // parseExtend decodes an extend reply for the ownership with token tok.
 func parseExtend(v any, tok fence.Token) (ExtendReply, error) {
 	if a, ok := v.([]any); ok {
-		if len(a) != 3 || a[0] != int64(0) {
-			return ExtendReply{}, fmt.Errorf("%w: extend returned %#v", ErrReply, v)
-		}
-		by, ok1 := a[1].(string)
-		at, ok2 := a[2].(int64)
-		if !ok1 || !ok2 {
-			return ExtendReply{}, fmt.Errorf("%w: extend returned %#v", ErrReply, v)
-		}
-		return ExtendReply{Forced: &Forced{Token: tok, At: time.UnixMilli(at), By: by}}, nil
+		f, err := parseForcedReply("extend", v, a, 0, tok)
+		return ExtendReply{Forced: f}, err
 	}
 	held, err := parseFlag("extend", v)
 	return ExtendReply{Held: held}, err
+}
+
+// parseForcedReply decodes a reply {code, by, ms} of script (v, whose
+// elements are a): the forced unlock that ended the ownership with token
+// tok.
+func parseForcedReply(script string, v any, a []any, code int64, tok fence.Token) (*Forced, error) {
+	if len(a) == 3 && a[0] == code {
+		by, ok1 := a[1].(string)
+		at, ok2 := a[2].(int64)
+		if ok1 && ok2 {
+			return &Forced{Token: tok, At: time.UnixMilli(at), By: by}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s returned %#v", ErrReply, script, v)
 }
 
 // parseFlag decodes the 0-or-1 reply of script (extend, abandon, qraise):

@@ -41,7 +41,7 @@ func TestExtendBatchPreparedRequestsSendTheSameCommand(t *testing.T) {
 		plain := scripts.ExtendReq{Keys: k1, Owner: "o1", Token: a1.Token, TTL: 90 * time.Second}
 		require.False(t, plain.Prepared())
 		stale := scripts.NewExtendReq(k2, "o2", a2.Token+1, 90*time.Second)
-		res := scripts.ExtendBatch(ctx, be.Client, []scripts.ExtendReq{prepared, plain, stale}, scripts.Tokens{})
+		res := scripts.ExtendBatch(ctx, be.Client, []scripts.ExtendReq{prepared, plain, stale})
 
 		require.Len(t, res, 3)
 		for i, want := range []bool{true, true, false} {
@@ -52,7 +52,7 @@ func TestExtendBatchPreparedRequestsSendTheSameCommand(t *testing.T) {
 		require.GreaterOrEqual(t, len(sent), 3)
 		last := sent[len(sent)-3:]
 		require.Equal(t, fmt.Sprint(last[1]), fmt.Sprint(last[0]), "a prepared request must send what a plain one does")
-		require.Equal(t, []any{"1", k1.Lock, "o1", a1.Token.String(), "90000", "0"}, strs(last[0][2:]))
+		require.Equal(t, []any{"2", k1.Lock, k1.Forced, "o1", a1.Token.String(), "90000"}, strs(last[0][2:]))
 	})
 }
 

@@ -24,7 +24,8 @@ type ForceResult struct {
 // holds it, records by as who forced it, and hands the lock to the oldest
 // waiter, whose token is issued as m says. See the script's header.
 func Force(ctx context.Context, rdb redis.Scripter, k Keys, tok fence.Token, by string, m Tokens) (ForceResult, error) {
-	v, err := run(ctx, rdb, forceScript, []any{nil, nil, 3, k.arg(0), k.arg(1), k.counter(m), tok.String(), by, m.arg()})
+	v, err := run(ctx, rdb, forceScript, []any{nil, nil, 4, k.arg(lockKey), k.arg(queueKey), k.counter(m),
+		k.arg(forcedKey), tok.String(), by, m.arg()})
 	if err != nil {
 		return ForceResult{}, scriptErr(err)
 	}

@@ -40,8 +40,8 @@ var lib struct {
 	src  string // "#!lua name=..." and the code
 }
 
-// buildLibrary makes the library of helpers (lib.lua, queue.lua and
-// quick.lua, every helper once) and one function per script, whose body runs as the
+// buildLibrary makes the library of helpers (lib.lua and queue.lua, every
+// helper once) and one function per script, whose body runs as the
 // callback's: its KEYS and ARGV are the callback's parameters.
 func buildLibrary(helpers string, bodies map[string]string) {
 	var code strings.Builder

@@ -22,7 +22,7 @@ func TestLibraryLayout(t *testing.T) {
 		require.Contains(t, src, "function_name='"+name+"_"+s+"'")
 	}
 	require.Contains(t, src, "function_name='"+name+"_inspect', flags={'no-writes'}")
-	require.Len(t, regexp.MustCompile(`(?m)^local function begin\(`).FindAllString(src, -1), 1, "each helper once")
+	require.Len(t, regexp.MustCompile(`(?m)^local function holdOf\(`).FindAllString(src, -1), 1, "each helper once")
 	require.NotRegexp(t, `(?m)^\s*--`, src, "no comment lines")
 }
 

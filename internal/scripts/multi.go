@@ -67,15 +67,11 @@ func Multi(ctx context.Context, rdb redis.Scripter, ks []Keys, r *MultiRequest) 
 	if len(ks) == 0 || len(ks) != len(r.Levels) {
 		return MultiReply{}, fmt.Errorf("scripts: %d key sets for %d levels", len(ks), len(r.Levels))
 	}
-	argv := make([]any, 0, 3+3*len(ks)+8+len(ks))
-	argv = append(argv, nil, nil, 3*len(ks))
+	argv := make([]any, 0, 3+4*len(ks)+8+len(ks))
+	argv = append(argv, nil, nil, 4*len(ks))
 	for i := range ks {
 		k := &ks[i]
-		counter := k.Counter
-		if r.Tokens.Time {
-			counter = k.Floor
-		}
-		argv = append(argv, k.Lock, k.Queue, counter)
+		argv = append(argv, k.arg(lockKey), k.arg(queueKey), k.counter(r.Tokens), k.other(r.Tokens))
 	}
 	depth := int64(1<<31 - 1)
 	if r.MaxDepth > 0 {
@@ -106,9 +102,20 @@ func parseMulti(v any, n int) (MultiReply, error) {
 	if !ok || len(a) < 2 {
 		return bad()
 	}
+	// Tokens come as integers or decimal strings (a time token is the
+	// server's clock as the script built it).
 	ns := make([]int64, len(a))
 	for i := range a {
-		if ns[i], ok = a[i].(int64); !ok {
+		switch x := a[i].(type) {
+		case int64:
+			ns[i] = x
+		case string:
+			t, err := fence.Parse(x)
+			if err != nil {
+				return bad()
+			}
+			ns[i] = int64(t)
+		default:
 			return bad()
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/scripts"
 )
 
@@ -58,6 +59,9 @@ func FuzzParseReplies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, _ := decodeReply(b, 0)
 		if a, err := scripts.ParseAcquire(v); err == nil {
+			if _, scalar := v.([]any); !scalar && !(a.OK && a.Depth == 1 && a.Token > 0) {
+				t.Fatalf("acquire %#v parsed to %+v: a scalar is a fresh take", v, a)
+			}
 			if a.OK && (a.Token == 0 || a.Depth < 1) {
 				t.Fatalf("acquire %#v parsed to %+v", v, a)
 			}
@@ -71,8 +75,8 @@ func FuzzParseReplies(f *testing.F) {
 				t.Fatalf("acquire %#v parsed to %+v", v, a)
 			}
 		}
-		if n, err := scripts.ParseRelease(v); err == nil && n < -1 {
-			t.Fatalf("release %#v parsed to %d", v, n)
+		if r, err := scripts.ParseRelease(v, 7); err == nil && (r.Depth < -1 || r.Depth >= 0 && (r.Free || r.Forced != nil) || r.Free && r.Forced != nil) {
+			t.Fatalf("release %#v parsed to %+v", v, r)
 		}
 		if r, err := scripts.ParseExtend(v, 7); err == nil {
 			n, isInt := v.(int64)
@@ -93,15 +97,29 @@ func FuzzParseReplies(f *testing.F) {
 }
 
 func TestParseRejectsMalformed(t *testing.T) {
-	for _, v := range []any{nil, "x", int64(1), []any{int64(1)}, []any{int64(1), int64(0), int64(1)},
+	for _, v := range []any{nil, "x", "0", "01", int64(0), []any{int64(1)}, []any{int64(1), int64(0), int64(1)},
 		[]any{int64(1), int64(3), int64(0)}, []any{int64(2), int64(0), int64(1)}, []any{int64(0), int64(-3), int64(0)},
 		[]any{"1", int64(1), int64(1)}} {
 		_, err := scripts.ParseAcquire(v)
 		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
 	}
-	for _, v := range []any{nil, "0", int64(-2)} {
-		_, err := scripts.ParseRelease(v)
+	for _, v := range []any{nil, "0", int64(-3), []any{int64(-2), "ops", int64(5)}, []any{int64(-1), "ops"}} {
+		_, err := scripts.ParseRelease(v, 7)
 		require.ErrorIs(t, err, scripts.ErrReply, "%#v", v)
+	}
+	for v, want := range map[any]scripts.Released{int64(0): {}, int64(2): {Depth: 2}, int64(-1): {Depth: -1},
+		int64(-2): {Depth: -1, Free: true}} {
+		r, err := scripts.ParseRelease(v, 7)
+		require.NoError(t, err)
+		require.Equal(t, want, r, "%#v", v)
+	}
+	rel, err := scripts.ParseRelease([]any{int64(-1), "ops", int64(1700000000000)}, 7)
+	require.NoError(t, err)
+	require.Equal(t, scripts.Released{Depth: -1, Forced: &scripts.Forced{Token: 7, At: time.UnixMilli(1700000000000), By: "ops"}}, rel)
+	for v, want := range map[any]fence.Token{int64(9): 9, "1796657228891001": 1796657228891001} {
+		a, err := scripts.ParseAcquire(v)
+		require.NoError(t, err)
+		require.Equal(t, scripts.Acquired{OK: true, Token: want, Depth: 1}, a, "a fresh take's token alone")
 	}
 	for _, v := range []any{nil, int64(2), int64(-1), []any{int64(0), "ops"}, []any{int64(1), "ops", int64(5)},
 		[]any{int64(0), int64(3), int64(5)}, []any{int64(0), "ops", "5"}} {
@@ -112,7 +130,7 @@ func TestParseRejectsMalformed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, scripts.ExtendReply{Forced: &scripts.Forced{Token: 7, At: time.UnixMilli(1700000000000), By: "ops@bastion"}}, r)
 	valid := func(edit func([]any)) []any {
-		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{"1", "o", "expired", "3", "o", "forced"}, "job 7", []any{"3", int64(1700000000000), "ops"}, int64(0)}
+		v := []any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "job 7", []any{"3", int64(1700000000000), "ops"}, int64(0)}
 		edit(v)
 		return v
 	}
@@ -122,15 +140,14 @@ func TestParseRejectsMalformed(t *testing.T) {
 		valid(func(v []any) { v[0], v[1], v[2] = nil, nil, int64(-9) }), valid(func(v []any) { v[4] = []any{} }),
 		valid(func(v []any) { v[3] = "1" }), valid(func(v []any) { v[3] = int64(-1) }),
 		valid(func(v []any) { v[1] = "0" }), valid(func(v []any) { v[4] = []any{int64(1)} }),
-		valid(func(v []any) { v[0], v[1] = nil, nil }), valid(func(v []any) { v[2] = int64(-1) }),
+		valid(func(v []any) { v[0], v[1] = nil, nil }), valid(func(v []any) { v[2] = int64(-3) }),
 		valid(func(v []any) { v[5] = int64(-1) }), valid(func(v []any) { v[5] = "1" }),
-		valid(func(v []any) { v[7] = []any{"1", "o"} }), valid(func(v []any) { v[7] = []any{"1", "o", "lost"} }),
-		valid(func(v []any) { v[7] = []any{"x", "o", "released"} }), valid(func(v []any) { v[7] = "1" }),
-		valid(func(v []any) { v[8] = int64(1) }), valid(func(v []any) { v[9] = "3" }),
-		valid(func(v []any) { v[9] = []any{"3", int64(1)} }), valid(func(v []any) { v[9] = []any{"0", int64(1), "ops"} }),
-		valid(func(v []any) { v[9] = []any{"3", "1", "ops"} }), valid(func(v []any) { v[9] = []any{"3", int64(1), int64(2)} }), valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
-		valid(func(v []any) { v[10] = int64(-1) }), valid(func(v []any) { v[10] = "1" }),
-		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil}} {
+		valid(func(v []any) { v[6] = int64(1) }), valid(func(v []any) { v[7] = "3" }),
+		valid(func(v []any) { v[7] = []any{"3", int64(1)} }), valid(func(v []any) { v[7] = []any{"0", int64(1), "ops"} }),
+		valid(func(v []any) { v[7] = []any{"3", "1", "ops"} }), valid(func(v []any) { v[7] = []any{"3", int64(1), int64(2)} }),
+		valid(func(v []any) { v[0], v[1], v[2], v[4] = nil, nil, int64(-2), []any{} }),
+		valid(func(v []any) { v[8] = int64(-1) }), valid(func(v []any) { v[8] = "1" }),
+		[]any{"o", "1", int64(5), int64(1), []any{"a"}, int64(0), nil, nil}} {
 		_, err := scripts.ParseInspect(v)
 		require.True(t, errors.Is(err, scripts.ErrReply), "%#v: %v", v, err)
 	}
@@ -147,7 +164,7 @@ func TestHugePTTLSaturates(t *testing.T) {
 	a, err = scripts.ParseAcquire([]any{int64(0), int64(847736400446211), int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, a.HolderTTL, 100*365*24*time.Hour)
-	s, err := scripts.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), "o", []any{}, nil, nil, int64(0)})
+	s, err := scripts.ParseInspect([]any{"o", "1", int64(1 << 62), int64(1), []any{"a"}, int64(0), nil, nil, int64(0)})
 	require.NoError(t, err)
 	require.Greater(t, s.TTL, 100*365*24*time.Hour)
 }

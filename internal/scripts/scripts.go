@@ -29,9 +29,8 @@ import (
 )
 
 // The scripts, built once per process by install: the helpers the script
-// calls (from lib.lua, the lock hash and the tokens; queue.lua, the wait
-// queue; quick.lua, the quick paths of the common states), then the
-// script's own file, without comments (assemble), so the helpers that
+// calls (from lib.lua, the hold and the tokens; queue.lua, the wait
+// queue), then the script's own file, without comments (assemble), so the helpers that
 // recognise a lock are written once.
 var (
 	acquireScript  *redis.Script
@@ -72,8 +71,8 @@ var scripts = []script{
 
 func init() { install(lua.FS) }
 
-// install builds every script from the .lua files in src: lib.lua,
-// queue.lua and quick.lua, then one file per script, named after it. init
+// install builds every script from the .lua files in src: lib.lua and
+// queue.lua, then one file per script, named after it. init
 // calls it with package lua's files, once, before any wrapper can run; a
 // file missing from src is a build defect, and panics.
 func install(src fs.FS) {
@@ -84,7 +83,7 @@ func install(src fs.FS) {
 		}
 		return string(b)
 	}
-	helpers := read("lib.lua") + read("queue.lua") + read("quick.lua")
+	helpers := read("lib.lua") + read("queue.lua")
 	bodies := map[string]string{}
 	for i := range scripts {
 		s := &scripts[i]
@@ -141,44 +140,45 @@ var (
 	// time tokens (microseconds since 1970) get there in 2255.
 	ErrOverflow = errors.New("lua: fencing counter beyond 2^53")
 
+	// ErrMode reports a name whose keys show the other token mode: a
+	// time-token client met the name's strict counter, or a strict client
+	// the floor of the name's slot. Clients of one prefix must share a
+	// token mode; nothing was changed. The error names the key.
+	ErrMode = errors.New("lua: the name's keys show the other token mode")
+
 	// ErrReply reports a script reply of an unexpected shape: a server that
 	// is not Redis-compatible, or a script of another version.
 	ErrReply = errors.New("lua: malformed script reply")
 )
 
 // Tokens says how the scripts issue a fresh token: at a free-to-held
-// acquisition, and when a release or an undo hands the lock to a waiter.
-// The zero value is the strict counter; NewTokens makes the mode a client
-// uses, its ARGV made once.
+// acquisition, and when a release, an undo or a forced unlock hands the
+// lock to a waiter. The zero value is the strict counter; NewTokens makes
+// the mode a client uses, its ARGV made once.
 type Tokens struct {
 	// Time makes a fresh token max(counter + 1, the server's TIME in
-	// microseconds) instead of counter + 1, so that a lost counter does not
-	// restart tokens at 1; the counter is then the slot's floor
-	// (Keys.Floor), and every key expires. Without it the counter is the
-	// name's own and neither it nor the hash expires.
+	// microseconds), the counter being the floor of the name's slot
+	// (Keys.Floor), which expires Idle after its last write; without it
+	// the counter is the name's own (Keys.Counter), never expiring, and a
+	// fresh token is counter + 1.
 	Time bool
-	// Idle is, with Time, how long the floor outlives the lease of the
-	// last token issued in its slot; rounded down to milliseconds, at
-	// least 1 ms.
+	// Idle is, with Time, how long the floor outlives its last write;
+	// rounded down to milliseconds, at least 1 ms.
 	Idle time.Duration
-	// Record is, with Time, how long the lock hash outlives its lease or
-	// its release: what a retried release, Inspect and a lost lease's
-	// cause read. Rounded down to milliseconds; 0 means Idle.
-	Record time.Duration
 
 	text string // the ARGV, when made by NewTokens
 }
 
-// NewTokens returns the time-token mode with idle and record (see Tokens),
-// or the strict counter when !time.
-func NewTokens(time bool, idle, record time.Duration) Tokens {
-	m := Tokens{Time: time, Idle: idle, Record: record}
+// NewTokens returns the time-token mode with idle (see Tokens), or the
+// strict counter when !time.
+func NewTokens(time bool, idle time.Duration) Tokens {
+	m := Tokens{Time: time, Idle: idle}
 	m.text = m.format()
 	return m
 }
 
 // arg is the scripts' token-mode ARGV (lib.lua): "0" for the strict
-// counter, "<idle ms>/<record ms>" for time tokens.
+// counter, "<idle ms>" for time tokens.
 func (m Tokens) arg() string {
 	if m.text != "" {
 		return m.text
@@ -190,20 +190,7 @@ func (m Tokens) format() string {
 	if !m.Time {
 		return "0"
 	}
-	return strconv.FormatInt(max(m.Idle.Milliseconds(), 1), 10) + "/" + strconv.FormatInt(m.RecordMillis(), 10)
-}
-
-// RecordMillis is the record time the scripts get, in ms: Record (Idle
-// when 0), at least 1 ms; 0 for the strict counter, which keeps no
-// records of released names.
-func (m Tokens) RecordMillis() int64 {
-	switch {
-	case !m.Time:
-		return 0
-	case m.Record > 0:
-		return max(m.Record.Milliseconds(), 1)
-	}
-	return max(m.Idle.Milliseconds(), 1)
+	return strconv.FormatInt(max(m.Idle.Milliseconds(), 1), 10)
 }
 
 // millis converts a PTTL reply to a Duration. A key given an expiry
@@ -228,14 +215,17 @@ func scriptErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrForeign, err)
 	case redis.HasErrorPrefix(err, "OVERFLOW"):
 		return fmt.Errorf("%w: %w", ErrOverflow, err)
+	case redis.HasErrorPrefix(err, "MODE"):
+		return fmt.Errorf("%w: %w", ErrMode, err)
 	}
 	return err
 }
 
 // IsRefusal reports whether err is one of the scripts' own refusals
-// (ErrForeign, ErrOverflow): the script ran, checked, and changed nothing.
+// (ErrForeign, ErrOverflow, ErrMode): the script ran, checked, and changed
+// nothing.
 func IsRefusal(err error) bool {
-	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow)
+	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow) || errors.Is(err, ErrMode)
 }
 
 // processor is a go-redis client or pipeline, which runs a command built

@@ -40,7 +40,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	// A is paused past its lease: here Redis's clock jumps ahead instead.
-	mr.SetTime(time.Now().Add(time.Minute))
+	mr.FastForward(time.Minute)
 
 	b, err := locks.Lock(ctx, "invoice-42") // the lock expired: B gets it
 	if err != nil {

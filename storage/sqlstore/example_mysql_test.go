@@ -68,7 +68,7 @@ func ExampleStore_Guard_mysql() {
 
 	a, err := locks.Lock(ctx, "accounts/1") // worker A
 	check(err)
-	mr.SetTime(time.Now().Add(time.Minute)) // A is paused past its lease
+	mr.FastForward(time.Minute) // A is paused past its lease
 
 	err = locks.Do(ctx, "accounts/1", func(ctx context.Context, token fence.Token) error {
 		return deposit(ctx, token, 50) // worker B, with a newer token

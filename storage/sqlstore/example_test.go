@@ -102,7 +102,7 @@ func ExampleStore_Guard() {
 	a, err := locks.Lock(ctx, "accounts/1") // worker A
 	check(err)
 	// A is paused past its lease: here Redis's clock jumps ahead instead.
-	mr.SetTime(time.Now().Add(time.Minute))
+	mr.FastForward(time.Minute)
 
 	// Worker B takes the expired lock, with a newer token, and deposits.
 	err = locks.Do(ctx, "accounts/1", func(ctx context.Context, token fence.Token) error {

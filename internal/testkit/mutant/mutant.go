@@ -1,6 +1,8 @@
 // Package mutant plants deliberately broken lock scripts for tests that must
 // show their checker catches a bug: each swaps a script for the rest of the
-// test and restores it when the test ends.
+// test and restores it when the test ends. Each swap fails the test when
+// the text it replaces is no longer in the script (lua/*.lua changed), so a
+// mutant is never silently the correct script.
 package mutant
 
 import (
@@ -10,52 +12,70 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 )
 
+// firstLevel is Lua that sets level (and granted) to the first l:<id> field
+// of the hold at KEYS[1], when it has one: the level a broken release takes
+// in place of the one it was asked to release.
+const firstLevel = `    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.sub(f, 1, 2) == 'l:' then
+        level, granted = f, '1'
+        break
+      end
+    end
+`
+
 // ReplayedReleaseTakesALevel brings back the bug of the count-based release
-// script: a release whose level is already gone (a retry, or a replay) takes
-// another level of the hold instead of changing nothing.
+// script: a release whose level is already gone (a retry, or a replay)
+// takes another level of the hold instead of changing nothing, and frees the
+// lock when that was the last one.
 func ReplayedReleaseTakesALevel(t testing.TB) {
 	t.Helper()
-	swapRelease(t, "  if not h.granted then\n    return h.depth\n  end\n",
-		`  if not h.granted then
-    if h.depth > 1 then
-      redis.call('HDEL', KEYS[1], 'l:' .. h.levels[1])
-      return h.depth - 1
-    end
-  end
-`)
+	swap(t, "release",
+		"  if not granted then\n    return depth\n  elseif depth > 1 then\n",
+		"  if not granted then\n"+firstLevel+"  end\n  if depth > 1 then\n")
 }
 
 // ReleaseWithoutOwnerCheck lets anyone release a held lock: the release
 // script skips its owner and token check, and takes a level, named or not.
 func ReleaseWithoutOwnerCheck(t testing.TB) {
 	t.Helper()
-	swapRelease(t, "if h.x and h.ts == ARGV[2] then\n  if h.o ~= ARGV[1] then\n    return -1\n  end\n",
-		"if h.x then\n  if not h.granted then\n    level, h.granted = 'l:' .. h.levels[1], 1\n  end\n")
+	swap(t, "release",
+		"elseif o == ARGV[1] and ts == ARGV[2] then\n  if not granted then\n",
+		"elseif o then\n  if not granted then\n"+firstLevel+"  end\n  if not granted then\n")
 }
 
-// HandoffToNewestWaiter makes every script hand a freed lock to the waiter
-// that queued last instead of the one that queued first: the general
-// path's handoff and release's quick one (quickHandOn).
+// HandoffToNewestWaiter makes every script that hands a freed lock on
+// (nextWaiter in lua/queue.lua: acquire, release, abandon, force, multi)
+// hand it to the waiter that queued last instead of the one that queued
+// first: the queue is read newest first, and the entries read are taken
+// out from that end.
 func HandoffToNewestWaiter(t testing.TB) {
 	t.Helper()
-	for _, name := range []string{"acquire", "release", "abandon"} {
-		swap(t, name, "callOn('ZPOPMIN', queue)", "callOn('ZPOPMAX', queue)")
+	for _, name := range []string{"acquire", "release", "abandon", "force", "multi"} {
+		swapAll(t, name, map[string]string{
+			"callOn('ZRANGE', queue, 0, 15)":                                  "callOn('ZREVRANGE', queue, 0, 15)",
+			"redis.call('ZREMRANGEBYRANK', queue, 0, math.min(j, #page) - 1)": "redis.call('ZREMRANGEBYRANK', queue, -math.min(j, #page), -1)",
+		})
 	}
-	swap(t, "release", "redis.pcall('ZPOPMIN', queue)", "redis.pcall('ZPOPMAX', queue)")
-}
-
-func swapRelease(t testing.TB, from, to string) {
-	t.Helper()
-	swap(t, "release", from, to)
 }
 
 // swap replaces from with to in the named script for the rest of the test.
 func swap(t testing.TB, name, from, to string) {
 	t.Helper()
+	swapAll(t, name, map[string]string{from: to})
+}
+
+// swapAll makes every replacement (from: to, the first occurrence of each)
+// in the named script, swapped in once for the rest of the test.
+func swapAll(t testing.TB, name string, repl map[string]string) {
+	t.Helper()
 	src := scripts.Source(name)
-	broken := strings.Replace(src, from, to, 1)
-	if broken == src {
-		t.Fatalf("mutant: %q is not in %s.lua any more", from, name)
+	broken := src
+	for from, to := range repl {
+		next := strings.Replace(broken, from, to, 1)
+		if next == broken {
+			t.Fatalf("mutant: %q is not in %s.lua any more", from, name)
+		}
+		broken = next
 	}
 	t.Cleanup(scripts.Swap(name, broken))
 }

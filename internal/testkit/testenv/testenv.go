@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,12 +85,35 @@ func Redis(t testing.TB) *redis.Client {
 }
 
 // Mini starts a miniredis and returns it with a client of it, both closed
-// when the test ends.
+// when the test ends. Its keys expire as the wall clock passes, as a real
+// Redis's do (a lock's lease is its key's expiry): miniredis expires keys
+// only when told to, so a goroutine moves its expiry clock on every few
+// milliseconds. Advance moves it further.
 func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				m.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	})
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		_ = c.Close()
+	})
 	return m, c
 }
 
@@ -186,8 +210,7 @@ func Advance(m *miniredis.Miniredis, d time.Duration) {
 // Snapshot returns a printable copy of key's type and contents, with its
 // TTL left out, for checking that something left a key as it was ("none"
 // for a missing key). DUMP would do on Redis, but miniredis dumps only
-// strings. A hold kept as a string reads as the hash it stands for
-// (HoldFields). Types other than string, list, set, hash and zset fail t.
+// strings. Types other than string, list, set, hash and zset fail t.
 func Snapshot(t testing.TB, rdb redis.Cmdable, key string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -200,14 +223,7 @@ func Snapshot(t testing.TB, rdb redis.Cmdable, key string) string {
 	case "none":
 		return kind
 	case "string":
-		v := rdb.Get(ctx, key).Val()
-		if f, ok := HoldFields(v); ok {
-			// A hold kept as a string reads as the hash it stands for,
-			// which a script that writes turns it into.
-			kind, content = "hash", f
-			break
-		}
-		content = v
+		content = rdb.Get(ctx, key).Val()
 	case "list":
 		content = rdb.LRange(ctx, key, 0, -1).Val()
 	case "set":

@@ -78,8 +78,9 @@ type lockState struct {
 //   - A release by the holding owner with the current token succeeds and
 //     leaves the depth minus one, freeing the lock at zero. A release with
 //     the token of an ownership that has ended may be answered as done (a
-//     repeat of the release that ended it) and changes nothing; every other
-//     release is refused and changes nothing.
+//     retry of the release that ended it) only while the lock is free and
+//     no token was issued since, and changes nothing; every other release
+//     is refused and changes nothing.
 //
 // Nothing in the model expires: use it only for runs in which no lease can
 // run out (long TTL, renewal on, no pauses).
@@ -163,10 +164,13 @@ func stepRelease(s lockState, in Release, out any) (bool, any) {
 	}
 	if !holds {
 		// The release script answers a release of an ownership that has
-		// ended (nothing expires here, so it was released) as done, and
-		// changes nothing: it cannot tell a repeat of the release that
-		// ended it from a caller naming a token it never held.
-		return endedBefore(s, in.Token), s
+		// ended as done (-2), changing nothing, only while the name is free
+		// and its counter is that ownership's token: nothing expires here,
+		// so a release ended it, and nobody took the lock since. It cannot
+		// tell a retry of that release from a caller naming a token it
+		// never held. A token issued since (the counter above it), seen or
+		// not, rules it out.
+		return freeSince(s, in.Token), s
 	}
 	if r.Depth != AnyDepth && r.Depth != s.Depth-1 {
 		return false, s
@@ -174,9 +178,11 @@ func stepRelease(s lockState, in Release, out any) (bool, any) {
 	return true, released(s, in.Token)
 }
 
-// endedBefore reports whether t is a token issued before the current ownership.
-func endedBefore(s lockState, t fence.Token) bool {
-	return t != fence.None && t <= s.Highest && t != s.Token
+// freeSince reports whether the lock is free and t is the last token issued
+// (as far as the history shows: an unseen token above it only makes the
+// real answer a refusal, which the model accepts).
+func freeSince(s lockState, t fence.Token) bool {
+	return s.Owner == "" && t != fence.None && t == s.Highest
 }
 
 // released is s after one accepted release with token t, which also

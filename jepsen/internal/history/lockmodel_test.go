@@ -33,8 +33,9 @@ func TestLockModelAcceptsCorrectHistories(t *testing.T) {
 			rel(a, 1), left(1), rel(a, 1), left(0), rel(a, 1), notHeld,
 			acq(b), got(2, 1), rel(a, 2), notHeld, rel(b, 1), notHeld,
 			rel(b, 2), left(history.AnyDepth)),
-		"a repeated release of an ownership that ended": seq(
-			acq(a), got(1, 1), rel(a, 1), left(0), acq(b), got(2, 1), rel(a, 1), left(0), acq(a), refused),
+		"a retried release of an ownership that ended, before anyone took the lock": seq(
+			acq(a), got(1, 1), rel(a, 1), left(0), rel(a, 1), left(history.AnyDepth),
+			acq(b), got(2, 1), rel(a, 1), notHeld, acq(a), refused),
 		"tokens may skip": seq(acq(a), got(3, 1), rel(a, 3), left(0), acq(b), got(7, 1)),
 		"overlapping acquires, either order": ops(
 			step{client: 0, call: 0, ret: 10, in: acq(a), out: refused},
@@ -72,6 +73,10 @@ func TestLockModelRejectsBrokenLocks(t *testing.T) {
 		"reentry without deepening":        seq(acq(a), got(1, 1), acq(a), got(1, 1)),
 		"fresh acquire at depth 2":         seq(acq(a), got(1, 2)),
 		"release by another owner":         seq(acq(a), got(1, 1), rel(b, 1), left(0)),
+		"a retried release done after another took the lock": seq(
+			acq(a), got(1, 1), rel(a, 1), left(0), acq(b), got(2, 1), rel(b, 2), left(0), rel(a, 1), left(history.AnyDepth)),
+		"a retried release done while another holds": seq(
+			acq(a), got(1, 1), rel(a, 1), left(0), acq(b), got(2, 1), rel(a, 1), left(0)),
 		"release with a stale token frees": seq(acq(a), got(1, 1), rel(a, 1), left(0), acq(a), got(2, 1), rel(a, 1), left(0), acq(b), got(3, 1)),
 		"release reports a wrong depth":    seq(acq(a), got(1, 1), acq(a), got(1, 2), rel(a, 1), left(0)),
 		"holder refused its own release":   seq(acq(a), got(1, 1), rel(a, 1), notHeld),

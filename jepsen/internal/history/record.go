@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/reentrant"
@@ -79,21 +80,27 @@ func (c *Client) acquire(ctx context.Context, name string, lock func(context.Con
 }
 
 // Unlock calls lease.Unlock(ctx) and records a [Release] of the lease's
-// ownership, with depth [AnyDepth] because Unlock does not report it.
-// ErrNotHeld is a definite refusal (never Unlock a lease twice: the
-// second refusal is the lease's memory, not the server's), but for the
-// one joined with the lease's loss (ErrLost): the lease was lost before
-// Unlock while Redis still held the lock, and Unlock released it there, a
-// release done. Every other error is an unknown outcome. It returns
-// Unlock's error.
+// ownership, with depth [AnyDepth] because Unlock does not report it. nil
+// is a release done: by this call, or by an earlier attempt of it (the
+// name free with no token issued since, which the model accepts only
+// then). ErrNotHeld is a definite refusal (never Unlock a lease twice: the
+// second refusal is the lease's memory, not the server's), but for two:
+// the one joined with the lease's loss (ErrLost) while Redis still held
+// the lock, when Unlock released it there, a release done; and the one
+// saying the release is unconfirmed (the ownership no longer holds the
+// lock and someone took it since: an earlier attempt of this Unlock may
+// have released it, or not), an unknown outcome. Every other error is an
+// unknown outcome. It returns Unlock's error.
 func (c *Client) Unlock(ctx context.Context, lease *reentrant.Lease) error {
 	in := Release{Name: lease.Name(), Owner: string(lease.Owner()), Token: lease.Token()}
 	var uerr error
 	err := c.Do(in, func() (any, error) {
 		uerr = lease.Unlock(ctx)
 		switch {
-		case uerr == nil, errors.Is(uerr, reentrant.ErrNotHeld) && errors.Is(uerr, reentrant.ErrLost):
+		case uerr == nil, errors.Is(uerr, reentrant.ErrLost) && !strings.Contains(uerr.Error(), "Redis no longer held it"):
 			return ReleaseResult{Released: true, Depth: AnyDepth}, nil
+		case Unconfirmed(uerr):
+			return nil, uerr
 		case errors.Is(uerr, reentrant.ErrNotHeld):
 			return ReleaseResult{}, nil
 		}
@@ -103,6 +110,15 @@ func (c *Client) Unlock(ctx context.Context, lease *reentrant.Lease) error {
 		return err
 	}
 	return uerr
+}
+
+// Unconfirmed reports whether err is Unlock's ErrNotHeld saying the release
+// is unconfirmed: the lock is no longer the lease's, and a token was issued
+// since, so Unlock cannot tell whether an earlier attempt of it released
+// the lock. It is never ErrLost.
+func Unconfirmed(err error) bool {
+	return errors.Is(err, reentrant.ErrNotHeld) && !errors.Is(err, reentrant.ErrLost) &&
+		strings.Contains(err.Error(), "release unconfirmed")
 }
 
 // Put calls s.Put and records a [Put]. An error wrapping fence.ErrStale is
