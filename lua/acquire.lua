@@ -24,8 +24,8 @@
 -- granted at), the lease raised to ARGV[2] from now if it ended sooner.
 -- {2, token, depth}: a reentry past ARGV[8], refused; nothing written but
 -- the removal of the caller's queue entry.
--- {0, pttl, 0}: held by another (pttl: its lease left, ms); a waiting
--- caller is then in the queue. A free lock with Lock calls queued goes to
+-- {0, pttl, 0}: held by another (pttl: its lease left, ms; -1 for a
+-- waiting caller, which is then in the queue). A free lock with Lock calls queued goes to
 -- the oldest first: nobody jumps the queue.
 -- Errors: FOREIGN, MODE, OVERFLOW (lib.lua), "ERR malformed ..."; nothing
 -- is written then.
@@ -34,15 +34,15 @@ local member, meta = ARGV[5] or '', ARGV[7] or ''
 local M, err = modes[ARGV[4]], nil
 if not M then
   M, err = modeOf(ARGV[4])
-  if not M then
-    return err
-  end
 end
-if not leases[ARGV[2]] and not lease(ARGV[2]) then
+if not M then
+  return err
+elseif not leases[ARGV[2]] and not lease(ARGV[2]) then
   return redis.error_reply('ERR malformed lease')
 end
 
-local n = redis.call('EXISTS', lock, queue, KEYS[4])
+-- The other mode's key counts twice: n = hold + queue + 2 x other.
+local n = redis.call('EXISTS', lock, queue, KEYS[4], KEYS[4])
 if n == 0 then
   -- Free, nobody waits, and the name shows no other token mode: the
   -- reply is the token alone.
@@ -60,12 +60,8 @@ end
 local o, ts, depth, granted, _, q = holdOf(lock, level)
 if o == nil then
   return ts
-elseif n > (o and 1 or 0) then
-  -- The queue or the other mode's key exists.
-  local merr = otherMode(KEYS[4])
-  if merr then
-    return merr
-  end
+elseif n - (o and 1 or 0) >= 2 then
+  return redis.error_reply('MODE ' .. KEYS[4])
 end
 if o == owner then
   return reenter(lock, queue, level, ARGV[2], member, ARGV[9] == '1', tonumber(ARGV[8]) or 1024, ts, depth, granted, q)

@@ -187,7 +187,7 @@ local function raise(M, key, v, above, us)
   else
     t, old = tonumber(us), tonumber(v)
   end
-  local want = math.max(t, (old or 0) + 1, (above or 0) + 1)
+  local want = math.max(t, (old or 0) + 1, (tonumber(above) or 0) + 1)
   if want >= 9007199254740992 then
     if M.idle == 0 then
       redis.call('DECR', key)
@@ -218,8 +218,8 @@ end
 
 -- issue applies the token rule to the counter at key in mode M and records
 -- the token: max(counter + 1, above + 1, clock), above being the ending
--- hold's token on a handoff, the clock (us, read when nil) time tokens'
--- only. Strict: INCR of the name's counter. Time: SET of the slot's floor
+-- hold's token (a decimal) on a handoff, the clock (us, read when nil) time
+-- tokens' only. Strict: INCR of the name's counter. Time: SET of the slot's floor
 -- to the clock with GET and KEEPTTL, one command while the clock is ahead;
 -- the floor's expiry (M.px, idle + idle/16) is set when it is made and
 -- again once the clock has passed idle/16 since, so it outlives its last
@@ -230,7 +230,7 @@ end
 local function issue(M, key, us, above)
   if M.idle == 0 then
     local t = redis.pcall('INCR', key)
-    if type(t) == 'number' and t >= 1 and t < 9007199254740992 and not (above and t <= above) then
+    if type(t) == 'number' and t >= 1 and t < 9007199254740992 and not (above and t <= tonumber(above)) then
       return t, us
     end
     return raise(M, key, t, above, us)
@@ -239,7 +239,7 @@ local function issue(M, key, us, above)
   local v, f = redis.pcall('SET', key, us, 'KEEPTTL', 'GET'), floors[key]
   -- A floor this library wrote last (f[1]) below the clock, as canonical
   -- decimals of one length compare as strings; anything else is checked.
-  if not (f and v == f[1] and #v == #us and v < us and not above) then
+  if not (f and v == f[1] and #v == #us and v < us and (not above or #above < #us or #above == #us and above < us)) then
     return raise(M, key, v, above, us)
   end
   f[1] = us
@@ -248,14 +248,6 @@ local function issue(M, key, us, above)
     f[2] = dec(tonumber(us) + M.span)
   end
   return us, us
-end
-
--- otherMode returns MODE when key, the other token mode's key of a name,
--- exists: a strict counter could issue a token below a time token.
-local function otherMode(key)
-  if redis.call('EXISTS', key) == 1 then
-    return redis.error_reply('MODE ' .. key)
-  end
 end
 
 -- grant writes a new hold at key (free, or deleted by the caller): owner

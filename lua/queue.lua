@@ -104,11 +104,10 @@ end
 -- the lock, or the key goes. true, or nil plus an error, writing nothing.
 local function passOn(M, ckey, key, queue, ts, q)
   if q then
-    local above, terr = tokenOf(key, ts)
-    if not above and ts then
-      return nil, terr
+    if ts and not canonical(ts) then
+      return refuse(key)
     end
-    local w, err = nextWaiter(M, ckey, queue, nil, above)
+    local w, err = nextWaiter(M, ckey, queue, nil, ts)
     if w == nil then
       return nil, err
     elseif w then
@@ -150,11 +149,11 @@ local function examine(i, lock, queue, ckey, other, level, owner, maxDepth)
   if o == nil then
     return nil, ts
   end
-  local merr = otherMode(other)
-  if merr then
-    return nil, merr
+  local n = redis.call('EXISTS', queue, other, other)
+  if n >= 2 then
+    return nil, redis.error_reply('MODE ' .. other)
   end
-  local h = {o = o, depth = depth, q = q or redis.call('EXISTS', queue) == 1}
+  local h = {o = o, depth = depth, q = q or n == 1}
   if o == owner then
     local err
     h.t, err = tokenOf(lock, ts)
@@ -225,12 +224,13 @@ end
 -- contend is acquire's answer when another owner holds the lock (held) or
 -- the name is free with a queue: its oldest Lock call goes first (the
 -- caller takes it if that is itself or nobody); a waiting caller (member)
--- joins the queue, which lives queueTTL more.
+-- joins the queue, which lives queueTTL more, and is told -1 for the
+-- holder's lease: it is woken, or polls.
 local function contend(M, lock, queue, ckey, owner, level, ttl, meta, member, queueTTL, held, q)
-  local pttl, us
-  if held then
-    pttl = redis.call('PTTL', lock)
-  else
+  local pttl, us = -1, nil
+  if held and member == '' then
+    pttl = redis.call('PTTL', lock) -- a waiting call polls, and needs none
+  elseif not held then
     local w, x = nextWaiter(M, ckey, queue)
     if w == nil then
       return x

@@ -30,7 +30,10 @@ elseif o == ARGV[1] and ts == ARGV[2] then
     redis.call('HDEL', KEYS[1], level)
     return depth - 1
   end
-  local M, err = modeOf(ARGV[4])
+  local M, err = modes[ARGV[4]], nil
+  if not M then
+    M, err = modeOf(ARGV[4])
+  end
   if not M then
     return err
   end

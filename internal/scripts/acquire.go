@@ -19,7 +19,7 @@ type Acquired struct {
 	TooDeep   bool          // a reentry refused: the hold is at Request.MaxDepth already
 	Token     fence.Token   // the ownership's token, when OK or TooDeep
 	Depth     int64         // the reentry depth, when OK or TooDeep
-	HolderTTL time.Duration // what is left of the holder's lease when neither
+	HolderTTL time.Duration // what is left of the holder's lease when neither; -1 unknown (a waiting call)
 }
 
 // Request is one Lock call's acquisition, as the acquire and abandon
@@ -242,6 +242,8 @@ func parseAcquire(v any) (Acquired, error) {
 		return Acquired{OK: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
 	case n[0] == 2 && n[1] > 0 && n[2] > 0:
 		return Acquired{TooDeep: true, Token: fence.Token(n[1]), Depth: n[2]}, nil
+	case n[0] == 0 && n[1] == -1 && n[2] == 0:
+		return Acquired{HolderTTL: -1}, nil // a waiting call is not told
 	case n[0] == 0 && n[1] >= 0 && n[2] == 0:
 		return Acquired{HolderTTL: millis(n[1])}, nil
 	}
