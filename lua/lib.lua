@@ -298,21 +298,31 @@ local function forcedOf(key)
   return {token = tok, at = tonumber(at), by = by}
 end
 
--- joining reads a Redlock node's join record at key (qacquire.lua) at
+-- strings reads the strings at keys with one MGET: false for an absent
+-- key; nil plus "FOREIGN <key>" for another type (MGET reads it as absent).
+local function strings(...)
+  local vs = redis.call('MGET', ...)
+  for i, v in ipairs(vs) do
+    local key = select(i, ...)
+    if v == false and redis.call('EXISTS', key) == 1 then
+      return refuse(key)
+    end
+  end
+  return vs
+end
+
+-- joining reads a Redlock node's join record v (qacquire.lua, at key) at
 -- server time now (ms): 0 once the node votes; else the ms left of the
 -- rejoin delay, the record written when missing (the node was empty); nil
 -- plus an error reply for a value this library did not write.
-local function joining(key, now, delay)
-  local v, err = callOn('GET', key)
-  if v == nil then
-    return nil, err
-  elseif v == false then
+local function joining(key, v, now, delay)
+  if v == false then
     redis.call('SET', key, dec(now))
     return delay
   end
-  local at, ferr = tokenOf(key, v)
+  local at, err = tokenOf(key, v)
   if not at then
-    return nil, ferr
+    return nil, err
   end
   return math.max(at + delay - now, 0)
 end

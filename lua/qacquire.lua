@@ -4,17 +4,15 @@
 --
 -- KEYS[1]  the hold     P:{N}    (lib.lua)
 -- KEYS[2]  the counter  P:{N}:t  (a Redlock node's tokens are strict)
--- KEYS[3]  the node's join record P:j: when (server time in ms) the node
---          was first found without one, that is, empty (new, restarted
---          without its data, flushed)
+-- KEYS[3]  the node's join record P:j: when (server ms) the node was
+--          first found without one: empty (new, restarted bare, flushed)
 -- ARGV[1]  owner ID
 -- ARGV[2]  lease in ms (canonical decimal)
 -- ARGV[3]  level ID (as acquire.lua's)
 -- ARGV[4]  metadata of a fresh ownership ("" for none)
 -- ARGV[5]  the deepest hold a reentry may make
 -- ARGV[6]  the rejoin delay in ms: how long after it was found empty the
---          node votes in no majority (the longest lease any client may
---          hold, and the clocks' drift)
+--          node votes in no majority (the longest lease, plus drift)
 -- ARGV[7]  optional: a proposed token, sent by a client whose owner holds
 --          the lock on no node yet
 --
@@ -41,7 +39,11 @@ elseif proposal ~= '' and not canonical(proposal) then
   return redis.error_reply('ERR malformed proposed token')
 end
 local us = tonumber(clock())
-local wait, jerr = joining(KEYS[3], math.floor(us / 1000), tonumber(delay))
+local vs, verr = strings(KEYS[3], KEYS[2])
+if not vs then
+  return verr
+end
+local wait, jerr = joining(KEYS[3], vs[1], math.floor(us / 1000), tonumber(delay))
 if wait ~= 0 then
   return wait and {4, wait, 0} or jerr
 end
@@ -50,7 +52,10 @@ local o, ts, depth, granted = holdOf(KEYS[1], level, true)
 if o == nil then
   return ts
 end
-local c, cerr = counterOf(KEYS[2])
+local c, cerr = 0, nil
+if vs[2] then
+  c, cerr = tokenOf(KEYS[2], vs[2])
+end
 if not c then
   return cerr
 elseif o == ARGV[1] then

@@ -1,13 +1,11 @@
 -- queue: the wait queue's helpers, built after lib.lua's.
 --
--- P:{N}:q is a sorted set of the calls waiting for the lock, oldest first
--- (score: the server time they queued at, in µs). A member is
--- "<level ID>\n<claim ms>\n<owner>\n<metadata>\n<kind><channel>": the level
--- the waiter will hold, how long it has to claim a lock handed to it, its
--- owner, its ownership's metadata (possibly empty), and the channel its
--- client listens on after one byte, "p" (PUBLISH) or "s" (SPUBLISH, a
--- shard channel in the lock's slot). A LockMulti call's entry has an ID
--- starting with "*": it is woken, never handed the lock.
+-- P:{N}:q: a sorted set of the calls waiting, oldest first (score: server
+-- µs when queued). A member: "<level>\n<claim ms>\n<owner>\n<meta>\n<ch>",
+-- the level ID it will hold, the ms it has to claim a lock handed to it, its
+-- owner and metadata, and its client's channel after "p" (PUBLISH) or "s"
+-- (SPUBLISH, in the lock's slot). A LockMulti entry's ID starts with "*":
+-- it is woken, never handed the lock.
 
 local function parseWaiter(m)
   local id, claim, owner, meta, channel = string.match(m, '^([^\n]+)\n([1-9][0-9]*)\n([^\n]+)\n([^\n]*)\n([ps].+)$')
@@ -92,8 +90,7 @@ end
 
 -- handTo gives the lock at key to waiter w (nextWaiter's): depth 1 at its
 -- level, a lease of its claim time, "<level ID> <token>" on its channel.
--- It claims by acquiring with its level ID (the lease becomes its TTL);
--- one that never claims loses the lock to the next waiter's poll.
+-- It claims by acquiring with its level ID; unclaimed, the lease ends.
 local function handTo(key, w)
   redis.call('DEL', key)
   grant(key, w.owner, w.token, 'l:' .. w.id, w.claim, w.meta, true)
