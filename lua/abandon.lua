@@ -1,6 +1,5 @@
--- abandon: undo an acquire whose reply the caller never saw (its context
--- ended, or the connection broke, while the script may have run), or take
--- a waiter that gives up out of the queue.
+-- abandon: undo an acquire whose reply was lost (context ended, connection
+-- broken), or take a waiter that gives up out of the queue.
 --
 -- KEYS[1]  the hold     P:{N}    (lib.lua)
 -- KEYS[2]  the queue    P:{N}:q  (queue.lua)

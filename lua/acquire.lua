@@ -23,10 +23,9 @@
 -- repeat or the claim of a lock handed to it (the depth its level was
 -- granted at), the lease raised to ARGV[2] from now if it ended sooner.
 -- {2, token, depth}: a reentry past ARGV[8], refused; nothing written but
--- the removal of the caller's queue entry.
--- {0, pttl, 0}: held by another (pttl: its lease left, ms; -1 for a
--- waiting caller, which is then in the queue). A free lock with Lock calls queued goes to
--- the oldest first: nobody jumps the queue.
+-- the removal of the caller's queue entry. {0, pttl, 0}: held by another
+-- (pttl: its lease left, ms; -1 for a waiting caller, now in the queue).
+-- A free lock with Lock calls queued goes to the oldest: none jumps it.
 -- Errors: FOREIGN, MODE, OVERFLOW (lib.lua), "ERR malformed ..."; nothing
 -- is written then.
 local lock, queue, ckey, owner, level = KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'l:' .. ARGV[3]

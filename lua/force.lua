@@ -6,9 +6,8 @@
 -- KEYS[2]  the queue    P:{N}:q  (queue.lua)
 -- KEYS[3]  the counter  P:{N}:t (strict) or the floor P:{S}:f (time tokens)
 -- KEYS[4]  the forced-unlock record P:{N}:u
--- ARGV[1]  the token of the ownership to end: the caller read it first
---          (inspect.lua), so a retry, or a holder that changed in between,
---          never ends an ownership the caller did not see
+-- ARGV[1]  the token of the ownership to end, as the caller read it
+--          (inspect.lua): neither a retry nor a new holder is ended
 -- ARGV[2]  who forces it: free text without a newline, recorded
 -- ARGV[3]  token mode (lib.lua), for the token of a lock handed on
 --

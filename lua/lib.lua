@@ -11,7 +11,8 @@
 --                      of the Lock call that took it; the value is the
 --                      depth it was granted at, so a retry is recognised
 --              m       the holder's metadata, when it has some
---              q       "1" once a waiter queued behind this hold
+--              q       "1" once a waiter queued behind this hold (on a
+--                      Redlock node: once a poller was refused)
 --   P:{N}:q  the wait queue (queue.lua), while someone waits
 --   P:{N}:t  strict tokens: the counter, the highest token issued for N;
 --            never expires, never deleted by a script

@@ -13,18 +13,17 @@
 -- ARGV[6]  the call's queue entry when it waits (an ID starting with "*")
 -- ARGV[7]  when waiting: the queue's expiry in ms
 -- ARGV[8]  "1" when an earlier attempt may have queued the call
--- ARGV[8+i] the level ID of name i: this attempt's request ID for it
+-- ARGV[8+i] the level ID of name i: the request ID (a retry finds it)
 --
 -- A name is free for the call when the owner holds it (a reentry) or
 -- nobody holds it and no Lock call waits for it (LockMulti entries do not
 -- hold it back: they are woken at each release and try again).
 -- Returns {1, token1, depth1, ...} when every name is free: all are taken,
 -- names that share a counter with rising tokens. {0, pttl, i, j, ...} when
--- names i, j, ... (rising) are not: nothing is taken, pttl is the least
--- left of their holders' leases (-1 when none is held); with ARGV[6] the
--- entry joins each such queue, and a free name a Lock call waits for is
--- handed to it. {2, i, token, depth}: name i is held by the owner at
--- ARGV[5] already. A retried attempt finds its levels.
+-- names i, j, ... (rising) are not: nothing is taken, pttl is the least of
+-- their holders' leases left (-1 when none is held); with ARGV[6] the entry
+-- joins each such queue, and a free name a Lock call waits for is handed
+-- to it. {2, i, token, depth}: the owner holds name i at ARGV[5] already.
 -- Errors: FOREIGN, MODE, OVERFLOW (lib.lua), "ERR malformed ..."; nothing
 -- is taken then (a refusal's handoffs may be made).
 local n, owner, member = #KEYS / 4, ARGV[1], ARGV[6]

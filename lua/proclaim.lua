@@ -14,7 +14,7 @@
 -- 1, else 0 with nothing written.
 -- stamp (anyone): when the ownership with that token holds the lock with a
 -- term not yet stamped, since becomes the server's clock. Returns the
--- metadata ("" for none) while that ownership holds the lock, 0 otherwise.
+-- metadata ("" for none) while that ownership holds the lock, else 0.
 -- Neither touches the lease or the levels.
 -- Errors: FOREIGN (lib.lua), "ERR bad proclaim mode".
 local mode = ARGV[1]

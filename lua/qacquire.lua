@@ -27,7 +27,7 @@
 -- counter and within 5 ms of the node's clock, either way: the caller
 -- holds it with that token, the counter raised to it (no phase 2 here).
 -- {2, token, depth}: a new level would pass ARGV[5]; nothing is written.
--- {0, pttl, 0}: another owner holds it.
+-- {0, pttl, 0}: another owner holds it (its hold's q set: see release).
 -- {4, wait, 0}: the node is joining (it had no join record, written now,
 -- or got it less than ARGV[6] ago): it may have forgotten leases it
 -- granted, and votes for nobody for wait more ms. Nothing else is done.
@@ -48,7 +48,7 @@ if wait ~= 0 then
   return wait and {4, wait, 0} or jerr
 end
 local level = 'l:' .. ARGV[3]
-local o, ts, depth, granted = holdOf(KEYS[1], level, true)
+local o, ts, depth, granted, _, q = holdOf(KEYS[1], level, true)
 if o == nil then
   return ts
 end
@@ -75,6 +75,9 @@ elseif o == ARGV[1] then
   stretch(KEYS[1], ARGV[2])
   return ts and {1, t, d} or {3, c, d, us}
 elseif o then
+  if not q then -- its release wakes the pollers
+    redis.call('HSET', KEYS[1], 'q', '1')
+  end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
 -- A proposal may be 5 ms at most from the node's clock, either way, so

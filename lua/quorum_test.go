@@ -311,8 +311,9 @@ func TestQuorumProposal(t *testing.T) {
 	})
 }
 
-// A release given a wake channel publishes on it when it frees the lock,
-// and only then: a Redlock node's waiters need no command of their own.
+// A release given a wake channel publishes on it when it frees a lock that
+// refused a Redlock attempt, and only then: a node's pollers need no
+// command of their own, and a lock nobody waited for costs no PUBLISH.
 func TestReleaseWakes(t *testing.T) {
 	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
 		ctx, rdb := t.Context(), b.Client
@@ -324,8 +325,18 @@ func TestReleaseWakes(t *testing.T) {
 			_, err := sub.Receive(ctx)
 			require.NoError(t, err)
 			a := take(t, rdb, k, "o1", "r1", m)
+			left, err := scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r1", m, wake)
+			require.NoError(t, err)
+			require.Equal(t, scripts.Released{}, left)
+			_, err = sub.ReceiveTimeout(ctx, 200*time.Millisecond)
+			require.Error(t, err, "%s: nobody was refused, nothing published", mode.name)
+
+			a = take(t, rdb, k, "o1", "r1", m)
 			take(t, rdb, k, "o1", "r2", m)
-			left, err := scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r2", m, wake)
+			q, err := scripts.QAcquire(ctx, rdb, k, joined(t, rdb), &scripts.Request{Owner: "o2", TTL: time.Minute, Level: "r9"})
+			require.NoError(t, err)
+			require.False(t, q.OK, "%s: another owner holds it", mode.name)
+			left, err = scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r2", m, wake)
 			require.NoError(t, err)
 			require.Equal(t, scripts.Released{Depth: 1}, left, "a level left: nobody woken")
 			left, err = scripts.ReleaseWaking(ctx, rdb, k, "o1", a.Token, "r1", m, wake)

@@ -9,7 +9,7 @@
 -- ARGV[3]  level ID: the request ID of the Lock call that took the level
 -- ARGV[4]  token mode (lib.lua), for the token of a lock handed on
 -- ARGV[5]  optional: a channel to PUBLISH an empty message on when this
---          call frees the lock (a Redlock node's waiters listen there)
+--          call frees a lock someone was refused (q: a Redlock's pollers)
 --
 -- Returns the depth left when the ownership (owner and token) holds the
 -- lock (a level already gone, as after a retry, is not taken twice); at
@@ -41,7 +41,7 @@ elseif o == ARGV[1] and ts == ARGV[2] then
   if not ok then
     return perr
   end
-  if ARGV[5] then
+  if ARGV[5] and q then
     redis.call('PUBLISH', ARGV[5], '')
   end
   return 0

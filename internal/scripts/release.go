@@ -31,9 +31,10 @@ func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, toke
 	return ReleaseWaking(ctx, rdb, k, owner, token, level, m, "")
 }
 
-// ReleaseWaking is Release that, when it frees the lock (0 from the last
-// level), also publishes an empty message on channel, in the same script:
-// a Redlock node's waiters listen there. "" publishes nothing.
+// ReleaseWaking is Release that, when it frees a lock that refused some
+// QAcquire (0 from the last level), also publishes an empty message on
+// channel, in the same script: a Redlock node's waiters listen there. A
+// lock nobody was refused publishes nothing, nor does channel "".
 func ReleaseWaking(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens, channel string) (Released, error) {
 	a := new(argv)
 	// The queue and the forced-unlock record are named from the hold's key
