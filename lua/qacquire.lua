@@ -32,6 +32,10 @@
 -- or got it less than ARGV[6] ago): it may have forgotten leases it
 -- granted, and votes for nobody for wait more ms. Nothing else is done.
 -- Errors: FOREIGN (lib.lua), "ERR malformed ...".
+--
+-- A proposal may be 5 ms at most from the node's clock, either way, so
+-- that a token stays near the clocks of the majority that took it, which
+-- the clock floor's argument needs (docs/safety.md, "Redlock").
 local delay, proposal = ARGV[6], ARGV[7] or ''
 if not canonical(delay) or not lease(ARGV[2]) then
   return redis.error_reply('ERR malformed lease or rejoin delay')
@@ -80,15 +84,10 @@ elseif o then
   end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
--- A proposal may be 5 ms at most from the node's clock, either way, so
--- that a token stays near the clocks of the majority that took it, which
--- the clock floor's argument needs (docs/safety.md, "Redlock").
 local p = tonumber(proposal)
 local taken = p and p > c and math.abs(p - us) <= 5000 and p < 9007199254740992
 local fields = {'o', ARGV[1], level, '1'}
-if ARGV[4] ~= '' then
-  fields[5], fields[6] = 'm', ARGV[4]
-end
+if ARGV[4] ~= '' then fields[5], fields[6] = 'm', ARGV[4] end
 if taken then
   fields[#fields + 1], fields[#fields + 2] = 't', proposal
   redis.call('SET', KEYS[2], proposal)
