@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -147,6 +148,14 @@ func TestForeignHoldRefused(t *testing.T) {
 			{what: "a token with a leading zero", plant: hash(lockKey, nil, "o", "o", "t", "05", "l:r", "1", "q", "1"), calls: needsNumber},
 			{what: "a 17-digit token", plant: hash(lockKey, nil, "o", "o", "t", "12345678901234567", "l:r", "1", "q", "1"), calls: needsNumber},
 			{what: "a token that is no number", plant: hash(lockKey, nil, "o", "o", "t", "x", "l:r", "1", "q", "1"), calls: needsNumber},
+			{what: "a token of 2^53", plant: hash(lockKey, nil, "o", "o", "t", "9007199254740992", "l:r", "1", "q", "1"), calls: needsNumber},
+			// Without q abandon has nobody to hand the lock to, and would
+			// delete the hold.
+			{what: "a token that is no number, no flag q", plant: hash(lockKey, nil, "o", "o", "t", "x", "l:r", "1"), calls: []string{"acquire", "abandon"}},
+			// An election term's metadata that proclaim.lua did not write.
+			{what: "a term with a 20-digit seq", plant: hash(lockKey, nil, "o", "o", "t", "5", "l:r", "1", "m", "\x1d0 99999999999999999999 v"), calls: []string{"proclaim"}},
+			{what: "a term with leading zeros", plant: hash(lockKey, nil, "o", "o", "t", "5", "l:r", "1", "m", "\x1d00 007 v"), calls: []string{"proclaim", "stamp"}},
+			{what: "a term without its fields", plant: hash(lockKey, nil, "o", "o", "t", "5", "l:r", "1", "m", "\x1dv"), calls: []string{"proclaim", "stamp"}},
 			// Only acquire reads a level's depth as a number; multi and
 			// qacquire write a new one over it (reported).
 			{what: "a level's depth that is no number", plant: hash(lockKey, nil, "o", "o", "t", "5", "l:r", "x"), calls: []string{"acquire"}},
@@ -168,14 +177,36 @@ func (cs foreignCases) withKey(key func(scripts.Keys) string, want error, modes 
 }
 
 // plantHeld writes the hold of o (token 5, level r) with the flag q, and
-// two waiters queued behind it. Two, because a refused handoff pops the
-// head and puts it back: a queue it empties is deleted by the pop and
-// comes back without its expiry (queue.lua's nextWaiter; reported).
+// two waiters queued behind it.
 func plantHeld(ctx context.Context, rdb *redis.Client, k scripts.Keys) {
 	rdb.HSet(ctx, k.Lock, "o", "o", "t", "5", "l:r", "1", "q", "1")
 	rdb.Expire(ctx, k.Lock, time.Hour)
 	rdb.ZAdd(ctx, k.Queue, redis.Z{Score: 1, Member: memberOf(waiterRequest("w1"))}, redis.Z{Score: 2, Member: memberOf(waiterRequest("w2"))})
 	rdb.Expire(ctx, k.Queue, time.Hour)
+}
+
+// plantHandedToW1 writes the hold of w1 (token 5), at the level of its
+// waiting call, with w1's entry still queued ahead of w2's: a handoff
+// whose claim w1 gives up (abandon).
+func plantHandedToW1(ctx context.Context, rdb *redis.Client, k scripts.Keys) {
+	w1 := waiterRequest("w1")
+	rdb.HSet(ctx, k.Lock, "o", "w1", "t", "5", "l:"+w1.Level, "1", "q", "1")
+	rdb.Expire(ctx, k.Lock, time.Hour)
+	rdb.ZAdd(ctx, k.Queue, redis.Z{Score: 1, Member: memberOf(w1)}, redis.Z{Score: 2, Member: memberOf(waiterRequest("w2"))})
+	rdb.Expire(ctx, k.Queue, time.Hour)
+}
+
+// wakes returns a plant that queues n LockMulti calls' entries, ahead of
+// every other entry, after before.
+func wakes(n int, before func(context.Context, *redis.Client, scripts.Keys)) func(context.Context, *redis.Client, scripts.Keys) {
+	return func(ctx context.Context, rdb *redis.Client, k scripts.Keys) {
+		before(ctx, rdb, k)
+		for i := range n {
+			id := fmt.Sprintf("m%d", i)
+			rdb.ZAdd(ctx, k.Queue, redis.Z{Score: float64(i) / 100, Member: scripts.WakeMember(id, scripts.Waiter{Channel: "ch:" + id})})
+		}
+		rdb.Expire(ctx, k.Queue, time.Hour)
+	}
 }
 
 // then returns a plant that runs first, then second.
@@ -208,6 +239,10 @@ func TestForeignQueueRefused(t *testing.T) {
 				rdb.Set(ctx, k.Queue, "x", time.Hour)
 			}), calls: append(handOn, "acquire waiting", "multi waiting", "abandon waiting", "inspect")},
 			{what: "a member without fields", plant: then(plantHeld, junk("junk")), calls: handOn},
+			// A second page of the queue is read before the first is
+			// woken and removed.
+			{what: "a member without fields behind 16 LockMulti calls", plant: then(plantHeld, wakes(16, junk("junk"))), calls: handOn},
+			{what: "a LockMulti call's entry without fields", plant: then(plantHeld, junk("*junk")), calls: handOn},
 			{what: "a member with a 20-digit claim time", plant: then(plantHeld, junk(long)), calls: handOn},
 			{what: "a lone member without fields, the name free", plant: lone("junk"), calls: free},
 			{what: "a lone member with a 20-digit claim time, the name free", plant: lone(long), calls: free},
@@ -233,6 +268,10 @@ func TestForeignCounterRefused(t *testing.T) {
 			// Beyond 2^53 a counter is no token to read, and its INCR
 			// overflows.
 			foreignCase{what: "17 digits, read", plant: set(strictCounterKey, "12345678901234567"), calls: []string{"multi", "inspect", "qacquire", "qbump"}})
+		cases = append(cases, foreignCase{what: "abc, the name free, a LockMulti call queued", plant: wakes(1, set(strictCounterKey, "abc")),
+			calls: []string{"acquire", "acquire waiting"}},
+			foreignCase{what: "abc, handed on by a waiter that gives up", plant: then(plantHandedToW1, set(strictCounterKey, "abc")),
+				calls: []string{"abandon waiting"}})
 		checkRefused(t, b, cases.withKey(strictCounterKey, scripts.ErrForeign, only))
 
 		var overflow foreignCases
@@ -265,6 +304,10 @@ func TestForeignFloorRefused(t *testing.T) {
 		cases = append(cases,
 			foreignCase{what: "a hash", plant: hash(floorKey, nil, "t", "3"), calls: free},
 			foreignCase{what: "a hash, handed on", plant: hash(floorKey, plantHeld, "t", "3"), calls: handOn})
+		cases = append(cases, foreignCase{what: "abc, the name free, a LockMulti call queued", plant: wakes(1, set(floorKey, "abc")),
+			calls: []string{"acquire", "acquire waiting"}},
+			foreignCase{what: "abc, handed on by a waiter that gives up", plant: then(plantHandedToW1, set(floorKey, "abc")),
+				calls: []string{"abandon waiting"}})
 		checkRefused(t, b, cases.withKey(floorKey, scripts.ErrForeign, only))
 
 		var overflow foreignCases
@@ -326,6 +369,40 @@ func TestRetriedReleaseNeverFreeOnAForeignCounter(t *testing.T) {
 				}
 				unchanged(t, b, before, prefixOf(k), "%s, %s: nothing written", mode.name, shape)
 			}
+		}
+	})
+}
+
+// A counter or floor of "0" is below every token: every script reads it as
+// absent (INCR makes it 1, as from nothing), none refuses it.
+func TestZeroCounterReadsAsAbsent(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		ctx, rdb := t.Context(), b.Client
+		for _, mode := range tokenModes {
+			k := keys(t)
+			key := counterKey(k, mode.m)
+			require.NoError(t, rdb.Set(ctx, key, "0", time.Hour).Err())
+			st, err := scripts.Inspect(ctx, rdb, k)
+			require.NoError(t, err, mode.name)
+			require.Zero(t, st.Counter+st.Floor, "%s: read as absent", mode.name)
+			_, err = scripts.Multi(ctx, rdb, []scripts.Keys{k}, &scripts.MultiRequest{Owner: "m", TTL: time.Minute, Tokens: mode.m,
+				Levels: []string{"ml"}, Queue: time.Minute})
+			require.NoError(t, err, "%s: multi", mode.name)
+			a, err := scripts.Acquire(ctx, rdb, k, &scripts.Request{Owner: "o", TTL: time.Minute, Level: "r", Tokens: mode.m})
+			require.NoError(t, err, mode.name)
+			require.False(t, a.OK, "%s: multi holds it", mode.name)
+
+			k = keys(t)
+			key = counterKey(k, mode.m)
+			require.NoError(t, rdb.Set(ctx, key, "0", time.Hour).Err())
+			a = take(t, rdb, k, "o", "r", mode.m)
+			require.True(t, a.OK, mode.name)
+			if !mode.m.Time {
+				require.EqualValues(t, 1, a.Token, "strict: INCR of 0")
+			}
+			require.Equal(t, a.Token.String(), rdb.Get(ctx, key).Val(), "%s: the token is recorded", mode.name)
+			require.Equal(t, scripts.Released{}, release(t, rdb, k, "o", a.Token, "r", mode.m))
+			require.Equal(t, scripts.Released{Depth: -1, Free: true}, release(t, rdb, k, "o", a.Token, "r", mode.m), "%s: a retry is confirmed", mode.name)
 		}
 	})
 }

@@ -14,9 +14,8 @@
 local o, ts, _, _, m, _, r = holdOf(KEYS[1], nil, true)
 if o == nil then
   return ts
-elseif ts and not canonical(ts) then
-  local _, terr = refuse(KEYS[1])
-  return terr
+elseif ts and not tokenOf(KEYS[1], ts) then
+  return redis.error_reply('FOREIGN ' .. KEYS[1])
 end
 local c, cerr = counterOf(KEYS[3])
 if not c then

@@ -1,26 +1,19 @@
 -- lib: the helpers every lock script is built with (internal/scripts puts
 -- the ones a script calls before its body).
 --
--- The keys of a lock named N under the prefix P, all in the slot of {N}:
---   P:{N}    the hold, a hash that exists only while the lock is held;
---            the key's own expiry is the lease. Fields:
---              o       the owner
---              t       the token (canonical decimal); absent only on a
---                      Redlock node while the hold is pending (qacquire)
---              l:<id>  one per level of the hold, named by the request ID
---                      of the Lock call that took it; the value is the
---                      depth it was granted at, so a retry is recognised
---              m       the holder's metadata, when it has some
---              q       "1" once a waiter queued behind this hold (on a
---                      Redlock node: once a poller was refused)
+-- The keys of a lock named N under the prefix P, all in the slot of {N}
+-- (docs/design.md's table has each key and field):
+--   P:{N}    the hold, a hash that lives while the lock is held, its expiry
+--            the lease: o the owner, t the token (absent while a Redlock
+--            node's hold is pending), l:<id> a level, named by the request
+--            ID that took it, valued the depth it was granted at (a retry
+--            is recognised), m metadata, q "1" once a waiter queued (on a
+--            Redlock node: once a poller was refused)
 --   P:{N}:q  the wait queue (queue.lua), while someone waits
---   P:{N}:t  strict tokens: the counter, the highest token issued for N;
---            never expires, never deleted by a script
---   P:{S}:f  time tokens: the floor of N's slot S, the highest token
---            issued for any name of the slot; it expires a week (the
---            mode's idle time) after its last write
---   P:{N}:u  after a forced unlock: "<token> <ms> <by>", the ownership it
---            ended, when, and who forced it; it expires when that lease
+--   P:{N}:t  strict tokens: the counter; never expires, never deleted
+--   P:{S}:f  time tokens: the floor of N's slot S, the highest token of
+--            the slot; it expires a week after its last write
+--   P:{N}:u  after a forced unlock: "<token> <ms> <by>", until that lease
 --            would have ended
 -- A released or expired name leaves nothing but its counter.
 -- A script refuses a key it did not write ("FOREIGN <key>") and a name
@@ -132,9 +125,9 @@ local function holdOf(key, level, pending)
 end
 
 -- tokenOf returns v, a token or a depth read from key, as a number; nil
--- plus "FOREIGN <key>" when it is not a canonical decimal.
+-- plus "FOREIGN <key>" when it is not a canonical decimal below 2^53.
 local function tokenOf(key, v)
-  if not canonical(v) then
+  if not canonical(v) or #v == 16 and v > '9007199254740991' then
     return refuse(key)
   end
   return tonumber(v)
@@ -151,16 +144,18 @@ local function levelsOf(r)
   return ids
 end
 
--- counterOf reads the counter at key: its value (0 when absent), or nil
--- plus an error reply for a value this library did not write.
+-- counterOf reads the counter at key: its value (0 when absent or "0", as
+-- issue reads it), or nil plus an error reply for a value not this library's.
 local function counterOf(key)
   local v, err = callOn('GET', key)
   if v == nil then
     return nil, err
-  elseif v == false then
+  elseif v == false or v == '0' then
     return 0
+  elseif not canonical(v) then -- 2^53 and above: issue says OVERFLOW
+    return refuse(key)
   end
-  return tokenOf(key, v)
+  return tonumber(v)
 end
 
 -- floors remembers, per floor key, the last token this library wrote
@@ -182,7 +177,7 @@ local function raise(M, key, v, above, us)
       redis.call('DECR', key)
       return refuse(key)
     end
-  elseif v and not canonical(v) then
+  elseif v and v ~= '0' and not canonical(v) then
     redis.call('SET', key, v, 'KEEPTTL')
     return refuse(key)
   else

@@ -28,6 +28,10 @@ elseif not (o and ts == ARGV[2]) then
   return 0
 end
 local since, seq, value = string.match(meta or '', '^\29(%d+) (%d+) (.*)$')
+if since and not ((since == '0' or canonical(since)) and (seq == '0' or canonical(seq) and seq ~= '9007199254740991'))
+  or not since and string.byte(meta or '', 1) == 29 then
+  return redis.error_reply('FOREIGN ' .. KEYS[1])
+end
 if mode == 'stamp' then
   if since == '0' then
     meta = '\29' .. string.sub(clock(), 1, -4) .. ' ' .. seq .. ' ' .. value

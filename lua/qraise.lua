@@ -28,9 +28,8 @@ local tok = tonumber(ts)
 local o, hts, _, granted = holdOf(KEYS[1], 'l:' .. ARGV[2], true)
 if o == nil then
   return hts
-elseif hts and not canonical(hts) then
-  local _, terr = refuse(KEYS[1])
-  return terr
+elseif hts and not tokenOf(KEYS[1], hts) then
+  return redis.error_reply('FOREIGN ' .. KEYS[1])
 end
 local c, cerr = counterOf(KEYS[2])
 if not c then

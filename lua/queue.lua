@@ -47,45 +47,49 @@ end
 -- nextWaiter takes the oldest Lock call out of queue, waking the
 -- LockMulti entries ahead of it, and issues its token (issue, on ckey):
 -- {member, id, claim, owner, channel, meta, token (a string)} and us;
--- false when no Lock call waits; nil plus an error reply, having written
--- nothing: entries go only once the token is issued.
-local function nextWaiter(M, ckey, queue, us, above)
-  while true do
-    local page, err = callOn('ZRANGE', queue, 0, 15)
+-- false and us when no Lock call waits, with the token of the caller
+-- (issue's reply) when self, as the third value; nil plus an error reply,
+-- having written nothing: the queue is read first, and entries go only
+-- once the token is issued.
+local function nextWaiter(M, ckey, queue, us, above, self)
+  local wakes, w, from = nil, nil, 0 -- wakes: made only when one is found
+  while not w and from >= 0 do
+    local page, err = callOn('ZRANGE', queue, from, from + 15)
     if not page then
       return nil, err
     end
-    local j = 1
-    while j <= #page and isWake(page[j]) do
-      j = j + 1
-    end
-    local w = nil
-    if j <= #page then
-      local id, claim, owner, channel, meta = parseWaiter(page[j])
+    for i = 1, #page do
+      local id, claim, owner, channel, meta = parseWaiter(page[i])
       if not id then
         return refuse(queue)
+      elseif not isWake(page[i]) then
+        w = {member = page[i], id = id, claim = claim, owner = owner, channel = channel, meta = meta}
+        break
       end
-      local t, x = issue(M, ckey, us, above)
-      if not t then
-        return nil, x
-      end
-      us = x
-      w = {member = page[j], id = id, claim = claim, owner = owner, channel = channel, meta = meta,
-        token = type(t) == 'string' and t or dec(t)}
+      wakes = wakes or {}
+      wakes[#wakes + 1] = {channel, id .. ' 0'}
     end
-    if #page > 0 then
-      redis.call('ZREMRANGEBYRANK', queue, 0, math.min(j, #page) - 1)
-    end
-    for i = 1, math.min(j - 1, #page) do
-      local id, _, _, channel = parseWaiter(page[i])
-      if id then
-        notify(channel, id .. ' 0')
-      end
-    end
-    if w or #page < 16 then
-      return w or false, us
+    from = #page == 16 and from + 16 or -1 -- -1: the queue ends here
+  end
+  local t, x = nil, nil
+  if w or self then
+    t, x = issue(M, ckey, us, above)
+    if not t then
+      return nil, x
     end
   end
+  local n = (wakes and #wakes or 0) + (w and 1 or 0)
+  if n > 0 then
+    redis.call('ZREMRANGEBYRANK', queue, 0, n - 1)
+  end
+  for i = 1, wakes and #wakes or 0 do
+    notify(wakes[i][1], wakes[i][2])
+  end
+  if w then
+    w.token = type(t) == 'string' and t or dec(t)
+    return w, x
+  end
+  return false, x or us, t
 end
 
 -- handTo gives the lock at key to waiter w (nextWaiter's): depth 1 at its
@@ -101,7 +105,7 @@ end
 -- the lock, or the key goes. true, or nil plus an error, writing nothing.
 local function passOn(M, ckey, key, queue, ts, q)
   if q then
-    if ts and not canonical(ts) then
+    if ts and not tokenOf(key, ts) then
       return refuse(key)
     end
     local w, err = nextWaiter(M, ckey, queue, nil, ts)
@@ -228,17 +232,11 @@ local function contend(M, lock, queue, ckey, owner, level, ttl, meta, member, qu
   if held and member == '' then
     pttl = redis.call('PTTL', lock) -- a waiting call polls, and needs none
   elseif not held then
-    local w, x = nextWaiter(M, ckey, queue)
+    local w, x, t = nextWaiter(M, ckey, queue, nil, nil, true)
     if w == nil then
       return x
     elseif not w or w.member == member then
-      local t = w and w.token
-      if not t then
-        t, x = issue(M, ckey, x)
-        if not t then
-          return x
-        end
-      end
+      t = w and w.token or t
       grant(lock, owner, t, level, ttl, meta, true)
       return t
     end

@@ -53,13 +53,10 @@ if f == nil then
 elseif f and f.token == ARGV[2] then
   return {-1, f.by, f.at}
 elseif not o then
-  local c, cerr = callOn('GET', KEYS[2])
-  if c == nil then
+  local c, cerr = counterOf(KEYS[2])
+  if not c then
     return cerr
-  elseif c and not canonical(c) then
-    local _, ferr = refuse(KEYS[2])
-    return ferr
-  elseif c == ARGV[2] then
+  elseif dec(c) == ARGV[2] then
     return -2
   end
 end

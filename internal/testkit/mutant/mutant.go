@@ -52,8 +52,8 @@ func HandoffToNewestWaiter(t testing.TB) {
 	t.Helper()
 	for _, name := range []string{"acquire", "release", "abandon", "force", "multi"} {
 		swapAll(t, name, map[string]string{
-			"callOn('ZRANGE', queue, 0, 15)":                                  "callOn('ZREVRANGE', queue, 0, 15)",
-			"redis.call('ZREMRANGEBYRANK', queue, 0, math.min(j, #page) - 1)": "redis.call('ZREMRANGEBYRANK', queue, -math.min(j, #page), -1)",
+			"callOn('ZRANGE', queue, from, from + 15)":       "callOn('ZREVRANGE', queue, from, from + 15)",
+			"redis.call('ZREMRANGEBYRANK', queue, 0, n - 1)": "redis.call('ZREMRANGEBYRANK', queue, -n, -1)",
 		})
 	}
 }
