@@ -107,9 +107,9 @@ func parseElectionMeta(m string) electionMetaOf {
 	return out
 }
 
-// shownMeta is metadata as Inspect and List report it: a term's without
-// its mark, "<since> <seq> <value>".
-func shownMeta(m string) string { return strings.TrimPrefix(m, electionMark) }
+// shownMeta is metadata as Inspect and List report it: a term's value
+// alone (Leader reports its start), any other metadata as it is.
+func shownMeta(m string) string { return parseElectionMeta(m).value }
 
 // termMetadata sets a campaign's metadata, which carries the mark that
 // WithMetadata would refuse; its value was checked (checkElectionValue).

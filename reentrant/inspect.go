@@ -30,7 +30,8 @@ type State struct {
 	// TTL is what is left of the holder's lease: the lock key's own
 	// expiry; 0 when free.
 	TTL time.Duration
-	// Meta is the holder's metadata (see [WithMetadata]); empty when free
+	// Meta is the holder's metadata (see [WithMetadata]), or an election
+	// term's value (see [Election.Leader] for its start); empty when free
 	// or none was given.
 	Meta string
 	// LastToken is what the name's next token will be above: with time

@@ -44,7 +44,8 @@
 //	ttl         string    what is left of the lease as a Go duration ("12.345s");
 //	                      "none" when free, "no expiry" without an expiry
 //	ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
-//	meta        string    the holder's metadata (WithMetadata); "" when free or none
+//	meta        string    the holder's metadata (WithMetadata), or an election
+//	                      term's value; "" when free or none
 //	levels      [string]  the IDs of the hold's levels; [] when free
 //	last_token  int       what the name's next token is above: with time tokens
 //	                      (the default) the floor of the name's hash slot, shared
@@ -58,7 +59,8 @@
 //	found       bool      false when Redis holds nothing for NAME under the prefix:
 //	                      no hold, waiter, counter or record (a wrong --prefix, or
 //	                      a name never locked there); every other field is then
-//	                      empty. The text form says "no: no state under prefix P"
+//	                      empty. The text form is then one line: "NAME: no state
+//	                      under prefix P (never locked there)"
 //
 // A released name keeps no history: its last owner and how its ownerships
 // ended are not recorded. Fields may be added; none is renamed. The exit

@@ -32,7 +32,8 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
   ttl         string    what is left of the lease as a Go duration ("12.345s");
                         "none" when free, "no expiry" without an expiry
   ttl_ms      int       the same in whole milliseconds; 0 unless lease is "active"
-  meta        string    the holder's metadata (WithMetadata); "" when free or none
+  meta        string    the holder's metadata (WithMetadata), or an election
+                        term's value; "" when free or none
   levels      [string]  the IDs of the hold's levels; [] when free
   last_token  int       what the name's next token is above: with time tokens
                         (the default) the floor of the name's hash slot, shared
@@ -46,7 +47,8 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
   found       bool      false when Redis holds nothing for NAME under the prefix:
                         no hold, waiter, counter or record (a wrong --prefix, or
                         a name never locked there); every other field is then
-                        empty. The text form says "no: no state under prefix P"
+                        empty. The text form is then one line: "NAME: no state
+                        under prefix P (never locked there)"
 A released name keeps no history: its last owner and how its ownerships
 ended are not recorded. Fields may be added; none is renamed. The exit
 status is 0 whether or not the name was found.`
@@ -182,7 +184,13 @@ func (v lockView) writeJSON(w io.Writer) error {
 	return enc.Encode(v)
 }
 
+// writeText prints one line per field; for a name with no state under the
+// prefix, one line that says so.
 func (v lockView) writeText(w io.Writer) error {
+	if !v.Found {
+		_, err := fmt.Fprintf(w, "%s: %s\n", textString(v.Name), notFound(v.Prefix))
+		return err
+	}
 	var b strings.Builder
 	rv := reflect.ValueOf(v)
 	for i := range rv.NumField() {
@@ -195,11 +203,7 @@ func (v lockView) writeText(w io.Writer) error {
 			fmt.Fprintf(&b, "%-12s%s\n", label, line)
 		}
 	}
-	found := "yes"
-	if !v.Found {
-		found = "no: " + notFound(v.Prefix)
-	}
-	fmt.Fprintf(&b, "%-12s%s\n", "found", found)
+	fmt.Fprintf(&b, "%-12s%s\n", "found", "yes")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -141,3 +141,25 @@ func TestListCluster(t *testing.T) {
 	v := inspectBoth(t, masters[0].Addr(), prefix, last)
 	require.True(t, v.Held, "inspect through the first primary finds a lock on the last")
 }
+
+// list and inspect show an election term's value, not how the term is
+// stored (its start and proclaim count before the value).
+func TestListAndInspectShowATermsValue(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		addr, prefix := b.Client.Options().Addr, testenv.Unique(t)
+		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = locks.Close() })
+		term, err := locks.Election("leader").Campaign(t.Context(), "e1 #1")
+		require.NoError(t, err)
+		require.NoError(t, term.Proclaim(t.Context(), "e1 #2"))
+
+		_, out, errOut := cli(t, t.Context(), "list", "--redis", addr, "--prefix", prefix)
+		require.Regexp(t, `(?m)^leader\s.*\se1 #2$`, out, errOut)
+		views, _, errOut := listJSON(t, "--redis", addr, "--prefix", prefix)
+		require.Equal(t, "e1 #2", views["leader"].Meta, errOut)
+		_, out, errOut = cli(t, t.Context(), "inspect", "leader", "--redis", addr, "--prefix", prefix)
+		require.Contains(t, out, "meta        e1 #2\n", errOut)
+		require.NoError(t, term.Resign(t.Context()))
+	})
+}
