@@ -159,7 +159,12 @@ type OpError struct {
 	Err  error
 }
 
+// Error reads "reentrant: <Op> "<Name>": <Err>"; a LockMulti given no
+// names reads "reentrant: lockmulti: <Err>".
 func (e *OpError) Error() string {
+	if e.Name == "" && strings.HasSuffix(e.Op, "multi") {
+		return "reentrant: " + e.Op + ": " + e.Err.Error()
+	}
 	return "reentrant: " + e.Op + " " + quoteName(e.Name) + ": " + e.Err.Error()
 }
 

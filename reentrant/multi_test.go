@@ -165,6 +165,9 @@ func TestLockMultiInvalid(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrInvalid, "%d names", len(names))
 		_, err = c.TryLockMulti(ctx, names)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
+		if len(names) == 0 {
+			require.EqualError(t, err, "reentrant: trylockmulti: invalid argument: no names", "no empty name quoted")
+		}
 	}
 	//nolint:staticcheck // a nil context on purpose
 	_, err := c.LockMulti(nil, []string{"a"})

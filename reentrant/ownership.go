@@ -172,7 +172,7 @@ func (o *ownership) overdue() error {
 // expiredErr is the cause of a loss by the local deadline; last is the
 // last renewal's error, if any.
 func (o *ownership) expiredErr(last error) error {
-	reason := fmt.Sprintf("no renewal confirmed within the TTL less the %v safety margin", o.cfg.margin)
+	reason := fmt.Sprintf("the TTL less the %v safety margin passed", o.cfg.margin)
 	if last != nil {
 		reason += "; last renewal"
 	}

@@ -58,6 +58,7 @@ func TestLeaseEndsBeforeTTLWhileRedisIsFrozen(t *testing.T) {
 	require.LessOrEqual(t, dl.Sub(paused), ttl-ttl/10, "the deadline must be TTL - margin after a send before the pause")
 	require.GreaterOrEqual(t, dl.Sub(before), ttl-ttl/10, "a renewal confirmed before the pause moved it past the first")
 	require.ErrorIs(t, l.Err(), reentrant.ErrUnconfirmed)
+	require.Empty(t, repeatedPhrase(l.Err().Error(), 3), "said twice in %q", l.Err())
 }
 
 // Without renewal, a lease's context ends at its TTL less the margin: the

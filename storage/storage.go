@@ -27,8 +27,10 @@
 // token an adapter cannot represent is refused with ErrInvalid too.
 // Nothing is silently truncated or clamped.
 // A call whose context ends returns an error for which errors.Is with the
-// context's error holds; after such an error, or a backend error, a write
-// was applied whole or not at all.
+// context's error holds, and with its cause (context.Cause) when it has one
+// of its own: a write refused because a lease's context ended says why the
+// lease ended. After such an error, or a backend error, a write was applied
+// whole or not at all.
 package storage
 
 import (

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/ctxerr"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -47,7 +48,7 @@ func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	if err := checkKey(key); err != nil {
 		return storage.Record{}, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxerr.Of(ctx); err != nil {
 		return storage.Record{}, err
 	}
 	s.mu.Lock()
@@ -77,7 +78,7 @@ func (s *Store) write(ctx context.Context, key string, token fence.Token, apply 
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxerr.Of(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -100,7 +101,7 @@ func (s *Store) Highest(ctx context.Context, key string) (fence.Token, error) {
 	if err := checkKey(key); err != nil {
 		return fence.None, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxerr.Of(ctx); err != nil {
 		return fence.None, err
 	}
 	s.mu.Lock()

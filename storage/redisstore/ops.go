@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/ctxerr"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -47,7 +48,7 @@ func (s *Store) read(ctx context.Context, key, mode string) (reply, error) {
 	}
 	v, err := getScript.Run(ctx, s.c, []string{rk}, mode).Result()
 	if err != nil {
-		return reply{}, opErr("get", key, err)
+		return reply{}, opErr("get", key, ctxerr.With(ctx, err))
 	}
 	r, err := decode(v)
 	if err != nil {
@@ -94,7 +95,7 @@ func (s *Store) write(ctx context.Context, op, key string, t fence.Token, value 
 	}
 	v, err := writeScript.Run(ctx, s.c, []string{rk}, args...).Result()
 	if err != nil {
-		return opErr(op, key, err)
+		return opErr(op, key, ctxerr.With(ctx, err))
 	}
 	r, err := decode(v)
 	if err != nil {

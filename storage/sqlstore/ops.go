@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/ctxerr"
 	"github.com/redfence/redfence/storage"
 )
 
@@ -18,14 +19,10 @@ func checkKey(key string) error {
 }
 
 // withCtx keeps the context's error in the chain when the context ended the
-// call: drivers report that in their own words (SQLite "interrupted", a
-// pgx timeout), and callers test with errors.Is(err, context.Canceled).
-func withCtx(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return errors.Join(err, cerr)
-	}
-	return err
-}
+// call, with its cause (a lost lease's, say): drivers report that in their
+// own words (SQLite "interrupted", a pgx timeout), and callers test with
+// errors.Is(err, context.Canceled).
+func withCtx(ctx context.Context, err error) error { return ctxerr.With(ctx, err) }
 
 // Get returns key's value and the token that wrote it. It returns an error
 // wrapping storage.ErrNotFound if key has no value, storage.ErrInvalid for a

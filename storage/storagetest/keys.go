@@ -125,19 +125,27 @@ func expectInvalid(t *testing.T, s storage.Store, key string) {
 }
 
 // testCancelled: a call with a cancelled context fails with the context's
-// error and changes nothing.
+// error, and its cause when it has one (a lost lease's), and changes
+// nothing.
 func testCancelled(t *testing.T, s storage.Store, _ config) {
 	mustPut(t, s, "k", []byte("v"), 5)
-	ctx := cancelled(t)
-	checks := map[string]error{
-		"Put":    s.Put(ctx, "k", []byte("new"), 6),
-		"Delete": s.Delete(ctx, "k", 6),
-	}
-	_, checks["Get"] = s.Get(ctx, "k")
-	_, checks["Highest"] = s.Highest(ctx, "k")
-	for name, err := range checks {
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s with a cancelled context: %v; want context.Canceled", name, err)
+	lost := errors.New("lease lost: ownership gone (storagetest)")
+	caused, stop := context.WithCancelCause(t.Context())
+	stop(lost)
+	for _, c := range []struct {
+		ctx   context.Context
+		cause error
+	}{{cancelled(t), context.Canceled}, {caused, lost}} {
+		checks := map[string]error{
+			"Put":    s.Put(c.ctx, "k", []byte("new"), 6),
+			"Delete": s.Delete(c.ctx, "k", 6),
+		}
+		_, checks["Get"] = s.Get(c.ctx, "k")
+		_, checks["Highest"] = s.Highest(c.ctx, "k")
+		for name, err := range checks {
+			if !errors.Is(err, context.Canceled) || !errors.Is(err, c.cause) {
+				t.Errorf("%s with a cancelled context: %v; want context.Canceled and %v", name, err, c.cause)
+			}
 		}
 	}
 	expect(t, s, "k", []byte("v"), 5, 5)

@@ -1,0 +1,61 @@
+package reentrant_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/storage/memory"
+)
+
+// repeatedPhrase returns the first run of n words that msg says twice, or
+// "" if none: an error chain that repeats itself ("no renewal confirmed in
+// time: ...: no renewal confirmed within ...") reads as two errors.
+func repeatedPhrase(msg string, n int) string {
+	words := strings.FieldsFunc(msg, func(r rune) bool { return r == ' ' || r == ':' || r == ';' || r == ',' })
+	seen := map[string]bool{}
+	for i := 0; i+n <= len(words); i++ {
+		p := strings.Join(words[i:i+n], " ")
+		if seen[p] {
+			return p
+		}
+		seen[p] = true
+	}
+	return ""
+}
+
+func TestRepeatedPhrase(t *testing.T) {
+	require.Equal(t, "no renewal confirmed in", repeatedPhrase(
+		"lease lost: no renewal confirmed in time: token 5: no renewal confirmed in time", 4))
+	require.Empty(t, repeatedPhrase("lease lost: no renewal confirmed in time: token 5: the TTL less the 300ms safety margin passed", 4))
+	require.Empty(t, repeatedPhrase("a b c a b d", 3))
+	require.Equal(t, "a b c", repeatedPhrase("a b c: a b c", 3))
+}
+
+// A store's refusal of a write under a lease that has ended carries why it
+// ended (the lease context's cause), not a bare "context canceled".
+func TestStoreRefusalCarriesTheLeaseCause(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client)
+		name := testenv.Unique(t)
+		l, err := c.Lock(t.Context(), name)
+		require.NoError(t, err)
+		require.NoError(t, c.ForceUnlockToken(t.Context(), name, l.Token()))
+		require.ErrorIs(t, l.Extend(t.Context(), time.Minute), reentrant.ErrNotHeld, "an extend finds it gone")
+		select {
+		case <-l.Done():
+		case <-time.After(time.Minute):
+			t.Fatal("the lease outlived the forced unlock its extend found")
+		}
+		err = memory.New().Put(l.Context(), "k", []byte("late"), l.Token())
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, reentrant.ErrLost)
+		require.ErrorIs(t, err, l.Err())
+		require.Empty(t, repeatedPhrase(err.Error(), 4), "said twice in %q", err)
+	})
+}
