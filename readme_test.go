@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-// The Go snippets of README.md are copies of runnable examples, so that what
+// The Go snippets of README.md and docs/usage.md are copies of runnable examples, so that what
 // readers copy compiles and does what it says. Each ```go block is preceded,
 // on the line just before its fence, by a marker naming the example whose
 // body it copies, as its package directory and function name (the
@@ -31,7 +31,7 @@ import (
 // the example's own and the program compiles as the example does.
 
 // readmes are the files whose Go snippets must be examples.
-var readmes = []string{"README.md"}
+var readmes = []string{"README.md", "docs/usage.md"}
 
 // TestReadmeSnippetsAreExamples fails when a Go snippet of a README has no
 // marker, names no example, or differs from the example's body.

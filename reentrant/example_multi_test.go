@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
 )
@@ -14,8 +17,15 @@ import (
 // them in: two transfers in opposite directions cannot deadlock. Each
 // account's write carries that account's own token.
 func ExampleClient_LockMulti() {
-	locks, stop := newLocks()
-	defer stop()
+	mr, _ := miniredis.Run() // any Redis; an embedded one here
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks, err := reentrant.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
 	store := memory.New()
 	ctx := context.Background()
 
