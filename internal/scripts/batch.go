@@ -14,7 +14,7 @@ import (
 // its own, as through the client (so an uncontended caller pays nothing
 // for it); under many concurrent callers the server reads and answers a
 // whole batch per read and write, which is where most of a short script's
-// cost lies (docs/benchmarks.md, "Decisions").
+// cost lies (docs/decisions.md).
 //
 // A call through Batched has the semantics of the client's Process with
 // ContextTimeoutEnabled off: once sent, it returns when its reply came or
