@@ -280,7 +280,7 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 		return Leader{Value: st.Meta, Token: st.Token}, nil
 	case e.c.cfg.redlock:
 		// A Redlock token is the term's start on its majority's clocks,
-		// in µs (within 5 ms of each: docs/deployments.md), the same
+		// in µs (within 5 ms of each: docs/redlock.md), the same
 		// whichever nodes answer; each node's own stamp would not be.
 		return Leader{Value: m.value, Token: st.Token, Since: time.UnixMilli(int64(st.Token) / 1000)}, nil
 	case m.since.IsZero():

@@ -41,7 +41,7 @@ type State struct {
 	// issued. With [NewRedlock] it is the highest counter among the nodes
 	// that answered: at least the last token handed out, and above it when
 	// an acquisition that got no majority raised a minority's counters
-	// with its proposed token (docs/deployments.md).
+	// with its proposed token (docs/redlock.md).
 	LastToken fence.Token
 	// Levels are the IDs of the hold's levels ([Lease.ID]), in no order;
 	// nil when free.

@@ -1,7 +1,7 @@
 package reentrant
 
-// Redlock: one Client over N independent Redis masters. docs/deployments.md,
-// "Redlock", has the protocol and the argument for its tokens.
+// Redlock: one Client over N independent Redis masters. docs/redlock.md
+// has the protocol and the argument for its tokens.
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // NewRedlock fails with ErrInvalid for fewer than 3 nodes, an even number,
 // a nil node or a bad option, and for WithReplicaAck, WithStrictTokens and
 // WithHandoffTimeout, which do not apply.
-// docs/deployments.md ("Redlock") has the algorithm and its argument.
+// docs/redlock.md has the algorithm and its argument.
 func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
 	defer func() { err = pkgErr("new redlock", err) }()
 	n := len(nodes)
