@@ -26,7 +26,7 @@ func BenchmarkBaselineSetNX(b *testing.B) {
 }
 
 // BenchmarkLockUnlock is a fresh acquisition and a full release: two
-// script calls (docs/design.md lists the commands each runs).
+// script calls (docs/benchmarks.md, "Commands per call", lists the commands each runs).
 func BenchmarkLockUnlock(b *testing.B) { benchLockUnlock(b) }
 
 // BenchmarkLockUnlockStrictTokens is BenchmarkLockUnlock with
