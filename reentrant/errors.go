@@ -202,9 +202,14 @@ func pkgErr(op string, err error) error {
 	case err == nil:
 		return nil
 	case op == "":
-		return fmt.Errorf("reentrant: %w", err)
+		err = fmt.Errorf("reentrant: %w", err)
+	default:
+		err = fmt.Errorf("reentrant: %s: %w", op, err)
 	}
-	return fmt.Errorf("reentrant: %s: %w", op, err)
+	if seenErr != nil {
+		seenErr(err)
+	}
+	return err
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
@@ -224,8 +229,17 @@ func opErr(op, name string, err error) error {
 		err = fmt.Errorf("%w: another token mode uses this name's keys: every client of a prefix must use "+
 			"WithStrictTokens, or none: %w", ErrInvalid, err)
 	}
-	return &OpError{Op: op, Name: name, Err: err}
+	e := &OpError{Op: op, Name: name, Err: err}
+	if seenErr != nil {
+		seenErr(e)
+	}
+	return e
 }
+
+// seenErr, when set (by this package's tests, before any runs), is given
+// every error a method returns through opErr or pkgErr, so that a test can
+// check every message the test suite produces.
+var seenErr func(error)
 
 // join returns the non-nil errs as one error, each followed by its cause
 // ("a: b: c"), as fmt.Errorf's %w verbs make it: errors.Is and errors.As

@@ -47,3 +47,7 @@ func LocalDeadline(l *Lease) time.Time {
 	defer l.own.mu.Unlock()
 	return l.own.deadline
 }
+
+// SetSeenErr makes f see every error the package's methods return through
+// opErr and pkgErr; set once, before any test runs.
+func SetSeenErr(f func(error)) { seenErr = f }

@@ -1,12 +1,16 @@
 package reentrant_test
 
 import (
+	"fmt"
 	"os"
+	"sort"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/reentrant"
 )
 
 // Every test of the package must leave no goroutine behind: Close is
@@ -30,5 +34,48 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperWaiterVar); spec != "" {
 		helperWaiter(spec)
 	}
-	goleak.VerifyTestMain(testenv.Wrap(m))
+	reentrant.SetSeenErr(seen.add)
+	goleak.VerifyTestMain(phraseCheck{testenv.Wrap(m)})
+}
+
+// seen is every error message the package's methods returned while the
+// tests ran; phraseCheck fails the run when one says a phrase of four words
+// twice ("no renewal confirmed ...: ... no renewal confirmed ..."): an
+// error chain should say each thing once.
+var seen = &messages{m: map[string]bool{}}
+
+type messages struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (s *messages) add(err error) {
+	s.mu.Lock()
+	s.m[err.Error()] = true
+	s.mu.Unlock()
+}
+
+type phraseCheck struct{ m interface{ Run() int } }
+
+func (p phraseCheck) Run() int {
+	code := p.m.Run()
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	var bad []string
+	for msg := range seen.m {
+		if ph := repeatedPhrase(msg, 4); ph != "" {
+			bad = append(bad, fmt.Sprintf("%q says %q twice", msg, ph))
+		}
+	}
+	sort.Strings(bad)
+	for _, b := range bad {
+		fmt.Fprintln(os.Stderr, "error message:", b)
+	}
+	if len(bad) > 0 && code == 0 {
+		code = 1
+	}
+	if os.Getenv("REDFENCE_PRINT_ERRORS") != "" {
+		fmt.Fprintf(os.Stderr, "%d distinct error messages checked\n", len(seen.m))
+	}
+	return code
 }

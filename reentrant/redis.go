@@ -153,7 +153,7 @@ func policyOf(ctx context.Context, rdb redis.Cmdable) error {
 		return err
 	}
 	if evicting[policy] {
-		return fmt.Errorf("%w: maxmemory-policy is %s, which may evict the fencing counter and restart tokens at 1; "+
+		return fmt.Errorf("%w: maxmemory-policy is %s, so tokens could restart at 1; "+
 			"use noeviction or a volatile-* policy, or accept the risk with WithEvictionAllowed", ErrEvictionPolicy, policy)
 	}
 	return nil

@@ -90,14 +90,14 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		}
 	})
 
-	var errs []error
+	var errs nodeErrors
 	holder := time.Duration(-1)
 	var ok []int
 	for i, x := range got {
 		switch {
 		case x == nil:
 		case x.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
+			errs.add(i, x.err)
 			q.undoNode(r, i, req) // it may have run
 		case x.v.TooDeep:
 			q.undoAll(r, req)
@@ -110,8 +110,8 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	}
 	fail := func(why string) (acquired, error) {
 		q.undoAll(r, req)
-		if cerr := ctxErr(ctx); cerr != nil || len(errs) > n-maj {
-			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, join(errs...))
+		if cerr := ctxErr(ctx); cerr != nil || len(errs.errs) > n-maj {
+			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, errs.err())
 		}
 		return acquired{holderTTL: max(holder, 0), split: len(ok) > 0}, nil
 	}

@@ -286,13 +286,13 @@ func firstState(got []*nodeReply[scripts.State]) scripts.State {
 
 // nodeErrs joins the errors of the nodes that failed.
 func nodeErrs[T any](got []*nodeReply[T]) error {
-	var errs []error
+	var errs nodeErrors
 	for i, x := range got {
 		if x != nil && x.err != nil && x.err != errSkipped {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, x.err))
+			errs.add(i, x.err)
 		}
 	}
-	return join(errs...)
+	return errs.err()
 }
 
 // force runs force.lua for tok on every node. It reports the
