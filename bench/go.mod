@@ -2,8 +2,6 @@ module github.com/redfence/redfence/bench
 
 go 1.26.0
 
-replace github.com/redfence/redfence => ../
-
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1

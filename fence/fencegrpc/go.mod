@@ -2,8 +2,6 @@ module github.com/redfence/redfence/fence/fencegrpc
 
 go 1.26.0
 
-replace github.com/redfence/redfence => ../..
-
 require (
 	github.com/redfence/redfence v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
