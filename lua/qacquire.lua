@@ -35,7 +35,7 @@
 --
 -- A proposal may be 5 ms at most from the node's clock, either way, so
 -- that a token stays near the clocks of the majority that took it, which
--- the clock floor's argument needs (docs/safety.md, "Redlock").
+-- the clock floor's argument needs (docs/redlock.md, "A node that restarts empty").
 local delay, proposal = ARGV[6], ARGV[7] or ''
 if not canonical(delay) or not lease(ARGV[2]) then
   return redis.error_reply('ERR malformed lease or rejoin delay')

@@ -211,7 +211,17 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.own.cfg.ttl)
 		defer cancel()
-		err = joinWith("; ", []error{err, l.Unlock(uctx)})
+		uerr := l.Unlock(uctx)
+		if lost := l.Err(); uerr != nil && lost != nil && err != nil && errors.Is(err, lost) && errors.Is(uerr, ErrNotHeld) {
+			// fn's error already says why the lease ended (a fenced
+			// store's refusal under its context carries the cause), and
+			// Unlock's would say it again.
+			uerr = nil
+		}
+		err = joinWith("; ", []error{err, uerr})
+		if err != nil && seenErr != nil {
+			seenErr(err)
+		}
 	}()
 	return fn(fctx, l.Token())
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
@@ -56,6 +58,30 @@ func TestStoreRefusalCarriesTheLeaseCause(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, reentrant.ErrLost)
 		require.ErrorIs(t, err, l.Err())
+		require.Empty(t, repeatedPhrase(err.Error(), 4), "said twice in %q", err)
+	})
+}
+
+// Do's error, when fn's write was refused because the lease was lost, says
+// why once: Unlock's "not held" would repeat the cause fn's error carries.
+func TestDoSaysTheLossOnce(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c := newClient(t, b.Client)
+		name := testenv.Unique(t)
+		err := c.Do(t.Context(), name, func(ctx context.Context, tok fence.Token) error {
+			// An operator deletes the hold: the next renewal finds it gone.
+			if err := b.Client.Del(t.Context(), scripts.KeysFor(prefix, name).Lock).Err(); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("the lease outlived the forced unlock by a minute")
+			}
+			return memory.New().Put(ctx, "k", []byte("late"), tok)
+		}, reentrant.WithRenewInterval(20*time.Millisecond))
+		require.ErrorIs(t, err, reentrant.ErrLost)
+		require.ErrorIs(t, err, context.Canceled)
 		require.Empty(t, repeatedPhrase(err.Error(), 4), "said twice in %q", err)
 	})
 }

@@ -191,9 +191,9 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	// than the latest of their clocks, raised on a majority before it is
 	// handed out. The clock is what keeps a token from repeating when a
 	// node that remembered the last one restarted empty and the others
-	// that remember are out of reach (docs/safety.md, "Redlock"). Nodes
-	// that took a proposal (fewer than a majority) count it as their
-	// counter, and are raised from it.
+	// that remember are out of reach (docs/redlock.md, "A node that
+	// restarts empty"). Nodes that took a proposal (fewer than a majority)
+	// count it as their counter, and are raised from it.
 	tok := max(top+1, clock)
 	raised := q.raise(ctx, r, ok, tok, maj, false, proposal)
 	if raised < maj {

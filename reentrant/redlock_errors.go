@@ -38,9 +38,15 @@ func (e *nodeErrors) Error() string {
 		msg, addr := err.Error(), ""
 		var op *net.OpError
 		if errors.As(err, &op) && op.Addr != nil {
-			// The same failure at another address reads the same.
+			// The same failure at another address reads the same: the
+			// node's address, and the local one of a read or write
+			// ("src->addr"), leave the message.
 			addr = op.Addr.String()
-			msg = strings.Replace(msg, " "+addr, "", 1)
+			at := addr
+			if op.Source != nil {
+				at = op.Source.String() + "->" + addr
+			}
+			msg = strings.Replace(msg, " "+at, "", 1)
 		}
 		g := groups[msg]
 		if g == nil {
