@@ -2,7 +2,6 @@ package reentrant_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,34 +9,15 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/scripts"
+	"github.com/redfence/redfence/internal/testkit/phrase"
 	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
 )
 
-// repeatedPhrase returns the first run of n words that msg says twice, or
-// "" if none: an error chain that repeats itself ("no renewal confirmed in
-// time: ...: no renewal confirmed within ...") reads as two errors.
-func repeatedPhrase(msg string, n int) string {
-	words := strings.FieldsFunc(msg, func(r rune) bool { return r == ' ' || r == ':' || r == ';' || r == ',' })
-	seen := map[string]bool{}
-	for i := 0; i+n <= len(words); i++ {
-		p := strings.Join(words[i:i+n], " ")
-		if seen[p] {
-			return p
-		}
-		seen[p] = true
-	}
-	return ""
-}
-
-func TestRepeatedPhrase(t *testing.T) {
-	require.Equal(t, "no renewal confirmed in", repeatedPhrase(
-		"lease lost: no renewal confirmed in time: token 5: no renewal confirmed in time", 4))
-	require.Empty(t, repeatedPhrase("lease lost: no renewal confirmed in time: token 5: the TTL less the 300ms safety margin passed", 4))
-	require.Empty(t, repeatedPhrase("a b c a b d", 3))
-	require.Equal(t, "a b c", repeatedPhrase("a b c: a b c", 3))
-}
+// repeatedPhrase is phrase.Repeated: the first run of n words msg says
+// twice, or "".
+func repeatedPhrase(msg string, n int) string { return phrase.Repeated(msg, n) }
 
 // A store's refusal of a write under a lease that has ended carries why it
 // ended (the lease context's cause), not a bare "context canceled".

@@ -69,7 +69,9 @@ func WithFault(newFault func(t *testing.T) Fault) Option {
 
 // Run runs the conformance suite, one subtest per property. newStore is
 // called once per subtest and must return an empty store that no other
-// subtest shares; it may register its own cleanup with t.Cleanup.
+// subtest shares; it may register its own cleanup with t.Cleanup. Every
+// error the store returns to a subtest is also checked for a phrase of four
+// words said twice (a wrapped error repeating its cause), which fails it.
 func Run(t *testing.T, newStore func(t *testing.T) storage.Store, opts ...Option) {
 	t.Helper()
 	c := config{maxToken: math.MaxUint64, writers: 8, writes: 100}
@@ -98,7 +100,7 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store, opts ...Option
 		{"Concurrent", testConcurrent},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t), c) })
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, phraseChecked{newStore(t), t.Errorf}, c) })
 	}
 	// An adapter with no backend to break (memory) has no such subtest,
 	// rather than a skip: in CI a skipped test reads as a missing server.
