@@ -79,9 +79,9 @@ func faultOutcome(kind string, err error) string {
 	case kind == faultWrite && errors.Is(err, fence.ErrStale):
 		return faultStale
 	case kind == faultLock && errors.Is(err, reentrant.ErrNotAcquired):
-		// Held by another, or the wait ran out. An acquire in flight at
-		// that moment may still have run, but its lease was never handed
-		// out: it expires after one TTL, like a crashed holder's.
+		// Held by another, or the wait ran out with whatever the attempt
+		// took undone. An attempt whose outcome Redis did not confirm is
+		// ErrOutcomeUnknown, and falls to faultUnknown below.
 		return faultFailed
 	case kind == faultLock && errors.Is(err, reentrant.ErrNotReplicated):
 		return faultNotReplicated

@@ -63,8 +63,9 @@ func bounded[T any](c *Client, ctx context.Context, grace time.Duration, f func(
 	case <-t.C:
 	}
 	if late != nil {
-		// Once closed, nobody undoes: the level expires after one TTL.
-		c.goBackground(func() {
+		// late settles what the call may have left (an undo): it still
+		// runs while Close waits for such work, and not after.
+		c.goSettle(func() {
 			r := <-done
 			late(r.v, r.err)
 		})

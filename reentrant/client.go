@@ -18,10 +18,14 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -52,11 +56,24 @@ type Client struct {
 	bg     context.Context
 	stopBg context.CancelFunc
 
+	// watch tells a call that sent nothing from one that may have run;
+	// retries: a go-redis client may re-send a command on its own.
+	watch   *sendWatch
+	retries bool
+
 	mu     sync.Mutex
 	owns   map[holdKey]*ownership
 	names  map[string]int // how many entries of owns each name has: a refused lock call asks whether this client holds the name (heldHere)
 	closed bool
-	wg     sync.WaitGroup // every goroutine of the client (goBackground; the renewer, started under mu; a waiting Lock, track) and of its backend; Add only under mu while !closed
+	// unsettled holds the acquisitions whose callers have gone while
+	// Redis may keep what they took: an attempt still in flight, or an
+	// undo not yet confirmed. Close waits for them (settleWait). emptied,
+	// when not nil, is closed when unsettled empties; stopped is set once
+	// Close stops waiting, after which nothing new is undone.
+	unsettled map[*unsettled]struct{}
+	emptied   chan struct{}
+	stopped   bool
+	wg        sync.WaitGroup // every goroutine of the client (goBackground; the renewer, started under mu; a waiting Lock, track) and of its backend; Add only under mu while !closed (goSettle: while !stopped)
 }
 
 // holdKey names one owner's hold on one name in the client's bookkeeping. A
@@ -91,6 +108,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) (_ *Client, err error)
 	c, id := build(cfg)
 	c.deadlines = honoursDeadlines(rdb)
 	c.be = newSingle(c, rdb, id)
+	c.watch, c.retries = watchSends(rdb), retries(rdb)
 	return c, nil
 }
 
@@ -109,23 +127,33 @@ func build(cfg config) (*Client, string) {
 		stopBg:    stop,
 		owns:      make(map[holdKey]*ownership),
 		names:     make(map[string]int),
+		unsettled: make(map[*unsettled]struct{}),
 	}
 	c.ren = newRenewer(c)
 	return c, id
 }
 
 // Close ends every lease of this client with cause ErrLeaseClosed (which is
-// both ErrLost and ErrClosed), stops its
-// renewals, gives up undoing acquisitions whose callers left, and closes its
-// pub/sub connections. It is synchronous: when it returns, no goroutine of
-// the client runs and none will send another command. A Redis call in
-// flight when Close is called is waited for, so Close can take as long as
-// the go-redis client's own timeouts.
+// both ErrLost and ErrClosed), stops its renewals and closes its pub/sub
+// connections.
+//
+// First it waits, up to settleWait (one second), for the undos of
+// acquisitions whose callers gave up (those that returned
+// ErrOutcomeUnknown, or left while their attempt was in flight): each
+// removes what its attempt may have taken in Redis, so that the lock is
+// free at once rather than after its TTL. Those it cannot settle in time
+// (Redis frozen or unreachable) are named in its error, which is
+// ErrOutcomeUnknown: Redis may keep those locks until their TTL passes.
+//
+// Close is synchronous: when it returns, no goroutine of the client runs
+// and none will send another command. A Redis call in flight when Close
+// stops waiting is still waited for, so Close can take as long as the
+// go-redis client's own timeouts.
 //
 // The locks themselves stay held until unlocked or expired: [Lease.Unlock]
 // still works after Close. Every other method returns ErrClosed. Close is
-// idempotent and returns the classic pub/sub connection's close error, if
-// any.
+// idempotent; its error is that of the undos it could not settle and of
+// the pub/sub connection's close.
 func (c *Client) Close() error {
 	if err := c.valid(); err != nil {
 		return pkgErr("close", err)
@@ -142,10 +170,91 @@ func (c *Client) Close() error {
 	for _, o := range owns {
 		o.end(ErrLeaseClosed)
 	}
+	c.awaitSettled(settleWait)
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
 	c.stopBg()
 	err := c.be.close()
 	c.wg.Wait()
-	return pkgErr("close", err)
+	return pkgErr("close", join(c.unsettledErr(), err))
+}
+
+// settleWait bounds how long Close waits for the undos of acquisitions
+// whose outcome was unknown: long enough for a live Redis to answer them
+// many times over, and short enough that a process shutting down while
+// Redis is frozen is not held up for long.
+const settleWait = time.Second
+
+// unsettled is one acquisition whose caller has gone while Redis may keep
+// what it took.
+type unsettled struct{ name string }
+
+// unsettle records that Redis may keep what an acquisition of name took;
+// settle says it no longer does (its undo was confirmed, or its attempt
+// took nothing, or its lease would have ended anyway). It returns nil once
+// Close has stopped waiting: nothing is undone any more.
+func (c *Client) unsettle(name string) *unsettled {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	u := &unsettled{name}
+	c.unsettled[u] = struct{}{}
+	return u
+}
+
+// settle removes u, if not nil, from the acquisitions Close waits for.
+func (c *Client) settle(u *unsettled) {
+	if u == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.unsettled, u)
+	if len(c.unsettled) == 0 && c.emptied != nil {
+		close(c.emptied)
+		c.emptied = nil
+	}
+}
+
+// awaitSettled waits until no acquisition is unsettled, or d has passed.
+func (c *Client) awaitSettled(d time.Duration) {
+	c.mu.Lock()
+	if len(c.unsettled) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.emptied == nil {
+		c.emptied = make(chan struct{})
+	}
+	emptied := c.emptied
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-emptied:
+	case <-t.C:
+	}
+}
+
+// unsettledErr names the locks of the acquisitions still unsettled, or
+// returns nil if there are none.
+func (c *Client) unsettledErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.unsettled) == 0 {
+		return nil
+	}
+	var names []string
+	for u := range c.unsettled {
+		names = append(names, quoteName(u.name))
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	return fmt.Errorf("%w: could not undo, within %v, what acquisitions of %s whose callers gave up may have taken: "+
+		"Redis may keep those locks held until their TTL passes", ErrOutcomeUnknown, settleWait, strings.Join(names, ", "))
 }
 
 // goBackground runs f on its own goroutine, counted for Close. It reports
@@ -154,6 +263,19 @@ func (c *Client) goBackground(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
+		return false
+	}
+	c.wg.Go(f)
+	return true
+}
+
+// goSettle is goBackground for work that settles an acquisition (an undo,
+// or the wait for an attempt in flight): it still runs while Close waits
+// for those, and reports false only once Close has stopped waiting.
+func (c *Client) goSettle(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
 		return false
 	}
 	c.wg.Go(f)

@@ -130,8 +130,10 @@ func checkElectionValue(v string) error { return checkText("election value", v, 
 // It returns ErrInvalid for a bad name, value or option, or a ctx of a term
 // of this election that this client holds (a candidate never waits for
 // itself), ErrNotAcquired
-// (with the context's error) when ctx ends first, ErrClosed after Close,
-// and Redis errors; a campaign that fails leaves nothing held or queued.
+// (with the context's error) when ctx ends first, ErrOutcomeUnknown when
+// Redis did not confirm the undo of what it took (as Lock), ErrClosed
+// after Close, and Redis errors; a campaign that fails leaves nothing held
+// or queued once its undo is done.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	return e.campaign(ctx, value, false)
 }
@@ -243,7 +245,8 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // for the safety margin, or, after Close, for its TTL), and nil returned.
 // It never touches a successor's term: the release is of this term's
 // ownership only (owner and token). A failed attempt (Redis unreachable,
-// ctx ended) returns the error and may be repeated.
+// ctx ended) returns the error, ErrOutcomeUnknown when the release was
+// sent and no reply came, and may be repeated.
 func (t *Term) Resign(ctx context.Context) error {
 	if errors.Is(t.lease.Err(), ErrReleased) {
 		return nil

@@ -25,6 +25,20 @@ var (
 	// and reenters only with the lease's Context().
 	ErrNotAcquired = errors.New("not acquired")
 
+	// ErrOutcomeUnknown reports a call whose command may have run in Redis
+	// although no reply says so: its context ended after it was sent, the
+	// connection broke before the reply, or Redis froze. For Lock, TryLock,
+	// LockMulti and Campaign it means the lock may be held, by this owner
+	// and with no lease to show for it, until an undo running in the
+	// background removes it (Close waits for those undos; see
+	// [Client.Close]) or its TTL passes; for Unlock, Extend and Resign that
+	// the change may or may not have been made: call again to learn which.
+	// A call that sent nothing (no connection could be made, the client
+	// was closed) is never ErrOutcomeUnknown: its error wraps the network
+	// error. Neither is a call whose undo Redis confirmed: that one is
+	// ErrNotAcquired, or the network error.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+
 	// ErrNotHeld reports that the caller does not hold the lock it tried to
 	// release, extend or check: the lease was already unlocked, expired, or
 	// another ownership took the lock since.
@@ -98,6 +112,22 @@ var (
 	// the scripts cannot represent exactly: no token is issued.
 	ErrOverflow = scripts.ErrOverflow
 )
+
+// gaveUp is the error of a lock call that gave up after its attempts may
+// have taken something (a level, a place in the queue): ErrNotAcquired
+// with why and errs once undoErr, the undo's outcome, says Redis confirmed
+// the undo, and ErrOutcomeUnknown with them and undoErr when it did not.
+func gaveUp(why string, undoErr error, errs ...error) error {
+	sentinel := ErrNotAcquired
+	if undoErr != nil {
+		sentinel = ErrOutcomeUnknown
+	}
+	head := sentinel
+	if why != "" {
+		head = fmt.Errorf("%w: %s", sentinel, why)
+	}
+	return join(append(append([]error{head}, errs...), undoErr)...)
+}
 
 // heldHereHint says why a lock call was refused when its own Client holds
 // the name for another owner: reentry goes by the owner a context carries,

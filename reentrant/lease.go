@@ -148,8 +148,9 @@ func (l *Lease) end(cause error) {
 //
 // Extend returns ErrInvalid for a nil ctx or a ttl outside [MinTTL, MaxTTL];
 // ErrClosed after Close; ErrNotHeld when the lease was unlocked, lost or
-// superseded (a lost lease is never revived); the context's error when ctx
-// ended before Redis answered; Redis errors, wrapped.
+// superseded (a lost lease is never revived); ErrOutcomeUnknown, with the
+// context's or the network's error, when the extension was sent and no
+// reply came; other Redis and network errors, wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return opErr("extend", "", errNilLease)
@@ -168,12 +169,13 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	req := &extendReq{ref: l.ref, owner: l.owner, token: l.token, ttl: ttl}
+	m := l.c.watch.mark()
 	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (extendResult, error) {
 		r := l.c.be.extend(ctx, req)
 		return r, r.err
 	}, nil)
 	if out.err != nil {
-		return out.err
+		return unknown(l.c, out, m, "call Extend again to learn it")
 	}
 	if !out.v.held {
 		return l.goneFromRedis(out.v.forced)
@@ -272,8 +274,8 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 		}
 		if late := time.Since(a.sent); late >= window {
 			c.mu.Unlock()
-			return nil, join(fmt.Errorf("%w: Redis answered after %v, %w of %v",
-				ErrNotAcquired, late.Round(time.Millisecond), errTooLate, window), r.undo())
+			return nil, gaveUp(fmt.Sprintf("Redis answered after %v", late.Round(time.Millisecond)),
+				r.undo(), fmt.Errorf("%w of %v", errTooLate, window))
 		}
 		o = c.newOwnership(key, r.ref, a.token, r.cfg, a.sent, window)
 		if c.owns[key] == nil {

@@ -134,9 +134,10 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 // (WithMaxDepth); ErrInvalid for a nil ctx or a bad name, owner or option;
 // ErrClosed when the Client is or gets closed; ErrEvictionPolicy on a
 // server that may evict the fencing counter; ErrNotReplicated
-// (WithReplicaAck); ErrForeign for a key this library did not write; and
-// Redis errors, wrapped. docs/design.md describes the queue, the handoff and
-// what happens to a grant that answered too late.
+// (WithReplicaAck); ErrForeign for a key this library did not write;
+// ErrOutcomeUnknown when the attempt may have run unconfirmed (see its
+// doc); and Redis and network errors, wrapped. docs/design.md describes
+// the queue, the handoff and what happens to a grant that answered too late.
 func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
 	if err := c.valid(); err != nil {
 		return nil, opErr("lock", name, err)

@@ -78,6 +78,13 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client,
 		q.wakes = append(q.wakes, newWakes(c, rdb))
 	}
 	c.be = q
+	c.watch = watchSends(nodes...)
+	for _, rdb := range nodes {
+		q.watches = append(q.watches, watchSends(rdb))
+	}
+	for _, rdb := range nodes {
+		c.retries = c.retries || retries(rdb)
+	}
 	return c, nil
 }
 
@@ -89,7 +96,10 @@ type quorum struct {
 	c     *Client
 	nodes []redis.UniversalClient
 	wakes []*wakes // one per node, where its waiters hear of releases
-	space keyspace // where the keys are: every node is one server
+	// watches tells, per node, an attempt that sent nothing there (the
+	// node is down) from one that may have run.
+	watches []*sendWatch
+	space   keyspace // where the keys are: every node is one server
 	// node is the join record's key and the rejoin delay: a node found
 	// empty votes for nobody until every lease it may have granted has
 	// run out (qacquire.lua).
@@ -143,11 +153,17 @@ type nodeReply[T any] struct {
 // reads is dropped with its goroutine). Once the client is closed, f is not
 // run and the node's reply is ErrClosed.
 func fanOut[T any](q *quorum, d time.Duration, f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) <-chan nodeReply[T] {
+	return fanOutUnder(q, q.c.bg, d, f)
+}
+
+// fanOutUnder is fanOut with the node calls' contexts made from parent,
+// which may end them first.
+func fanOutUnder[T any](q *quorum, parent context.Context, d time.Duration, f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) <-chan nodeReply[T] {
 	c := q.c
 	out := make(chan nodeReply[T], len(q.nodes))
 	for i, rdb := range q.nodes {
 		if !c.goBackground(func() {
-			ctx, cancel := context.WithTimeout(c.bg, d)
+			ctx, cancel := context.WithTimeout(parent, d)
 			defer cancel()
 			v, err := f(ctx, i, rdb)
 			out <- nodeReply[T]{i, v, err}
@@ -201,7 +217,7 @@ read:
 	}
 	if left > 0 && late != nil {
 		n := left
-		q.c.goBackground(func() {
+		q.c.goSettle(func() {
 			for range n {
 				late(<-ch)
 			}

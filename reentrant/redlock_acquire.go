@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,7 +61,20 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 			st.settle(nil)
 		}
 	}()
-	ch := fanOut(q, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.QAcquired, error) {
+	marks := make([]sendMark, n)
+	for i, w := range q.watches {
+		marks[i] = w.mark()
+	}
+	// Until every node has answered, Redis may keep what the attempt
+	// takes: Close waits for the nodes that answer late (see lateNodes).
+	u := c.unsettle(r.name)
+	var lateNodes atomic.Int64
+	// A failed attempt stops the node calls that have sent nothing yet
+	// (stopNodes), and learns from the late replies (lateErrs) which of
+	// them never will.
+	nodesCtx, stopNodes := context.WithCancel(c.bg)
+	lateErrs := make(chan nodeReply[scripts.QAcquired], n)
+	ch := fanOutUnder(q, nodesCtx, window, func(ctx context.Context, _ int, rdb redis.UniversalClient) (scripts.QAcquired, error) {
 		return scripts.QAcquirePropose(ctx, rdb, qc.keys, q.node, &req, proposal)
 	})
 	granted := func(x nodeReply[scripts.QAcquired]) bool { return x.err == nil && x.v.OK }
@@ -72,31 +86,50 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 		no := count(got, func(x nodeReply[scripts.QAcquired]) bool { return !granted(x) })
 		return ok >= maj || n-no < maj
 	}, acquireGrace, func(x nodeReply[scripts.QAcquired]) {
-		<-st.done
-		switch {
-		case x.err == nil && !x.v.OK:
-			// A refusal wrote no level: nothing to undo.
-		case st.lease == nil || x.err != nil:
-			q.undoNode(r, x.i, req)
-		case x.v.Pending:
-			q.raiseLate(r, x.i, req, final, reentry, fence.None, st.lease)
-		case x.v.Proposed && final != proposal:
-			// It took the proposal, and the attempt chose another token.
-			q.raiseLate(r, x.i, req, final, false, proposal, st.lease)
-		case st.lease.live() != nil:
-			// A reentry's level that reached this node after the lease
-			// was unlocked (its release may have come first) or lost.
-			q.undoNode(r, x.i, req)
+		lateErrs <- x
+		// The next late reply must reach lateErrs while this one waits
+		// for the attempt to be decided.
+		handle := func() {
+			defer func() {
+				if lateNodes.Add(-1) == 0 {
+					c.settle(u)
+					stopNodes()
+				}
+			}()
+			<-st.done
+			q.settleLate(r, x, req, st, final, reentry, proposal)
+		}
+		select {
+		case <-st.done:
+			handle()
+		default:
+			if !c.goSettle(handle) {
+				handle()
+			}
 		}
 	})
 
+	if lateNodes.Add(int64(len(got)-count(got, func(nodeReply[scripts.QAcquired]) bool { return true }))) == 0 {
+		c.settle(u)
+		stopNodes()
+	}
+	// sentNothing reports whether node i's attempt failed with err before
+	// anything reached the node.
+	sentNothing := func(i int, err error) bool {
+		return !mayHaveRun(err, c.retries) || q.watches[i].sentNothing(marks[i])
+	}
 	var errs nodeErrors
 	holder := time.Duration(-1)
 	var ok []int
+	unknown := 0 // nodes that may have granted with no reply to say so
 	for i, x := range got {
 		switch {
 		case x == nil:
+			unknown++
 		case x.err != nil:
+			if !sentNothing(i, x.err) {
+				unknown++
+			}
 			errs.add(i, x.err)
 			q.undoNode(r, i, req) // it may have run
 		case x.v.TooDeep:
@@ -111,6 +144,18 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	fail := func(why string) (acquired, error) {
 		q.undoAll(r, req)
 		if cerr := ctxErr(ctx); cerr != nil || len(errs.errs) > n-maj {
+			if len(ok)+unknown >= maj {
+				// Those of the nodes that did not answer whose call
+				// has sent nothing yet now never will.
+				stopNodes()
+				unknown -= unsent(lateErrs, got, sentNothing)
+			}
+			if len(ok)+unknown >= maj {
+				// With the nodes that did not answer, a majority may
+				// have granted it.
+				return acquired{}, join(fmt.Errorf("%w: %s, %d did not answer; what they may have granted is "+
+					"undone in the background", ErrOutcomeUnknown, why, unknown), cerr, errs.err())
+			}
 			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, errs.err())
 		}
 		return acquired{holderTTL: max(holder, 0), split: len(ok) > 0}, nil
@@ -270,6 +315,50 @@ func (q *quorum) raise(ctx context.Context, r *call, idx []int, tok fence.Token,
 	return count(got, yes)
 }
 
+// settleLate acts on node reply x of an attempt that answered after the
+// attempt was decided (st): a late grant is kept (raised to the token
+// final if pending) while the lease it belongs to is live, else undone.
+func (q *quorum) settleLate(r *call, x nodeReply[scripts.QAcquired], req scripts.Request, st *settled, final fence.Token, reentry bool, proposal fence.Token) {
+	switch {
+	case x.err == nil && !x.v.OK:
+		// A refusal wrote no level: nothing to undo.
+	case st.lease == nil || x.err != nil:
+		q.undoNode(r, x.i, req)
+	case x.v.Pending:
+		q.raiseLate(r, x.i, req, final, reentry, fence.None, st.lease)
+	case x.v.Proposed && final != proposal:
+		// It took the proposal, and the attempt chose another token.
+		q.raiseLate(r, x.i, req, final, false, proposal, st.lease)
+	case st.lease.live() != nil:
+		// A reentry's level that reached this node after the lease
+		// was unlocked (its release may have come first) or lost.
+		q.undoNode(r, x.i, req)
+	}
+}
+
+// unsent waits, at most CleanupBudget/4, for the late replies (from
+// lateErrs) of the nodes that had not answered (nil in got) once their
+// calls were stopped, and returns how many of them failed having sent
+// nothing (sentNothing). A call that had sent its command keeps waiting
+// for the reply (go-redis reads on) and is not counted.
+func unsent[T any](lateErrs <-chan nodeReply[T], got []*nodeReply[T], sentNothing func(int, error) bool) int {
+	missing := len(got) - count(got, func(nodeReply[T]) bool { return true })
+	t := time.NewTimer(CleanupBudget / 4)
+	defer t.Stop()
+	n := 0
+	for range missing {
+		select {
+		case x := <-lateErrs:
+			if x.err != nil && sentNothing(x.i, x.err) {
+				n++
+			}
+		case <-t.C:
+			return n
+		}
+	}
+	return n
+}
+
 // errSkipped is the reply of a node a fanned-out call does not concern.
 var errSkipped = errors.New("node not concerned")
 
@@ -317,12 +406,17 @@ func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token,
 // node i; a node that does not answer keeps it until its lease ends.
 func (q *quorum) undoNode(r *call, i int, req scripts.Request) {
 	c, rdb, k := q.c, q.nodes[i], quorumOf(r).keys
-	c.goBackground(func() {
+	u := c.unsettle(r.name)
+	c.goSettle(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
 		defer cancel()
-		if _, err := scripts.Abandon(ctx, rdb, k, &req); err != nil {
+		if _, err := scripts.Abandon(ctx, rdb, k, &req); err != nil && !scripts.IsRefusal(err) {
 			c.debug("reentrant: Redlock undo failed; the level expires with its lease", "name", r.name, "node", i, "err", err)
+			if c.bg.Err() != nil {
+				return // Close stopped waiting: it names r's lock
+			}
 		}
+		c.settle(u)
 	})
 }
 

@@ -37,7 +37,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 	switch {
 	case l != nil:
 		return l, err
-	case err != nil && (!errors.Is(err, ErrNotAcquired) || ctx.Err() != nil):
+	case err != nil && (!retryable(err) || ctx.Err() != nil):
 		return nil, err
 	}
 	last := err // the last attempt's, when too few nodes answered
@@ -54,7 +54,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 	polls, splits := 1, 0
 	d := q.pollDelay(r, polls, a.holderTTL)
 	if d <= 0 {
-		return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
+		return nil, gaveUpAfter(fmt.Sprintf("gave up after %d attempts (%v)", polls, r.cfg.retry), last)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -67,7 +67,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 		poll := false
 		select {
 		case <-ctx.Done():
-			return nil, join(ErrNotAcquired, ctx.Err(), last)
+			return nil, gaveUpAfter("", join(ctx.Err(), last))
 		case <-c.bg.Done():
 			return nil, ErrClosed
 		case <-wake:
@@ -87,7 +87,7 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 		switch {
 		case l != nil:
 			return l, err
-		case err != nil && (!errors.Is(err, ErrNotAcquired) || ctx.Err() != nil):
+		case err != nil && (!retryable(err) || ctx.Err() != nil):
 			return nil, err
 		}
 		last = err
@@ -99,11 +99,37 @@ func (q *quorum) lock(ctx context.Context, r *call) (*Lease, error) {
 		}
 		if poll {
 			if d = q.pollDelay(r, polls, a.holderTTL); d <= 0 {
-				return nil, join(fmt.Errorf("%w: gave up after %d attempts (%v)", ErrNotAcquired, polls, r.cfg.retry), last)
+				return nil, gaveUpAfter(fmt.Sprintf("gave up after %d attempts (%v)", polls, r.cfg.retry), last)
 			}
 			t.Reset(d)
 		}
 	}
+}
+
+// retryable reports whether a waiting Redlock Lock tries again after an
+// attempt that failed with err (while its context lasts): the lock was
+// held, or the nodes' answers came too late to tell and what the attempt
+// may have taken is being undone; a later attempt takes a level of its
+// own.
+func retryable(err error) bool {
+	return errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrOutcomeUnknown)
+}
+
+// gaveUpAfter is the error of a waiting Redlock Lock that gave up (why)
+// after attempts whose last failed with last: ErrOutcomeUnknown when that
+// one's outcome was unknown (its undo goes on in the background), and
+// ErrNotAcquired otherwise.
+func gaveUpAfter(why string, last error) error {
+	if errors.Is(last, ErrOutcomeUnknown) {
+		if why == "" {
+			return last
+		}
+		return fmt.Errorf("%s: %w", why, last)
+	}
+	if why == "" {
+		return join(ErrNotAcquired, last)
+	}
+	return join(fmt.Errorf("%w: %s", ErrNotAcquired, why), last)
 }
 
 // wakeSpread is the longest random delay before a woken Redlock waiter's

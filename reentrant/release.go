@@ -26,9 +26,11 @@ import (
 // (above), and, joined with the loss's cause (ErrLost), when it was lost
 // before Unlock was called (Redis may have held the lock still, within
 // the safety margin, which Unlock then released); ErrInvalid for a nil
-// ctx; the context's error when ctx ended before Redis answered (call
-// Unlock again to learn the outcome); Redis errors, wrapped. It works
-// after the Client is closed.
+// ctx; ErrOutcomeUnknown, with the context's or the network's error, when
+// the release was sent and no reply came (call Unlock again to learn the
+// outcome); other Redis and network errors, wrapped, when the release was
+// not applied (a refused connection sent nothing). It works after the
+// Client is closed.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return opErr("unlock", "", errNilLease)
@@ -62,6 +64,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 		lost = nil
 	}
 	var out outcome[released]
+	m := l.c.watch.mark()
 	if l.c.inline(ctx) { // see ranInline
 		r, err := l.release(ctx)
 		out = ranInline(ctx, r, err)
@@ -70,7 +73,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	}
 	r, err := out.v, out.err
 	if err != nil {
-		return err
+		return unknown(l.c, out, m, "call Unlock again to learn it")
 	}
 	l.unlocked = true
 	defer l.c.dropRef(l.own)

@@ -35,27 +35,38 @@ type acquireReply struct {
 // caller is still there, in the background otherwise.
 func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, error) {
 	c := s.c
+	m := c.watch.mark()
 	var out outcome[acquireReply]
 	if c.inline(ctx) {
 		rep, err := retryBusy(s, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
 		out = ranInline(ctx, rep, err)
 	} else {
+		// Until the attempt returns, Redis may keep what it takes: should
+		// the caller leave first, Close waits for the undo.
+		u := c.unsettle(r.name)
 		out = bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (acquireReply, error) {
 			return retryBusy(s, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
 		}, func(rep acquireReply, err error) {
-			if r.left(rep, err, s.retries) {
+			if s.left(r, rep, err, m) {
 				r.undoInBackground()
 			}
+			c.settle(u)
 		})
+		if out.known {
+			c.settle(u)
+		}
 	}
 	rep, err := out.v, out.err
 	switch {
 	case out.ended && !out.known:
-		return acquired{}, join(ErrNotAcquired, err)
+		return acquired{}, fmt.Errorf("%w: %w before Redis answered; what the attempt may have taken is undone "+
+			"in the background", ErrOutcomeUnknown, err)
 	case out.ended:
 		// The caller has gone: whatever the attempt did is undone.
-		if r.left(rep, err, s.retries) {
-			err = join(err, r.undo())
+		if s.left(r, rep, err, m) {
+			if uerr := r.undo(); uerr != nil {
+				return acquired{}, join(ErrOutcomeUnknown, ctxErr(ctx), err, uerr)
+			}
 		}
 		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
 	case err == nil && rep.a.TooDeep:
@@ -68,9 +79,10 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 		a := acquiredOf(rep.a)
 		a.sent = rep.sent
 		return a, nil
-	case mayHaveRun(err, s.retries):
+	case c.ran(err, s.retries, m):
 		if uerr := r.undo(); uerr != nil {
-			err = fmt.Errorf("outcome unknown (%w); the lock may stay held by this owner for up to %v: %w", err, r.cfg.ttl, uerr)
+			return acquired{}, fmt.Errorf("%w (%w); the lock may stay held by this owner for up to %v: %w",
+				ErrOutcomeUnknown, err, r.cfg.ttl, uerr)
 		}
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
@@ -87,10 +99,11 @@ func (s *single) attempt(ctx context.Context, r *call, poll bool) (acquireReply,
 }
 
 // left says whether an attempt whose caller has gone left something to
-// undo: a level, or (a waiter's) a place in the queue.
-func (r *call) left(rep acquireReply, err error, retries bool) bool {
+// undo: a level, or (a waiter's) a place in the queue. m was marked before
+// the attempt.
+func (s *single) left(r *call, rep acquireReply, err error, m sendMark) bool {
 	if err != nil {
-		return mayHaveRun(err, retries)
+		return s.c.ran(err, s.retries, m)
 	}
 	return rep.a.OK || singleOf(r).waiter.Channel != ""
 }
@@ -142,6 +155,7 @@ func (s *single) undo(r *call) error {
 	c, k, req := s.c, &singleOf(r).keys, s.request(r)
 	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
 	defer cancel()
+	u := c.unsettle(r.name)
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
 		return retryBusy(s, ctx, func(ctx context.Context) (bool, error) {
 			// A call that bounded leaves running past ctx must outlive the
@@ -157,11 +171,15 @@ func (s *single) undo(r *call) error {
 		if err != nil {
 			s.undoInBackground(r)
 		}
+		c.settle(u)
 	})
+	if out.known {
+		c.settle(u)
+	}
 	switch {
 	case !out.known:
 		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.level)
-		return errors.New("the undo is still in flight")
+		return errors.New("the undo is still in flight; it goes on in the background")
 	case out.err != nil:
 		s.undoInBackground(r)
 		return fmt.Errorf("the undo failed and is retried in the background: %w", out.err)
@@ -171,29 +189,38 @@ func (s *single) undo(r *call) error {
 }
 
 // undoInBackground retries removing r's level and queue entry until Redis
-// confirms it, the lease it belonged to would have expired anyway, or the
-// client closes.
+// confirms it, the lease it belonged to would have expired anyway, or
+// Close stops waiting for it (see Client.Close).
 func (s *single) undoInBackground(r *call) {
 	c, k, req := s.c, &singleOf(r).keys, s.request(r)
 	giveUp := time.Now().Add(r.cfg.ttl)
-	c.goBackground(func() {
+	u := c.unsettle(r.name)
+	c.goSettle(func() {
 		b := backoff{next: 10 * time.Millisecond, max: time.Second}
 		for time.Now().Before(giveUp) {
 			_, err := scripts.Abandon(c.bg, s.rdb, *k, &req)
 			if err == nil || scripts.IsRefusal(err) {
 				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
+				c.settle(u)
 				return
 			}
 			d := b.delay()
+			if c.isClosed() {
+				d = min(d, closingRetry) // Close is waiting for this
+			}
 			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", d)
 			if !sleep(c.bg.Done(), d) {
-				return
+				return // Close stopped waiting: it names r's lock
 			}
 		}
+		c.settle(u) // the level has expired by now
 		c.cfg.log.Warn("reentrant: gave up undoing an acquisition; its level expires with the lease",
 			"name", r.name, "level", req.Level)
 	})
 }
+
+// closingRetry is how often an undo is retried while Close waits for it.
+const closingRetry = 20 * time.Millisecond
 
 // leave takes a waiter of a closing client out of the queue (and gives on a
 // lock just handed to it), waiting at most CleanupBudget/2 for Redis with

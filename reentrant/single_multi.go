@@ -118,6 +118,21 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 			m.rs[i].undoInBackground()
 		}
 	}
+	mark := c.watch.mark()
+	left := func(r scripts.MultiReply, err error) bool {
+		return r.OK || (err != nil && c.ran(err, s.retries, mark))
+	}
+	// Until the attempt returns, Redis may keep what it takes: should the
+	// caller leave first, Close waits for the undo.
+	us := make([]*unsettled, len(g))
+	for j, i := range g {
+		us[j] = c.unsettle(m.names[i])
+	}
+	settle := func() {
+		for _, u := range us {
+			c.settle(u)
+		}
+	}
 	type reply struct {
 		rep   scripts.MultiReply
 		acked int
@@ -130,17 +145,24 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 			return reply{rep, acked, sent}, err
 		})
 	}, func(r reply, err error) {
-		if r.rep.OK || (err != nil && mayHaveRun(err, s.retries)) {
+		if left(r.rep, err) {
 			undo()
 		}
+		settle()
 	})
+	if out.known {
+		settle()
+	}
 	r, err := out.v, out.err
 	switch {
 	case out.ended && !out.known:
-		return r.rep, r.sent, join(ErrNotAcquired, err)
+		return r.rep, r.sent, fmt.Errorf("%w: %w before Redis answered; what the attempt may have taken is undone "+
+			"in the background", ErrOutcomeUnknown, err)
 	case out.ended:
-		if r.rep.OK || (err != nil && mayHaveRun(err, s.retries)) {
-			undo()
+		if left(r.rep, err) {
+			if uerr := s.undoAll(m, g); uerr != nil {
+				return r.rep, r.sent, join(ErrOutcomeUnknown, ctxErr(ctx), err, uerr)
+			}
 		}
 		return r.rep, r.sent, join(ErrNotAcquired, ctxErr(ctx), err)
 	case err == nil && r.rep.OK && r.acked < c.cfg.ackReplicas:
@@ -157,9 +179,11 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 			}
 		}
 		return r.rep, r.sent, nil
-	case mayHaveRun(err, s.retries):
-		undo()
-		err = fmt.Errorf("outcome unknown (%w); undone in the background", err)
+	case left(r.rep, err):
+		if uerr := s.undoAll(m, g); uerr != nil {
+			return r.rep, r.sent, fmt.Errorf("%w (%w); the locks may stay held by this owner for up to %v: %w",
+				ErrOutcomeUnknown, err, m.cfg.ttl, uerr)
+		}
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
 		return r.rep, r.sent, join(ErrNotAcquired, cerr, err)

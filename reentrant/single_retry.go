@@ -6,6 +6,7 @@ package reentrant
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"time"
@@ -188,6 +189,32 @@ func mayHaveRun(err error, retries bool) bool {
 		return false
 	}
 	return true
+}
+
+// ran is mayHaveRun that also counts as not run a call during which the
+// client handed out no connection at all (see sendWatch), which proves
+// what go-redis's final error cannot once it retries: that no attempt
+// reached Redis. m was marked before the call.
+func (c *Client) ran(err error, retries bool, m sendMark) bool {
+	if !mayHaveRun(err, retries) {
+		return false
+	}
+	var granted *grantedError
+	return err == nil || errors.As(err, &granted) || !c.watch.sentNothing(m)
+}
+
+// unknown is the error of a call of c that changes a held lock (a release, an
+// extension, a resignation) and failed with out: ErrOutcomeUnknown, saying
+// what to do (hint), when its command may have run with no reply to say
+// so, and out's error as it is otherwise. m was marked before the call.
+func unknown[T any](c *Client, out outcome[T], m sendMark, hint string) error {
+	switch {
+	case out.ended && !out.known:
+		return fmt.Errorf("%w: %w before Redis answered; %s", ErrOutcomeUnknown, out.err, hint)
+	case c.ran(out.err, c.retries, m):
+		return fmt.Errorf("%w (%w); %s", ErrOutcomeUnknown, out.err, hint)
+	}
+	return out.err
 }
 
 // neverSent reports errors raised before a command could reach the server:

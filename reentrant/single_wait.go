@@ -81,7 +81,7 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 		case <-ctx.Done():
 			// Leave the queue, and give the lock on if it was just handed
 			// here: the undo takes this waiter's level and queue entry.
-			return nil, join(ErrNotAcquired, ctx.Err(), r.undo())
+			return nil, gaveUp("", r.undo(), ctx.Err())
 		case <-c.bg.Done():
 			return nil, join(ErrClosed, r.leave())
 		}
@@ -95,7 +95,7 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 		case poll:
 			c.debug("reentrant: lock still held, polling again", "name", name, "polls", polls)
 			if delay = r.pollDelay(polls, a.holderTTL); delay <= 0 {
-				return nil, join(fmt.Errorf("%w: gave up after %d polls (%v)", ErrNotAcquired, polls-1, r.cfg.retry), r.undo())
+				return nil, gaveUp(fmt.Sprintf("gave up after %d polls (%v)", polls-1, r.cfg.retry), r.undo())
 			}
 			pollAt = time.Now().Add(delay)
 			timer.Reset(min(delay, keep)) // no stale tick survives a Reset since Go 1.23
