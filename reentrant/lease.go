@@ -256,7 +256,7 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		r.undoInBackground() // a no-op once closed: the level expires after one TTL
+		r.undoInBackground() // Close waits for it (or, once it stopped waiting, the level expires after one TTL)
 		return nil, ErrClosed
 	}
 	o := c.owns[key]
