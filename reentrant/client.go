@@ -86,7 +86,10 @@ type holdKey struct {
 // New returns a Client using rdb. It fails with ErrInvalid when rdb is nil
 // (also a typed nil such as a nil *redis.Client), an option is nil, or an
 // option's value is out of range; nothing is clamped. New sends no command:
-// the server's eviction policy is checked before the first acquisition.
+// the server's eviction policy is checked before the first acquisition. It
+// adds a hook to a *redis.Client (once per client) that counts its
+// successful dials, which tells a call that sent nothing from one that may
+// have run (ErrOutcomeUnknown).
 func New(rdb redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
 	defer func() { err = pkgErr("new", err) }()
 	if rdb == nil {
