@@ -22,6 +22,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/redisstore"
 )
@@ -70,7 +71,7 @@ func TestHelperCandidateProcess(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
 	defer rdb.Close()
 	ttl := time.Duration(c.TTLMS) * time.Millisecond
-	locks, err := reentrant.New(rdb, reentrant.WithPrefix(c.Prefix), reentrant.WithTTL(ttl), reentrant.WithMaxRetryDelay(ttl))
+	locks, err := reentrant.New(rdb, reentrant.WithPrefix(c.Prefix), reentrant.WithTTL(ttl), tuning.MaxRetryDelay(ttl).(reentrant.ClientOption))
 	if err != nil {
 		t.Fatal(err)
 	}

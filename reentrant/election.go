@@ -15,12 +15,12 @@ import (
 // ErrNoLeader reports an election with no leader: nobody holds its name.
 var ErrNoLeader = errors.New("no leader")
 
-// MaxElectionValueLen is the longest value Campaign and Proclaim accept, in
-// bytes: the metadata a term is stored in (MaxMetadataLen) less room for
+// maxElectionValueLen is the longest value Campaign and Proclaim accept, in
+// bytes: the metadata a term is stored in (maxMetadataLen) less room for
 // the rest of it, "<mark><since> <seq> ": the mark byte, when the term
 // began (13 digits of ms), the count of its proclaims (16 digits at most)
 // and the spaces.
-const MaxElectionValueLen = MaxMetadataLen - 32
+const maxElectionValueLen = maxMetadataLen - 32
 
 // Election is a leader election on one name: a candidate that campaigns
 // takes the name's lock, and holds it for its term, with the lease rules
@@ -66,10 +66,13 @@ func (c *Client) Election(name string, opts ...CallOption) *Election {
 }
 
 // Term is one campaign's win: a term of leadership, held until Resign,
-// the client's Close or the lease's loss.
+// the client's Close or the loss of its Lease, whose Token (one per term,
+// higher than every earlier term's, kept by renewals and Proclaim), Context
+// and Err are the term's: its context ends with ErrReleased after Resign,
+// and with ErrLost and why otherwise. End a term with Resign.
 type Term struct {
-	e     *Election
-	lease *Lease
+	*Lease // the lease the term holds the election's name with
+	e      *Election
 }
 
 // electionMark starts an election term's metadata: a control character,
@@ -120,7 +123,7 @@ func termMetadata(m string) CallOption {
 	})
 }
 
-func checkElectionValue(v string) error { return checkText("election value", v, MaxElectionValueLen) }
+func checkElectionValue(v string) error { return checkText("election value", v, maxElectionValueLen) }
 
 // Campaign waits until this candidate is the leader, as Lock waits (fairly
 // on a standalone, Sentinel or Cluster deployment, by polling on a
@@ -134,12 +137,6 @@ func checkElectionValue(v string) error { return checkText("election value", v, 
 // and Redis errors; a campaign that fails leaves nothing held or queued.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	return e.campaign(ctx, value, false)
-}
-
-// TryCampaign is Campaign without waiting: ErrNotAcquired at once when
-// another candidate leads.
-func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error) {
-	return e.campaign(ctx, value, true)
 }
 
 func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term, error) {
@@ -174,7 +171,7 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		// The term's start, on the server's clock, now that it began;
 		// bounded as any call. A failure leaves it to the first reader
 		// (Leader, Observe).
-		_ = bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+		_ = bounded(e.c, ctx, cleanupBudget/2, func(ctx context.Context) (bool, error) {
 			_, held, err := e.c.be.proclaim(ctx, l.ref, "", l.token, "", true)
 			return held, err
 		}, nil)
@@ -183,28 +180,8 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		_ = l.Unlock(context.WithoutCancel(ctx)) // free what Redis may still hold
 		return nil, opErr(op, e.name, bare(err))
 	}
-	return &Term{e: e, lease: l}, nil
+	return &Term{Lease: l, e: e}, nil
 }
-
-// Token returns the term's fencing token: one per term, higher than every
-// earlier term's; renewals and Proclaim keep it.
-func (t *Term) Token() fence.Token { return t.lease.Token() }
-
-// Context returns a context that ends when the term does, with its cause
-// (ErrReleased after Resign; ErrLost and why otherwise, as
-// [Lease.Context]), and carries the term's token for fencehttp and
-// fencegrpc (fence.FromContext).
-func (t *Term) Context() context.Context { return t.lease.Context() }
-
-// Done is closed when the term ends.
-func (t *Term) Done() <-chan struct{} { return t.lease.Done() }
-
-// Err returns nil while the term holds, and afterwards why it ended, as
-// [Lease.Err].
-func (t *Term) Err() error { return t.lease.Err() }
-
-// Lease returns the lease the term holds the election's name with.
-func (t *Term) Lease() *Lease { return t.lease }
 
 // Proclaim makes value the leader's value, keeping the term's token and
 // start, while this term holds. It returns ErrNotHeld once the term ended,
@@ -220,11 +197,11 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.e.c.ready(ctx, name); err != nil {
 		return opErr(op, name, err)
 	}
-	if t.lease.Err() != nil {
+	if t.Lease.Err() != nil {
 		return opErr(op, name, ErrNotHeld)
 	}
-	l := t.lease
-	out := bounded(t.e.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+	l := t.Lease
+	out := bounded(t.e.c, ctx, cleanupBudget/2, func(ctx context.Context) (bool, error) {
 		_, held, err := t.e.c.be.proclaim(ctx, l.ref, l.owner, l.token, value, false)
 		return held, err
 	}, nil)
@@ -245,10 +222,10 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // ownership only (owner and token). A failed attempt (Redis unreachable,
 // ctx ended) returns the error and may be repeated.
 func (t *Term) Resign(ctx context.Context) error {
-	if errors.Is(t.lease.Err(), ErrReleased) {
+	if errors.Is(t.Lease.Err(), ErrReleased) {
 		return nil
 	}
-	err := t.lease.Unlock(ctx)
+	err := t.Lease.Unlock(ctx)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		return nil // released now, or earlier, or gone from Redis already
 	}
@@ -287,7 +264,7 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 		// The term began, and its campaign has not stamped it yet: the
 		// first reader does. A reader that may not write (an ACL) reports
 		// no start rather than fail.
-		out := bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
+		out := bounded(e.c, ctx, cleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
 			meta, held, err := e.c.be.proclaim(ctx, lockRef{name: e.name}, "", st.Token, "", true)
 			return proclaimed{meta, held}, err
 		}, nil)

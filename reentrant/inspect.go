@@ -22,11 +22,9 @@ type State struct {
 	// when free.
 	Depth int64
 	// Token is the holder's fencing token; fence.None when the lock is
-	// free, or held but Pending.
+	// free, or held by a Redlock acquisition that has not yet given the
+	// hold its token (Held, Owner and Depth are set).
 	Token fence.Token
-	// Pending reports a hold that a Redlock acquisition has taken but not
-	// yet given its token (Owner and Depth are set, Token is None).
-	Pending bool
 	// TTL is what is left of the holder's lease: the lock key's own
 	// expiry; 0 when free.
 	TTL time.Duration
@@ -81,7 +79,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	if err := c.ready(ctx, name); err != nil {
 		return State{}, err
 	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
+	out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (State, error) {
 		return c.be.inspect(ctx, lockRef{name: name})
 	}, nil)
 	return out.v, out.err

@@ -45,7 +45,12 @@ func (l *Lease) Name() string { return l.name }
 
 // Token returns the fencing token of this ownership: the same for every
 // reentry, higher than every token of an earlier ownership of the name.
-func (l *Lease) Token() fence.Token { return l.token }
+func (l *Lease) Token() fence.Token {
+	if l == nil {
+		return fence.None
+	}
+	return l.token
+}
 
 // Depth returns the reentry depth this lease was granted at: 1 for a fresh
 // acquisition, 2 for the first reentry, and so on.
@@ -91,9 +96,6 @@ func (l *Lease) Context() context.Context {
 	}
 	return l.ctx
 }
-
-// Done is closed when the lease's context is cancelled; see [Lease.Context].
-func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
 // Err returns nil while the lease is live, and afterwards why it ended, as
 // an *OpError of operation "lease": ErrReleased, or ErrGone, ErrUnconfirmed
@@ -146,7 +148,7 @@ func (l *Lease) end(cause error) {
 // It never shortens the lock. It is mainly for clients built
 // WithoutRenewal.
 //
-// Extend returns ErrInvalid for a nil ctx or a ttl outside [MinTTL, MaxTTL];
+// Extend returns ErrInvalid for a nil ctx or a ttl outside [minTTL, MaxTTL];
 // ErrClosed after Close; ErrNotHeld when the lease was unlocked, lost or
 // superseded (a lost lease is never revived); the context's error when ctx
 // ended before Redis answered; Redis errors, wrapped.
@@ -168,7 +170,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	req := &extendReq{ref: l.ref, owner: l.owner, token: l.token, ttl: ttl}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (extendResult, error) {
+	out := bounded(l.c, ctx, cleanupBudget/2, func(ctx context.Context) (extendResult, error) {
 		r := l.c.be.extend(ctx, req)
 		return r, r.err
 	}, nil)
@@ -201,7 +203,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
 	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
+	out := bounded(l.c, ctx, cleanupBudget/2, func(ctx context.Context) (State, error) {
 		return l.c.be.inspect(ctx, l.ref)
 	}, nil)
 	st, err := out.v, out.err

@@ -9,12 +9,12 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
-// CleanupBudget bounds how long a lock call goes on after its context ended,
+// cleanupBudget bounds how long a lock call goes on after its context ended,
 // or after it failed with an outcome it cannot know (the reply was lost, the
 // read timed out): half of it waiting for the Redis call in flight, half
 // undoing what that call may have done. What is still unfinished then goes
 // on in the background, and Close waits for it.
-const CleanupBudget = 200 * time.Millisecond
+const cleanupBudget = 200 * time.Millisecond
 
 // TryLock locks name for ctx's owner, or reenters it, if it can do so
 // without waiting; it never jumps the queue of waiting Lock calls. A context
@@ -96,11 +96,11 @@ func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
 	if c.cfg.observe == nil {
 		return
 	}
-	e := Event{Kind: NotAcquired, Name: name, Wait: time.Since(start), Err: err}
+	e := Event{Kind: kindNotAcquired, Name: name, Wait: time.Since(start), Err: err}
 	if l != nil {
-		e.Kind, e.Token = Acquired, l.token
+		e.Kind, e.Token = kindAcquired, l.token
 		if l.depth > 1 {
-			e.Kind = Reentered
+			e.Kind = kindReentered
 		}
 	}
 	c.cfg.observe(e)

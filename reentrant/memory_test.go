@@ -5,6 +5,7 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
+	"github.com/redfence/redfence/fence"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,7 +185,7 @@ func TestKeysInTheSlotOfTheName(t *testing.T) {
 			ctx := t.Context()
 			a, err := lc.Lock(ctx, name)
 			require.NoError(t, err)
-			_, err = lc.ForceUnlock(ctx, name)
+			_, err = lc.ForceUnlock(ctx, name, fence.None)
 			require.NoError(t, err)
 			b, err := lc.Lock(ctx, name)
 			require.NoError(t, err)

@@ -13,14 +13,13 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 )
 
-// MaxMultiNames is how many names one LockMulti or TryLockMulti may take.
-const MaxMultiNames = scripts.MultiMax
+// maxMultiNames is how many names one LockMulti or TryLockMulti may take.
+const maxMultiNames = scripts.MultiMax
 
-// NotAcquiredError is the error of a TryLockMulti (or of a LockMulti that
-// gave up) refused because some of its names were not free for its owner:
-// held by another owner, or waited for by a Lock call. It is ErrNotAcquired
-// (errors.Is); errors.As finds it to read Names.
-type NotAcquiredError struct {
+// notAcquiredError is the ErrNotAcquired of a LockMulti refused because
+// some of its names were not free for its owner: held by another owner, or
+// waited for by a Lock call.
+type notAcquiredError struct {
 	// Names are the names that refused in the last attempt, sorted. On a
 	// Cluster, where names are taken a slot at a time, they are the
 	// refusing names of the first slot that refused; on Redlock and a Ring,
@@ -28,7 +27,7 @@ type NotAcquiredError struct {
 	Names []string
 }
 
-func (e *NotAcquiredError) Error() string {
+func (e *notAcquiredError) Error() string {
 	q := make([]string, len(e.Names))
 	for i, n := range e.Names {
 		q[i] = quoteName(n)
@@ -36,8 +35,8 @@ func (e *NotAcquiredError) Error() string {
 	return fmt.Sprintf("%v: held by another owner or others wait for it: %s", ErrNotAcquired, strings.Join(q, ", "))
 }
 
-// Is makes a NotAcquiredError ErrNotAcquired.
-func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+// Is makes a notAcquiredError ErrNotAcquired.
+func (e *notAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
 
 // MultiLease is one successful LockMulti or TryLockMulti: one lease on
 // each of its names, taken together and held together. Each name has its
@@ -56,20 +55,9 @@ type MultiLease struct {
 	unlocked bool       // every lease was
 }
 
-// Names returns the names held, sorted, without duplicates.
-func (m *MultiLease) Names() []string { return slices.Clone(m.names) }
-
-// Token returns name's fencing token, fence.None for a name not in the set.
-func (m *MultiLease) Token(name string) fence.Token {
-	if l := m.lease(name); l != nil {
-		return l.token
-	}
-	return fence.None
-}
-
 // Lease returns the lease of one name, nil for a name not in the set: its
-// Depth, ID, TTL and Extend are that name's. Unlock the MultiLease, not
-// this lease.
+// Token, Depth, ID, TTL and Extend are that name's (the Token of nil is
+// fence.None). Unlock the MultiLease, not this lease.
 func (m *MultiLease) Lease(name string) *Lease { return m.lease(name) }
 
 func (m *MultiLease) lease(name string) *Lease {
@@ -85,9 +73,6 @@ func (m *MultiLease) lease(name string) *Lease {
 // cause names that lock and wraps its lease's cause (ErrLost and why, as
 // [Lease.Context] says), or is ErrReleased after Unlock.
 func (m *MultiLease) Context() context.Context { return m.ctx }
-
-// Done is closed when the MultiLease's context is cancelled.
-func (m *MultiLease) Done() <-chan struct{} { return m.ctx.Done() }
 
 // Err returns nil while every lease is live, and otherwise the first name's
 // end it finds, in the names' order, as [Lease.Err] reports it: errors.Is(err,
@@ -196,19 +181,10 @@ func watchLease(l *Lease, name string, cancel context.CancelCauseFunc) func() bo
 // held or queued.
 //
 // Its errors are Lock's; when it gives up (ctx, the retry strategy) the
-// ErrNotAcquired error is a *NotAcquiredError naming what refused last.
-// ErrInvalid for no names, more than MaxMultiNames, or a bad one.
+// ErrNotAcquired error is a *notAcquiredError naming what refused last.
+// ErrInvalid for no names, more than maxMultiNames, or a bad one.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
 	return c.lockMultiOp(ctx, "lockmulti", names, opts, true)
-}
-
-// TryLockMulti locks every one of names for ctx's owner if it can do so at
-// once, as LockMulti does, without waiting; it never jumps the queue of a
-// waiting Lock call. When some name is not free for the owner it takes
-// nothing and fails with a *NotAcquiredError (errors.Is ErrNotAcquired)
-// naming them. Its other errors are LockMulti's.
-func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
-	return c.lockMultiOp(ctx, "trylockmulti", names, opts, false)
 }
 
 func (c *Client) lockMultiOp(ctx context.Context, op string, names []string, opts []CallOption, wait bool) (*MultiLease, error) {
@@ -261,8 +237,8 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 	switch {
 	case len(names) == 0:
 		return nil, invalid("no names")
-	case len(names) > MaxMultiNames:
-		return nil, invalid("%d names, more than MaxMultiNames (%d)", len(names), MaxMultiNames)
+	case len(names) > maxMultiNames:
+		return nil, invalid("%d names, more than maxMultiNames (%d)", len(names), maxMultiNames)
 	}
 	for _, n := range names {
 		if err := c.ready(ctx, n); err != nil {
@@ -272,6 +248,9 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 	cfg, err := c.callConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.retry != nil && cfg.retry.Backoff(1) <= 0 {
+		wait = false // a strategy that never polls makes the call a try
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, join(ErrNotAcquired, err)
@@ -293,7 +272,7 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 	defer c.be.leaveMulti(m)
 	start := time.Now()
 	var timer *time.Timer
-	var refused *NotAcquiredError // the last attempt's refusal
+	var refused *notAcquiredError // the last attempt's refusal
 	for polls := 1; ; polls++ {
 		m.rs = m.rs[:0]
 		for _, n := range names {
@@ -324,7 +303,7 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 			}
 			continue
 		}
-		refused = &NotAcquiredError{}
+		refused = &notAcquiredError{}
 		for _, i := range res.blocked {
 			refused.Names = append(refused.Names, names[i])
 		}

@@ -3,7 +3,18 @@ package reentrant
 import (
 	"log/slog"
 	"time"
+
+	"github.com/redfence/redfence/internal/tuning"
 )
+
+func init() {
+	tuning.HandoffTimeout = func(d time.Duration) any { return withHandoffTimeout(d) }
+	tuning.MaxRetryDelay = func(d time.Duration) any { return withMaxRetryDelay(d) }
+	tuning.RetryJitter = func(d time.Duration) any { return withRetryJitter(d) }
+	tuning.Identity = func(s string) any { return withIdentity(s) }
+	tuning.RenewInterval = func(d time.Duration) any { return withRenewInterval(d) }
+	tuning.SafetyMargin = func(d time.Duration) any { return withSafetyMargin(d) }
+}
 
 // ClientOption configures a Client: it is given to [New] or [NewRedlock].
 // An option given an out-of-range value makes New fail with ErrInvalid;
@@ -48,7 +59,7 @@ func WithPrefix(p string) ClientOption {
 
 // WithTTL sets the lease (per call or per client; default 30 s): how long
 // a lock outlives a holder that stops renewing it. It must be whole
-// milliseconds from MinTTL to MaxTTL. A reentry's TTL can lengthen the
+// milliseconds from minTTL to MaxTTL. A reentry's TTL can lengthen the
 // lease, never shorten it; renewals use the TTL of the call that started
 // the ownership.
 func WithTTL(d time.Duration) CallOption {
@@ -61,11 +72,8 @@ func WithTTL(d time.Duration) CallOption {
 	})
 }
 
-// WithRenewInterval sets how often a held lock's lease is renewed (per
-// call or per client; default TTL/3). It must be positive and shorter than
-// the TTL less the safety margin. One goroutine per Client renews every
-// lease, in one pipeline per Redis node.
-func WithRenewInterval(d time.Duration) CallOption {
+// withRenewInterval is tuning.RenewInterval.
+func withRenewInterval(d time.Duration) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if d <= 0 {
 			return invalid("renew interval %v is not positive", d)
@@ -85,12 +93,8 @@ func WithoutRenewal() CallOption {
 	})
 }
 
-// WithSafetyMargin sets how long before Redis could expire the lock a
-// lease is declared lost when no renewal was confirmed (per call or per
-// client; default TTL/10). It covers clock-rate drift between this host and
-// Redis and the time work needs to notice its context ended. It must be
-// positive and shorter than the TTL less the renew interval.
-func WithSafetyMargin(d time.Duration) CallOption {
+// withSafetyMargin is tuning.SafetyMargin.
+func withSafetyMargin(d time.Duration) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if d <= 0 {
 			return invalid("safety margin %v is not positive", d)
@@ -100,22 +104,18 @@ func WithSafetyMargin(d time.Duration) CallOption {
 	})
 }
 
-// WithEvictionAllowed lets the client lock on a server whose
-// maxmemory-policy may evict the fencing counter (client only). An evicted
-// counter restarts tokens at 1, and fenced stores then refuse new holders
-// until the counter climbs past what they saw. It matters only with
-// WithStrictTokens: time tokens (the default) survive a lost key.
-func WithEvictionAllowed() ClientOption {
+// withEvictionAllowed lets a client built WithStrictTokens lock on a
+// server whose maxmemory-policy may evict the fencing counter; for tests
+// only: an evicted counter restarts tokens at 1.
+func withEvictionAllowed() ClientOption {
 	return clientOption(func(c *config) error {
 		c.allowEviction = true
 		return nil
 	})
 }
 
-// WithRetryJitter bounds the random delay a waiter adds to its default
-// poll interval (client only; default 50 ms). Zero disables it; it must be
-// from 0 to one minute.
-func WithRetryJitter(d time.Duration) ClientOption {
+// withRetryJitter is tuning.RetryJitter.
+func withRetryJitter(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < 0 || d > time.Minute {
 			return invalid("retry jitter %v is outside [0, 1m]", d)
@@ -125,9 +125,8 @@ func WithRetryJitter(d time.Duration) ClientOption {
 	})
 }
 
-// WithMaxRetryDelay bounds a waiter's default poll interval (client only;
-// default 5 s). It must be from 1 ms to one hour.
-func WithMaxRetryDelay(d time.Duration) ClientOption {
+// withMaxRetryDelay is tuning.MaxRetryDelay.
+func withMaxRetryDelay(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("max retry delay %v is outside [1ms, 1h]", d)
@@ -137,11 +136,8 @@ func WithMaxRetryDelay(d time.Duration) ClientOption {
 	})
 }
 
-// WithHandoffTimeout bounds how long a waiter that died while queued, or
-// missed its handoff message, delays the next one (client only; default
-// 1 s): a handed lock must be claimed within half of it, and waiters poll
-// every quarter of it. It must be whole milliseconds from 4 ms to one hour.
-func WithHandoffTimeout(d time.Duration) ClientOption {
+// withHandoffTimeout is tuning.HandoffTimeout.
+func withHandoffTimeout(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
@@ -199,7 +195,7 @@ func WithStrictTokens() ClientOption {
 // WithMetadata stores s with an ownership the call starts (per call or per
 // client), for [Client.Inspect] and `redfence inspect` to show: who took
 // the lock and why, say "worker-3 job 1842". A reentry keeps the
-// ownership's metadata. s must be valid UTF-8 of at most MaxMetadataLen
+// ownership's metadata. s must be valid UTF-8 of at most maxMetadataLen
 // bytes without control characters; "" (the default) stores nothing.
 func WithMetadata(s string) CallOption {
 	return callOption(func(l *leaseConfig) error {
@@ -212,14 +208,14 @@ func WithMetadata(s string) CallOption {
 }
 
 // WithMaxDepth bounds how deep an ownership may reenter (per call or per
-// client; default DefaultMaxDepth): a Lock or TryLock that would hold the
+// client; default defaultMaxDepth): a Lock or TryLock that would hold the
 // lock at a depth above n fails with ErrTooDeep and changes nothing. The
 // check is made by Redis, so it holds across every process of the owner.
-// n must be from 1 (no reentry) to MaxDepth.
+// n must be from 1 (no reentry) to maxDepthLimit.
 func WithMaxDepth(n int) CallOption {
 	return callOption(func(l *leaseConfig) error {
-		if n < 1 || n > MaxDepth {
-			return invalid("max depth %d is outside [1, %d]", n, MaxDepth)
+		if n < 1 || n > maxDepthLimit {
+			return invalid("max depth %d is outside [1, %d]", n, maxDepthLimit)
 		}
 		l.maxDepth = int64(n)
 		return nil
@@ -253,17 +249,13 @@ func WithObserver(f func(Event)) ClientOption {
 	})
 }
 
-// WithIdentity names this client in the records it leaves in Redis for
-// operators: who forced a lock open ([Client.ForceUnlock]), shown by
-// [Client.Inspect] and `redfence inspect` (client only; default
-// "<hostname>/<pid>"). s must be 1 to MaxMetadataLen bytes of valid UTF-8
-// without control characters.
-func WithIdentity(s string) ClientOption {
+// withIdentity is tuning.Identity.
+func withIdentity(s string) ClientOption {
 	return clientOption(func(c *config) error {
 		if s == "" {
 			return invalid("empty identity")
 		}
-		if err := checkText("identity", s, MaxMetadataLen); err != nil {
+		if err := checkText("identity", s, tuning.IdentityMaxLen); err != nil {
 			return err
 		}
 		c.identity = s
@@ -299,7 +291,7 @@ func WithRetry(s RetryStrategy) CallOption {
 // It must be whole milliseconds from the TTL plus its drift allowance to
 // MaxTTL plus its allowance; ErrInvalid otherwise, and with New.
 func WithRejoinDelay(d time.Duration) ClientOption {
-	return millisOption("rejoin delay", d, MinTTL, MaxTTL+drift(MaxTTL), func(c *config) {
+	return millisOption("rejoin delay", d, minTTL, MaxTTL+drift(MaxTTL), func(c *config) {
 		c.rejoin, c.rejoinSet = d, true
 	})
 }

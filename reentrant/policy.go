@@ -12,7 +12,7 @@ func (c *Client) checkPolicy(ctx context.Context) error {
 	if c.checked.Load() {
 		return nil
 	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (struct{}, error) {
+	out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.be.ready(ctx)
 	}, nil)
 	if out.err != nil {

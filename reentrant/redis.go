@@ -105,7 +105,7 @@ func forceResultOf(r scripts.ForceResult) forceResult {
 // the one place the scripts' state becomes a State.
 func stateOf(s scripts.State, time bool) State {
 	st := State{Name: s.Name, Held: s.Held, Owner: s.Owner, Depth: s.Depth, Token: s.Token,
-		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.Counter, Levels: s.Levels, Waiters: s.Waiters,
+		TTL: s.TTL, Meta: s.Meta, LastToken: s.Counter, Levels: s.Levels, Waiters: s.Waiters,
 		Forced: forcedOf(s.Forced)}
 	if time {
 		st.LastToken = s.Floor

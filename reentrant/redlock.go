@@ -265,11 +265,3 @@ func (q *quorum) close() error {
 	}
 	return join(errs...)
 }
-
-// JoinKey returns the key of a Redlock node's join record under prefix: the
-// server time (ms) at which the node was first found without one, from
-// which it votes for nobody for the rejoin delay (see WithRejoinDelay). An
-// operator who knows that a node has granted no lease, a new deployment's
-// say, may set it to "1" to spare its first use that delay; never on a
-// node restarted without its data.
-func JoinKey(prefix string) string { return scripts.JoinedKey(prefix) }
