@@ -53,7 +53,7 @@ type config struct {
 	lease leaseConfig // the defaults of every call
 
 	redlock    bool // the client is a Redlock's: leases allow for clock drift
-	handoffSet bool // WithHandoffTimeout was given, which Redlock refuses
+	handoffSet bool // withHandoffTimeout was given, which Redlock refuses
 }
 
 // leaseConfig is what a call may set for itself: the lease, its renewal,
@@ -94,7 +94,7 @@ func defaults() config {
 	}
 }
 
-// defaultIdentity is "<hostname>/<pid>", cut to what WithIdentity accepts.
+// defaultIdentity is "<hostname>/<pid>", cut to what withIdentity accepts.
 func defaultIdentity() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {

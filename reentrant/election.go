@@ -22,41 +22,30 @@ var ErrNoLeader = errors.New("no leader")
 // and the spaces.
 const maxElectionValueLen = maxMetadataLen - 32
 
-// Election is a leader election on one name: a candidate that campaigns
-// takes the name's lock, and holds it for its term, with the lease rules
-// of Lock (TTL, renewal, loss by the local deadline) and one fencing
-// token per term. A Term's token is what a leader passes with its writes
-// to a fenced store, so that a deposed leader paused past its term cannot
-// overwrite its successor. Elections and plain locks share names: an
-// election named N is the lock N under the client's prefix.
-//
-// Build one with [Client.Election]; it is safe for concurrent use, and
-// holds no state between calls: many candidates in one process each call
-// Campaign.
+// Election is a leader election on one name, the lock of that name: a
+// candidate that campaigns takes the lock and holds it for its term, with the
+// lease rules of Lock and one fencing token per term, which a leader passes
+// with its writes so that a deposed leader cannot overwrite its successor.
+// Build one with [Client.Election]; it is safe for concurrent use.
 type Election struct {
 	c    *Client
 	name string
 	opts []CallOption
 }
 
-// Leader is an election's leader, as Leader and Observe read it.
+// Leader is an election's leader, as Leader and Observe read it: the value
+// it campaigned with or proclaimed since, its term's token, and when the
+// term began on the Redis server's clock (to the millisecond, at most a
+// round trip after the grant; with NewRedlock the token's time; zero for a
+// holder that did not campaign).
 type Leader struct {
-	// Value is what the leader campaigned with, or proclaimed since.
 	Value string
-	// Token is the term's fencing token: one per term, kept by renewals
-	// and Proclaim, higher than every earlier term's.
 	Token fence.Token
-	// Since is when the term began, on the Redis server's clock, to the
-	// millisecond: stamped by the winning campaign right after it won (or
-	// by the first reader before that), so at most a round trip after the
-	// grant. Proclaim keeps it. With NewRedlock it is the term's token, a
-	// time on the granting majority's clocks (within 5 ms of each). Zero
-	// for a holder of the name that did not campaign (a plain Lock).
 	Since time.Time
 }
 
 // Election returns the election named name; opts apply to every Campaign
-// and TryCampaign of it (TTL, renewal, safety margin, retry strategy),
+// of it (TTL, retry strategy: NoRetry makes Campaign a try),
 // as to Lock. WithMetadata and WithOwner's context make no sense there:
 // the value is the metadata, and each campaign is a candidate of its own.
 // Nothing is checked or sent until a method is called: a bad name or

@@ -85,7 +85,7 @@ func ExampleElection_isLeader() {
 			}
 			current.Store(term)
 			select {
-			case <-term.Done():
+			case <-term.Context().Done():
 			case <-ctx.Done():
 				_ = term.Resign(context.Background())
 			}

@@ -130,7 +130,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error)
 }
 
 // Done is Context().Done().
-func (l *Lease) Done() <-chan struct{}      { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{}      { return l.Context().Done() }
 func (m *MultiLease) Done() <-chan struct{} { return m.ctx.Done() }
 
 // NotAcquiredError is LockMulti's refusal, with the names that refused.

@@ -43,8 +43,8 @@ type Lease struct {
 // Name returns the lock's name.
 func (l *Lease) Name() string { return l.name }
 
-// Token returns the fencing token of this ownership: the same for every
-// reentry, higher than every token of an earlier ownership of the name.
+// Token returns the ownership's fencing token, the same for every reentry,
+// higher than every earlier ownership's; fence.None for a nil lease.
 func (l *Lease) Token() fence.Token {
 	if l == nil {
 		return fence.None
@@ -52,8 +52,8 @@ func (l *Lease) Token() fence.Token {
 	return l.token
 }
 
-// Depth returns the reentry depth this lease was granted at: 1 for a fresh
-// acquisition, 2 for the first reentry, and so on.
+// Depth returns the depth this lease was granted at: 1 when fresh, 2 for
+// the first reentry, and so on.
 func (l *Lease) Depth() int64 { return l.depth }
 
 // Owner returns the owner holding the lock.
@@ -64,18 +64,15 @@ func (l *Lease) Owner() Owner { return l.owner }
 // call took it.
 func (l *Lease) ID() string { return l.level }
 
-// Context returns a context that carries the owner, so a lock call made
-// with it reenters, and the lock's name and token (fence.FromContext, with
-// the names and tokens of the leases whose contexts Lock was called with:
-// package fencehttp sends them with a request), and that ends when the
-// lease does: with cause
-// ErrReleased after Unlock, or an error that is ErrLost and says why: ErrGone
-// when Redis says the ownership no longer holds the lock (expired there,
-// taken, forced or deleted), ErrUnconfirmed when no renewal was confirmed
-// by the local deadline (the TTL less the safety margin, on this process's
-// clock, whether or not Redis answers), ErrLeaseClosed (also ErrClosed)
-// when the Client closes. It keeps the values, but not the
-// deadline, of the context Lock was called with.
+// Context returns a context that carries the owner (a lock call made with it
+// reenters) and the lock's name and token, beside those of the leases whose
+// contexts Lock was called with (fence.FromContext; fencehttp sends them),
+// and that ends when the lease does: with cause ErrReleased after Unlock, or
+// ErrLost saying why: ErrGone (Redis says the ownership no longer holds the
+// lock), ErrUnconfirmed (no renewal confirmed by the local deadline, the TTL
+// less the safety margin on this process's clock), ErrLeaseClosed (also
+// ErrClosed; the Client closed). It keeps the values, not the deadline, of
+// the context Lock was called with.
 func (l *Lease) Context() context.Context {
 	l.cmu.Lock()
 	defer l.cmu.Unlock()

@@ -129,14 +129,10 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 // ctx bounds the wait only: the lease lives until Unlock, loss or Close.
 //
 // Lock fails with ErrNotAcquired, joined with ctx's error when ctx ended the
-// wait (its message says when this Client holds the name for another owner:
-// pass the lease's Context() to reenter); ErrTooDeep past the maximum depth
-// (WithMaxDepth); ErrInvalid for a nil ctx or a bad name, owner or option;
-// ErrClosed when the Client is or gets closed; ErrEvictionPolicy on a
-// server that may evict the fencing counter; ErrNotReplicated
-// (WithReplicaAck); ErrForeign for a key this library did not write; and
-// Redis errors, wrapped. docs/design.md describes the queue, the handoff and
-// what happens to a grant that answered too late.
+// wait (its message says when this Client holds the name for another owner);
+// ErrTooDeep ([WithMaxDepth]); ErrInvalid for a nil ctx or a bad name, owner
+// or option; ErrClosed; ErrEvictionPolicy; ErrNotReplicated; ErrForeign; and
+// Redis errors, wrapped. docs/design.md describes the queue and the handoff.
 func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
 	if err := c.valid(); err != nil {
 		return nil, opErr("lock", name, err)

@@ -13,7 +13,7 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 )
 
-// maxMultiNames is how many names one LockMulti or TryLockMulti may take.
+// maxMultiNames is how many names one LockMulti may take.
 const maxMultiNames = scripts.MultiMax
 
 // notAcquiredError is the ErrNotAcquired of a LockMulti refused because
@@ -38,7 +38,7 @@ func (e *notAcquiredError) Error() string {
 // Is makes a notAcquiredError ErrNotAcquired.
 func (e *notAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
 
-// MultiLease is one successful LockMulti or TryLockMulti: one lease on
+// MultiLease is one successful LockMulti: one lease on
 // each of its names, taken together and held together. Each name has its
 // own fencing token, renewal and loss, as a Lease does; the MultiLease
 // ends when any of them does. It is safe for concurrent use; unlock it
@@ -90,16 +90,13 @@ func (m *MultiLease) Err() error {
 	return nil
 }
 
-// Unlock releases every name (each back to the depth it had before, for a
-// name the owner held already), in the reverse of the names' order, each
-// bounded by ctx as [Lease.Unlock] is. It returns nil when every release
-// succeeded, and otherwise each name's error, joined ("; "): ErrNotHeld
-// for a name whose lease was lost (that name counts as released). When a
-// name's release fails otherwise (ctx, Redis), that name stays held and
-// renewed, and the MultiLease live: call Unlock again, which releases only
-// the names still held. Once every name is released the context ends with
-// ErrReleased, and a further Unlock, or one of a nil MultiLease, is
-// ErrNotHeld.
+// Unlock releases every name (a name the owner held before goes back to its
+// earlier depth), in reverse order, each bounded by ctx as [Lease.Unlock]
+// is. It returns nil or each name's error, joined: ErrNotHeld for a lost
+// name (counted as released). A name whose release failed otherwise stays
+// held, and a further Unlock releases only such names. Once all are
+// released the context ends with ErrReleased; a further Unlock, or one of a
+// nil MultiLease, is ErrNotHeld.
 func (m *MultiLease) Unlock(ctx context.Context) error {
 	if m == nil {
 		return opErr("unlock", "", errNilLease)
@@ -159,30 +156,19 @@ func watchLease(l *Lease, name string, cancel context.CancelCauseFunc) func() bo
 	})
 }
 
-// LockMulti locks every one of names for ctx's owner, all at once: it waits
-// (woken by each release of a name it waits for, or on a Ring polling,
-// bounded by ctx and the retry strategy) until every name is free for the owner at the same time,
-// and never holds some names while it waits for others, so two calls that
-// name the same locks in opposite orders cannot deadlock. It yields to Lock
-// calls queued on its names, and among LockMulti calls the first woken to
-// run goes first: docs/design.md says why strict arrival order would need
-// the hold-and-wait this avoids. A
-// name the owner holds already is reentered, with its token, and Unlock
-// gives it back at its earlier depth. Duplicates count once; opts apply
-// to every name.
+// LockMulti locks every one of names for ctx's owner, all at once: it
+// waits (bounded by ctx and the retry strategy) until every name is free
+// for the owner at the same time, and never holds some names while it waits
+// for others, so calls naming the same locks in any order cannot deadlock.
+// It yields to Lock calls queued on its names. A name the owner holds is
+// reentered, with its token, and given back at its earlier depth by Unlock.
+// Duplicates count once; opts apply to every name. With a retry strategy
+// that never polls (NoRetry) it takes the names only if it can at once.
+// A failed or cancelled call leaves nothing held or queued; docs/design.md
+// ("Several names at once") says what others may observe meanwhile.
 //
-// On a standalone server or Sentinel one script checks and takes every
-// name, so a failed attempt takes nothing and spends no token. On a
-// Cluster the names of each hash slot are taken by one script, slot after
-// slot in one global order, and on Redlock name after name in sorted
-// order; an attempt refused part way gives back what it took at once
-// (docs/design.md, "Several names at once", says what another caller may
-// observe meanwhile). Either way a failed or cancelled call leaves nothing
-// held or queued.
-//
-// Its errors are Lock's; when it gives up (ctx, the retry strategy) the
-// ErrNotAcquired error is a *notAcquiredError naming what refused last.
-// ErrInvalid for no names, more than maxMultiNames, or a bad one.
+// Its errors are Lock's, and ErrInvalid for no names, more than 64 or a bad
+// one; an ErrNotAcquired names the names that refused last.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
 	return c.lockMultiOp(ctx, "lockmulti", names, opts, true)
 }

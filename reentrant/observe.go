@@ -8,23 +8,17 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
-// Event is one thing a Client did, as an observer (see WithObserver) sees
-// it. Kind is one of
-//
-//   - "acquired": a Lock or TryLock started an ownership;
-//   - "reentered": a Lock or TryLock deepened its owner's hold;
-//   - "not_acquired": a Lock or TryLock returned an error (Err);
-//   - "renewed": the renewer extended an ownership's lease;
-//   - "renew_failed": a renewal got no answer or an error (Err); the lease
-//     is lost only if no renewal succeeds before its deadline;
-//   - "lost": an ownership ended without Unlock (Err wraps ErrLost);
-//   - "released": an Unlock released the lock (its last level).
-//
-// Wait is how long the call took, for the first three.
+// Event is one thing a Client did, as an observer ([WithObserver]) sees it.
+// Kind is "acquired" or "reentered" (a Lock or TryLock started or deepened a
+// hold), "not_acquired" (one failed, with Err), "renewed", "renew_failed"
+// (Err; the lease is lost only if no renewal succeeds before its deadline),
+// "lost" (an ownership ended without Unlock; Err wraps ErrLost) or
+// "released" (an Unlock released the lock). Wait is how long the call took,
+// for the first three; Token is None for "not_acquired".
 type Event struct {
 	Kind  string
-	Name  string      // the lock's name
-	Token fence.Token // the ownership's token; None for "not_acquired"
+	Name  string
+	Token fence.Token
 	Wait  time.Duration
 	Err   error
 }

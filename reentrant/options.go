@@ -57,11 +57,12 @@ func WithPrefix(p string) ClientOption {
 	})
 }
 
-// WithTTL sets the lease (per call or per client; default 30 s): how long
-// a lock outlives a holder that stops renewing it. It must be whole
-// milliseconds from minTTL to MaxTTL. A reentry's TTL can lengthen the
-// lease, never shorten it; renewals use the TTL of the call that started
-// the ownership.
+// WithTTL sets the lease (per call or per client; default DefaultTTL): how
+// long a lock outlives a holder that stops renewing it, whole milliseconds up
+// to MaxTTL. The lease is renewed every TTL/3, and declared lost when no
+// renewal was confirmed by the TTL less TTL/10 (the safety margin, which
+// covers clock-rate drift and the time work takes to notice). A reentry's
+// TTL can lengthen the lease, never shorten it.
 func WithTTL(d time.Duration) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if err := checkTTL(d); err != nil {
@@ -84,7 +85,7 @@ func withRenewInterval(d time.Duration) CallOption {
 }
 
 // WithoutRenewal turns renewal off (per call or per client): the lease's
-// context ends at the TTL less the safety margin unless [Lease.Extend]
+// context ends at the TTL less its safety margin unless [Lease.Extend]
 // moves it.
 func WithoutRenewal() CallOption {
 	return callOption(func(l *leaseConfig) error {
@@ -168,23 +169,17 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 	})
 }
 
-// WithStrictTokens makes every fresh token the name's own counter + 1, a
-// small integer, instead of a time token (client only; by default a fresh
-// token is max(the floor of the name's hash slot + 1, the server's time
-// in microseconds), and the floor expires a week after its last write).
-// The counter is a key per name that never expires, and a released name
-// keeps it (about 70 B) forever. A lost counter restarts at 1 and hands
-// out tokens a living holder may still have: a FLUSHALL, a restart without
-// persistence, a failover to a replica that missed writes, an eviction,
-// or a DEL of the counter key. Use it only on one primary with
-// appendfsync always, no failover and no eviction; docs/safety.md
-// measures what each of those events does to it.
-//
-// Every client of one prefix must use the same token mode: a strict
-// client refuses a name whose slot has a time-token floor, and a
-// time-token client a name with a strict counter, with ErrInvalid naming
-// the key, so that neither issues a token below the other's. It fails
-// with ErrInvalid with NewRedlock.
+// WithStrictTokens makes every fresh token the name's own counter + 1, a small
+// integer, instead of a time token (client only; by default a fresh token is
+// max(the floor of the name's hash slot + 1, the server's time in µs), and
+// the floor expires a week after its last write). The counter never expires
+// (about 70 B per name). A lost counter (FLUSHALL, a restart without
+// persistence, a failover that missed writes, an eviction, a DEL) restarts
+// at 1 and repeats tokens: use it only on one primary with appendfsync
+// always, no failover and no eviction (on an allkeys-* maxmemory-policy,
+// Lock returns ErrEvictionPolicy); docs/safety.md measures each event. Every
+// client of one prefix must use the same token mode: a name of the other
+// mode is ErrInvalid. With NewRedlock it is ErrInvalid.
 func WithStrictTokens() ClientOption {
 	return clientOption(func(c *config) error {
 		c.strict = true
@@ -193,10 +188,10 @@ func WithStrictTokens() ClientOption {
 }
 
 // WithMetadata stores s with an ownership the call starts (per call or per
-// client), for [Client.Inspect] and `redfence inspect` to show: who took
-// the lock and why, say "worker-3 job 1842". A reentry keeps the
-// ownership's metadata. s must be valid UTF-8 of at most maxMetadataLen
-// bytes without control characters; "" (the default) stores nothing.
+// client) for [Client.Inspect] and `redfence inspect`: who took the lock and
+// why. A reentry keeps the ownership's metadata. s must be valid UTF-8 of
+// at most 256 bytes without control characters; "" (the default) stores
+// nothing.
 func WithMetadata(s string) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if err := checkMetadata(s); err != nil {
@@ -208,10 +203,9 @@ func WithMetadata(s string) CallOption {
 }
 
 // WithMaxDepth bounds how deep an ownership may reenter (per call or per
-// client; default defaultMaxDepth): a Lock or TryLock that would hold the
-// lock at a depth above n fails with ErrTooDeep and changes nothing. The
-// check is made by Redis, so it holds across every process of the owner.
-// n must be from 1 (no reentry) to maxDepthLimit.
+// client; default 1024): a Lock that would hold the lock deeper than n fails
+// with ErrTooDeep and changes nothing, in every process of the owner (Redis
+// checks it). n must be from 1 (no reentry) to 1<<20.
 func WithMaxDepth(n int) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if n < 1 || n > maxDepthLimit {
@@ -264,11 +258,10 @@ func withIdentity(s string) ClientOption {
 }
 
 // WithRetry sets how a Lock that cannot take the lock at once waits (per
-// call or per client). Default: it polls every quarter of the handoff
-// timeout (see WithHandoffTimeout), sooner when the holder's lease ends
-// sooner, with jitter, until its context ends. Whatever the strategy, a
-// waiter keeps its place in the fair queue and a handoff wakes it at once.
-// A nil s is ErrInvalid.
+// call or per client). Default: it polls every 250 ms at most (sooner when
+// the holder's lease ends sooner), with up to 50 ms of jitter, until its
+// context ends; a handoff wakes a waiter at once, whatever the strategy, and
+// a waiter keeps its place in the fair queue. A nil s is ErrInvalid.
 func WithRetry(s RetryStrategy) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if err := checkRetry(s); err != nil {
@@ -280,16 +273,14 @@ func WithRetry(s RetryStrategy) CallOption {
 }
 
 // WithRejoinDelay sets how long a Redlock node found empty (new, restarted
-// without its data, or flushed) takes part in no majority (NewRedlock
-// only; default the TTL plus its drift allowance, TTL/100 + 2 ms). An
-// empty node has forgotten the leases it granted, and a majority that
-// counts it could grant a lock another client still holds; once every
-// lease it may have granted has run out, it votes again. The delay must
-// cover the longest TTL any client of the deployment uses: set it on every
-// client to that TTL plus its drift allowance when clients use different
-// TTLs. A call whose TTL the delay does not cover fails with ErrInvalid.
-// It must be whole milliseconds from the TTL plus its drift allowance to
-// MaxTTL plus its allowance; ErrInvalid otherwise, and with New.
+// without its data, or flushed) votes in no majority (NewRedlock only;
+// default the TTL plus its drift allowance, TTL/100 + 2 ms), so that every
+// lease it may have granted has run out first. It must cover the longest TTL
+// any client of the deployment uses: give every client that TTL plus its
+// allowance when TTLs differ. A call whose TTL it does not cover, a value that
+// is not whole milliseconds from the TTL plus allowance to MaxTTL plus its
+// allowance, and New are ErrInvalid. docs/redlock.md ("delayed rejoin") says
+// how an operator may spare a new node the delay.
 func WithRejoinDelay(d time.Duration) ClientOption {
 	return millisOption("rejoin delay", d, minTTL, MaxTTL+drift(MaxTTL), func(c *config) {
 		c.rejoin, c.rejoinSet = d, true
