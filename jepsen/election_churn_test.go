@@ -87,12 +87,11 @@ func TestHelperCandidateProcess(t *testing.T) {
 			os.Exit(3) // the test is gone
 		}
 	}
-	e := locks.Election(c.Name)
 	bg := context.Background()
 	end := time.Now().Add(time.Duration(c.DurationMS) * time.Millisecond)
 	for time.Now().Before(end) {
 		ctx, cancel := context.WithDeadline(bg, end)
-		term, err := e.Campaign(ctx, fmt.Sprint("candidate-", c.Proc))
+		term, err := locks.Campaign(ctx, c.Name, fmt.Sprint("candidate-", c.Proc))
 		cancel()
 		if err != nil {
 			continue
@@ -205,7 +204,7 @@ func TestElectionChurn(t *testing.T) {
 	go func() {
 		defer close(observing)
 		for octx.Err() == nil {
-			if ld, err := locks.Election(name).Leader(octx); err == nil {
+			if ld, err := locks.Leader(octx, name); err == nil {
 				observed = append(observed, ld)
 			}
 			time.Sleep(20 * time.Millisecond)

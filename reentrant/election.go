@@ -22,18 +22,15 @@ var ErrNoLeader = errors.New("no leader")
 // and the spaces.
 const maxElectionValueLen = maxMetadataLen - 32
 
-// Election is a leader election on one name, the lock of that name: a
-// candidate that campaigns takes the lock and holds it for its term, with the
-// lease rules of Lock and one fencing token per term, which a leader passes
-// with its writes so that a deposed leader cannot overwrite its successor.
-// Build one with [Client.Election]; it is safe for concurrent use.
-type Election struct {
+// election is the leader election on one name, the lock of that name: a
+// candidate that campaigns takes the lock and holds it for its term.
+type election struct {
 	c    *Client
 	name string
 	opts []CallOption
 }
 
-// Leader is an election's leader, as Leader and Observe read it: the value
+// Leader is an election's leader, as Leader and ObserveLeader read it: the value
 // it campaigned with or proclaimed since, its term's token, and when the
 // term began on the Redis server's clock (to the millisecond, at most a
 // round trip after the grant; with NewRedlock the token's time; zero for a
@@ -44,14 +41,44 @@ type Leader struct {
 	Since time.Time
 }
 
-// Election returns the election named name; opts apply to every Campaign
-// of it (TTL, retry strategy: NoRetry makes Campaign a try),
-// as to Lock. WithMetadata and WithOwner's context make no sense there:
-// the value is the metadata, and each campaign is a candidate of its own.
-// Nothing is checked or sent until a method is called: a bad name or
-// option is that method's ErrInvalid.
-func (c *Client) Election(name string, opts ...CallOption) *Election {
-	return &Election{c: c, name: name, opts: append([]CallOption(nil), opts...)}
+// election returns the election named name, whose campaigns lock with opts.
+func (c *Client) election(name string, opts []CallOption) *election {
+	return &election{c: c, name: name, opts: append([]CallOption(nil), opts...)}
+}
+
+// Campaign waits until this candidate leads the election named name, and
+// returns its Term. An election is the lock of its name, held for a term
+// with the lease rules of Lock and one fencing token per term, which the
+// leader passes with its writes so that a deposed leader cannot overwrite
+// its successor. Campaign waits as Lock does (fairly, except on a
+// Redlock), bounded by ctx; opts apply as to Lock (NoRetry makes it a try).
+// Each call is a candidate of its own (a fresh owner), whatever ctx
+// carries; value is what Leader and ObserveLeader report. It returns
+// ErrInvalid for a bad name, value (more than 224 bytes, or not UTF-8
+// without control characters) or option, or for a ctx of a term of this
+// election that this client holds (a candidate never waits for itself);
+// ErrNotAcquired (with the context's error) when ctx ends first or another
+// leads and the strategy gives up; ErrClosed; Redis errors. A campaign that
+// fails leaves nothing held or queued.
+func (c *Client) Campaign(ctx context.Context, name, value string, opts ...CallOption) (*Term, error) {
+	return c.election(name, opts).campaign(ctx, value, false)
+}
+
+// Leader reads the leader of the election named name: its value, token and
+// the start of its term. It returns ErrNoLeader when nobody holds the name,
+// ErrInvalid for a bad name, ErrClosed after Close, and Redis errors.
+func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
+	return c.election(name, nil).Leader(ctx)
+}
+
+// ObserveLeader reports the leader of the election named name after each
+// change: a new term, a Proclaim, or no leader (the zero Leader). It reads
+// every 100 ms, so changes closer together may be merged, but a leader is
+// never reported after a newer one; a slow reader gets the latest state,
+// not a backlog. The first state is sent at once. The channel is closed
+// when ctx ends or the client closes; read errors are retried.
+func (c *Client) ObserveLeader(ctx context.Context, name string) <-chan Leader {
+	return c.election(name, nil).Observe(ctx)
 }
 
 // Term is one campaign's win: a term of leadership, held until Resign,
@@ -61,7 +88,7 @@ func (c *Client) Election(name string, opts ...CallOption) *Election {
 // and with ErrLost and why otherwise. End a term with Resign.
 type Term struct {
 	*Lease // the lease the term holds the election's name with
-	e      *Election
+	e      *election
 }
 
 // electionMark starts an election term's metadata: a control character,
@@ -114,21 +141,12 @@ func termMetadata(m string) CallOption {
 
 func checkElectionValue(v string) error { return checkText("election value", v, maxElectionValueLen) }
 
-// Campaign waits until this candidate is the leader, as Lock waits (fairly
-// on a standalone, Sentinel or Cluster deployment, by polling on a
-// Redlock), bounded by ctx, and returns its Term. The term is held when
-// Campaign returns; the value is what Leader and Observe report. Each
-// call is a candidate of its own (a fresh owner), whatever ctx carries.
-// It returns ErrInvalid for a bad name, value or option, or a ctx of a term
-// of this election that this client holds (a candidate never waits for
-// itself), ErrNotAcquired
-// (with the context's error) when ctx ends first, ErrClosed after Close,
-// and Redis errors; a campaign that fails leaves nothing held or queued.
-func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+// Campaign is Client.Campaign of e.
+func (e *election) Campaign(ctx context.Context, value string) (*Term, error) {
 	return e.campaign(ctx, value, false)
 }
 
-func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term, error) {
+func (e *election) campaign(ctx context.Context, value string, try bool) (*Term, error) {
 	op := "campaign"
 	if err := e.c.valid(); err != nil {
 		return nil, opErr(op, e.name, err)
@@ -221,15 +239,13 @@ func (t *Term) Resign(ctx context.Context) error {
 	return opErr("resign", t.e.name, bare(err))
 }
 
-// Leader reads the election's leader: its value, token and the start of
-// its term. It returns ErrNoLeader when nobody holds the name, ErrInvalid
-// for a bad name, ErrClosed after Close, and Redis errors.
-func (e *Election) Leader(ctx context.Context) (Leader, error) {
+// Leader is Client.Leader of e.
+func (e *election) Leader(ctx context.Context) (Leader, error) {
 	ld, err := e.leader(ctx)
 	return ld, opErr("leader", e.name, err)
 }
 
-func (e *Election) leader(ctx context.Context) (Leader, error) {
+func (e *election) leader(ctx context.Context) (Leader, error) {
 	if err := e.c.ready(ctx, e.name); err != nil {
 		return Leader{}, err
 	}
@@ -273,14 +289,8 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 // observeEvery is how often Observe reads the leader.
 const observeEvery = 100 * time.Millisecond
 
-// Observe reports the election's leader after each change: a new term, a
-// Proclaim, or no leader (the zero Leader). It reads the leader every
-// 100 ms, so changes closer together may be merged, but a leader is never
-// reported after a newer one (its token is lower); a slow reader gets the
-// latest state, not a backlog. The first state is sent at once. The
-// channel is closed when ctx ends or the client closes; read errors are
-// retried at the next tick.
-func (e *Election) Observe(ctx context.Context) <-chan Leader {
+// Observe is Client.ObserveLeader of e.
+func (e *election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader, 1)
 	if ctx == nil || e.c.valid() != nil {
 		close(ch)

@@ -138,3 +138,8 @@ type NotAcquiredError = notAcquiredError
 
 func (m *MultiLease) Names() []string               { return slices.Clone(m.names) }
 func (m *MultiLease) Token(name string) fence.Token { return m.lease(name).Token() }
+
+// Election is the election named name, whose campaigns lock with opts.
+type Election = election
+
+func (c *Client) Election(name string, opts ...CallOption) *Election { return c.election(name, opts) }
