@@ -5,7 +5,6 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
-	"github.com/redfence/redfence/fence"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/hashslot"
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
