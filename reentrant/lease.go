@@ -145,10 +145,11 @@ func (l *Lease) end(cause error) {
 // It never shortens the lock. It is mainly for clients built
 // WithoutRenewal.
 //
-// Extend returns ErrInvalid for a nil ctx or a ttl outside [minTTL, MaxTTL];
-// ErrClosed after Close; ErrNotHeld when the lease was unlocked, lost or
-// superseded (a lost lease is never revived); the context's error when ctx
-// ended before Redis answered; Redis errors, wrapped.
+// Extend returns ErrInvalid for a nil ctx or a ttl that is not whole
+// milliseconds from 1 ms to MaxTTL; ErrClosed after Close; ErrNotHeld when
+// the lease was unlocked, lost or superseded (a lost lease is never
+// revived); the context's error when ctx ended before Redis answered; Redis
+// errors, wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return opErr("extend", "", errNilLease)
