@@ -23,6 +23,7 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
@@ -562,7 +563,7 @@ func (lm *lockMachine) delete(t *rapid.T) {
 // record of it is kept, and the lock goes to the oldest waiter with a
 // fresh token.
 func (lm *lockMachine) force(t *rapid.T) {
-	tok, err := lm.c.ForceUnlock(context.Background(), lm.name)
+	tok, err := lm.c.ForceUnlock(context.Background(), lm.name, fence.None)
 	lm.hist = append(lm.hist, fmt.Sprintf("  force: token %d, %v", tok, err))
 	if lm.m.owner == -1 {
 		if !errors.Is(err, reentrant.ErrNotHeld) {
@@ -604,7 +605,7 @@ func (lm *lockMachine) check(t *rapid.T) {
 	}
 	var bad []string
 	held := lm.m.owner != -1
-	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || st.Pending {
+	if st.Held != held || st.Depth != int64(lm.m.depth) || st.Token != lm.m.token || (st.Held && st.Token == fence.None) {
 		bad = append(bad, "the hold")
 	}
 	if held {
@@ -717,8 +718,8 @@ func newPropClients(t *testing.T, b testenv.Backend) propClients {
 		// may need.
 		c, err := reentrant.New(b.Client, append([]reentrant.ClientOption{reentrant.WithPrefix(prefix),
 			reentrant.WithTTL(time.Minute), reentrant.WithoutRenewal(),
-			reentrant.WithHandoffTimeout(40 * time.Second), reentrant.WithMaxRetryDelay(10 * time.Millisecond),
-			reentrant.WithRetryJitter(2 * time.Millisecond)}, opts...)...)
+			tuning.HandoffTimeout(40 * time.Second).(reentrant.ClientOption), tuning.MaxRetryDelay(10 * time.Millisecond).(reentrant.ClientOption),
+			tuning.RetryJitter(2 * time.Millisecond).(reentrant.ClientOption)}, opts...)...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c

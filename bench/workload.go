@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redfence/redfence/reentrant"
 )
 
 // config holds the settings every workload reads; the flags fill it.
@@ -93,14 +91,15 @@ func begin(ctx context.Context, e *env) (*window, error) {
 // is then given a join record from long ago: a flushed node is, to
 // redfence's Redlock, one that lost its data, which votes for nobody for a
 // TTL; these have granted nothing a later run needs, which an operator may
-// tell it so (reentrant.JoinKey). Other systems never read the key.
+// tell it so by setting its join record, "redfence:j" under the default
+// prefix, to 1 (docs/redlock.md). Other systems never read the key.
 func flushAll(ctx context.Context, admins []*redis.Client) error {
 	for _, a := range admins {
 		if err := a.FlushAll(ctx).Err(); err != nil {
 			return err
 		}
 		if len(admins) > 1 {
-			if err := a.Set(ctx, reentrant.JoinKey(reentrant.DefaultPrefix), "1", 0).Err(); err != nil {
+			if err := a.Set(ctx, "redfence:j", "1", 0).Err(); err != nil {
 				return err
 			}
 		}

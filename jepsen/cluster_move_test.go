@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/internal/testkit/redisproc"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
@@ -44,7 +45,7 @@ func TestClusterSlotMove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
-	held, waited := clusterHoldAndWait(t, ctx, c, heldName, reentrant.WithHandoffTimeout(4*time.Second))
+	held, waited := clusterHoldAndWait(t, ctx, c, heldName, tuning.HandoffTimeout(4*time.Second).(reentrant.ClientOption))
 
 	w := clusterStartWorkers(t, c, names, cfg.workers, cfg, store)
 	time.Sleep(500 * time.Millisecond)

@@ -13,8 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 )
@@ -92,13 +94,13 @@ func (r *clusterReplies) String() string {
 // clusterSlotNames returns n lock names, unique to the test, whose keys
 // (under the default prefix) all share one slot, and that slot.
 func clusterSlotNames(t *testing.T, n int) ([]string, int) {
-	return testenv.SameSlot(reentrant.DefaultPrefix, testenv.Unique(t), n)
+	return testenv.SameSlot(scripts.DefaultPrefix, testenv.Unique(t), n)
 }
 
 // clusterNameOn returns a lock name, unique to the test, whose slot is
 // served by primary m.
 func clusterNameOn(t *testing.T, c *redisproc.Cluster, m *redisproc.Server) string {
-	return testenv.NameWhere(reentrant.DefaultPrefix, testenv.Unique(t), func(slot int) bool { return c.MasterOf(slot) == m })
+	return testenv.NameWhere(scripts.DefaultPrefix, testenv.Unique(t), func(slot int) bool { return c.MasterOf(slot) == m })
 }
 
 // clusterWorkers runs holders (faultHolder, as goroutines) on several
@@ -244,7 +246,7 @@ type clusterWaited struct {
 func clusterHoldAndWait(t *testing.T, ctx context.Context, c *redisproc.Cluster, name string, waitOpts ...reentrant.ClientOption) (*reentrant.Lease, <-chan clusterWaited) {
 	t.Helper()
 	holdC, err := reentrant.New(c.Client(clusterHolderOptions), reentrant.WithTTL(30*time.Second),
-		reentrant.WithRenewInterval(100*time.Millisecond))
+		tuning.RenewInterval(100*time.Millisecond).(reentrant.CallOption))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/redisstore"
 )
@@ -70,7 +71,7 @@ func TestHelperCandidateProcess(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
 	defer rdb.Close()
 	ttl := time.Duration(c.TTLMS) * time.Millisecond
-	locks, err := reentrant.New(rdb, reentrant.WithPrefix(c.Prefix), reentrant.WithTTL(ttl), reentrant.WithMaxRetryDelay(ttl))
+	locks, err := reentrant.New(rdb, reentrant.WithPrefix(c.Prefix), reentrant.WithTTL(ttl), tuning.MaxRetryDelay(ttl).(reentrant.ClientOption))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +87,11 @@ func TestHelperCandidateProcess(t *testing.T) {
 			os.Exit(3) // the test is gone
 		}
 	}
-	e := locks.Election(c.Name)
 	bg := context.Background()
 	end := time.Now().Add(time.Duration(c.DurationMS) * time.Millisecond)
 	for time.Now().Before(end) {
 		ctx, cancel := context.WithDeadline(bg, end)
-		term, err := e.Campaign(ctx, fmt.Sprint("candidate-", c.Proc))
+		term, err := locks.Campaign(ctx, c.Name, fmt.Sprint("candidate-", c.Proc))
 		cancel()
 		if err != nil {
 			continue
@@ -204,7 +204,7 @@ func TestElectionChurn(t *testing.T) {
 	go func() {
 		defer close(observing)
 		for octx.Err() == nil {
-			if ld, err := locks.Election(name).Leader(octx); err == nil {
+			if ld, err := locks.Leader(octx, name); err == nil {
 				observed = append(observed, ld)
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -161,7 +161,7 @@ func runFaultFailover(t *testing.T, scenario string, newStore func(*testing.T) s
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		k := scripts.KeysFor(reentrant.DefaultPrefix, w.name)
+		k := scripts.KeysFor(scripts.DefaultPrefix, w.name)
 		key := k.Counter
 		if mode.time() {
 			key = k.Floor

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
@@ -221,7 +222,7 @@ func TestHelperHolderProcess(t *testing.T) {
 	ttl := time.Duration(c.TTLMS) * time.Millisecond
 	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, DisableIdentity: true})
 	defer rdb.Close()
-	lc, err := reentrant.New(rdb, reentrant.WithTTL(ttl), reentrant.WithMaxRetryDelay(ttl))
+	lc, err := reentrant.New(rdb, reentrant.WithTTL(ttl), tuning.MaxRetryDelay(ttl).(reentrant.ClientOption))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 )
@@ -115,7 +116,7 @@ func faultStartWorkers(t *testing.T, cfg faultWorkersConfig, rdb func(i int) red
 // lockOptions are the options of every holder's lock client: cfg's TTL,
 // polls at most a TTL apart, and cfg.lockOpts.
 func (cfg faultWorkersConfig) lockOptions() []reentrant.ClientOption {
-	return append([]reentrant.ClientOption{reentrant.WithTTL(cfg.ttl), reentrant.WithMaxRetryDelay(cfg.ttl)}, cfg.lockOpts...)
+	return append([]reentrant.ClientOption{reentrant.WithTTL(cfg.ttl), tuning.MaxRetryDelay(cfg.ttl).(reentrant.ClientOption)}, cfg.lockOpts...)
 }
 
 // holder is holder proc of lock name on lc, writing keys to store and

@@ -23,6 +23,7 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/mutant"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/jepsen/internal/history"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
@@ -66,7 +67,7 @@ func linRunLocks(t *testing.T, w linLockWorld, workers, ops int) linLockRun {
 	var owner reentrant.Owner
 	for i := range workers {
 		lc, err := reentrant.New(w.rdb, append([]reentrant.ClientOption{reentrant.WithTTL(linTTL),
-			reentrant.WithMaxRetryDelay(200 * time.Millisecond)}, w.lockOpts...)...)
+			tuning.MaxRetryDelay(200 * time.Millisecond).(reentrant.ClientOption)}, w.lockOpts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +278,7 @@ func (k *linWorker) rawRelease(ctx context.Context, name string, t fence.Token) 
 	var n scripts.Released
 	err := k.hl.Do(history.Release{Name: name, Owner: string(k.owner), Token: t}, func() (any, error) {
 		var err error
-		keys := scripts.KeysFor(reentrant.DefaultPrefix, name)
+		keys := scripts.KeysFor(scripts.DefaultPrefix, name)
 		if k.w.release != nil {
 			n, err = k.w.release(ctx, keys, string(k.owner), t)
 		} else {
@@ -471,7 +472,7 @@ func linCounterResetRun(t *testing.T, workers, ops int) ([]porcupine.Operation, 
 			}
 			for _, name := range w.names {
 				// The last token issued is the strict counter's.
-				k := scripts.KeysFor(reentrant.DefaultPrefix, name)
+				k := scripts.KeysFor(scripts.DefaultPrefix, name)
 				n, _ := strconv.Atoi(c.Get(context.Background(), k.Counter).Val())
 				if n >= 2 {
 					c.Del(context.Background(), k.Lock, k.Counter)

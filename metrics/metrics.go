@@ -65,12 +65,43 @@ type Metrics struct {
 	record [kinds][]metric.RecordOption
 }
 
-const kinds = int(reentrant.Released) + 1
+// The event kinds this package records, as indexes of its arrays.
+const (
+	acquired = iota + 1
+	reentered
+	notAcquired
+	renewed
+	renewFailed
+	lost
+	released
+	kinds
+)
+
+// kindOf returns the index of an Event's Kind, 0 for an unknown one.
+func kindOf(kind string) int {
+	switch kind {
+	case "acquired":
+		return acquired
+	case "reentered":
+		return reentered
+	case "not_acquired":
+		return notAcquired
+	case "renewed":
+		return renewed
+	case "renew_failed":
+		return renewFailed
+	case "lost":
+		return lost
+	case "released":
+		return released
+	}
+	return 0
+}
 
 // outcome is the outcome attribute of each kind's measurement; "" for none.
 var outcome = [kinds]string{
-	reentrant.Acquired: "acquired", reentrant.Reentered: "reentered", reentrant.NotAcquired: "not_acquired",
-	reentrant.Renewed: "ok", reentrant.RenewFailed: "failed",
+	acquired: "acquired", reentered: "reentered", notAcquired: "not_acquired",
+	renewed: "ok", renewFailed: "failed",
 }
 
 // New creates the instruments listed in the package documentation on mp's
@@ -104,7 +135,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	}
 	if !m.cfg.lockName {
 		for k := range kinds {
-			set := m.lockSet(reentrant.EventKind(k), "")
+			set := m.lockSet(k, "")
 			m.add[k] = []metric.AddOption{metric.WithAttributeSet(set)}
 			m.record[k] = []metric.RecordOption{metric.WithAttributeSet(set)}
 		}
@@ -114,7 +145,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 
 // lockSet returns the attribute set of a lock instrument's measurement for
 // an event of kind k on the lock name (ignored without the option).
-func (m *Metrics) lockSet(k reentrant.EventKind, name string) attribute.Set {
+func (m *Metrics) lockSet(k int, name string) attribute.Set {
 	kv := make([]attribute.KeyValue, 0, len(m.cfg.attrs)+2)
 	kv = append(kv, m.cfg.attrs...)
 	if o := outcome[k]; o != "" {
@@ -135,25 +166,25 @@ func (m *Metrics) Option() reentrant.ClientOption { return reentrant.WithObserve
 // package. To observe a client for other purposes as well, call Observe from
 // the function given to reentrant.WithObserver.
 func (m *Metrics) Observe(e reentrant.Event) {
-	k := int(e.Kind)
-	if k <= 0 || k >= kinds {
+	k := kindOf(e.Kind)
+	if k == 0 {
 		return
 	}
 	add, record := m.add[k], m.record[k]
 	if m.cfg.lockName {
-		o := metric.WithAttributeSet(m.lockSet(e.Kind, e.Name))
+		o := metric.WithAttributeSet(m.lockSet(k, e.Name))
 		add, record = []metric.AddOption{o}, []metric.RecordOption{o}
 	}
 	ctx := context.Background()
-	switch e.Kind {
-	case reentrant.Acquired, reentrant.Reentered, reentrant.NotAcquired:
+	switch k {
+	case acquired, reentered, notAcquired:
 		m.acquisitions.Add(ctx, 1, add...)
 		m.wait.Record(ctx, e.Wait.Seconds(), record...)
-	case reentrant.Renewed, reentrant.RenewFailed:
+	case renewed, renewFailed:
 		m.renewals.Add(ctx, 1, add...)
-	case reentrant.Lost:
+	case lost:
 		m.lost.Add(ctx, 1, add...)
-	case reentrant.Released:
+	case released:
 		m.releases.Add(ctx, 1, add...)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/metrics"
 	"github.com/redfence/redfence/reentrant"
 )
@@ -80,19 +81,26 @@ func (h *harness) collect(t *testing.T) collected {
 
 // recorder counts the events a client reports, by kind, and adds up waits.
 type recorder struct {
-	n    [16]atomic.Int64
 	mu   sync.Mutex
+	n    map[string]int64
 	wait float64
 }
 
 func (r *recorder) add(e reentrant.Event) {
-	r.n[e.Kind].Add(1)
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int64{}
+	}
+	r.n[e.Kind]++
 	r.wait += e.Wait.Seconds()
-	r.mu.Unlock()
 }
 
-func (r *recorder) count(k reentrant.EventKind) int64 { return r.n[k].Load() }
+func (r *recorder) count(k string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[k]
+}
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -129,7 +137,7 @@ func TestLockEvents(t *testing.T) {
 		rdb.AddHook(failPipelines{&failing})
 		prefix := testenv.Unique(t)
 		c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix),
-			reentrant.WithTTL(time.Second), reentrant.WithRenewInterval(50*time.Millisecond),
+			reentrant.WithTTL(time.Second), tuning.RenewInterval(50*time.Millisecond).(reentrant.CallOption),
 			reentrant.WithObserver(func(e reentrant.Event) { rec.add(e); h.m.Observe(e) }))
 		require.NoError(t, err)
 		defer c.Close()
@@ -149,16 +157,16 @@ func TestLockEvents(t *testing.T) {
 		// b: renewed, then lost: its key is deleted under it.
 		held, err := c.Lock(ctx, "b")
 		require.NoError(t, err)
-		eventually(t, "a renewal", func() bool { return rec.count(reentrant.Renewed) > 0 })
+		eventually(t, "a renewal", func() bool { return rec.count("renewed") > 0 })
 		require.NoError(t, b.Client.Del(ctx, scripts.KeysFor(prefix, "b").Lock).Err())
-		eventually(t, "the loss of b", func() bool { return rec.count(reentrant.Lost) == 1 })
+		eventually(t, "the loss of b", func() bool { return rec.count("lost") == 1 })
 		require.ErrorIs(t, held.Err(), reentrant.ErrLost)
 
 		// c: its renewals fail until the lease runs out.
 		failed, err := c.Lock(ctx, "c")
 		require.NoError(t, err)
 		failing.Store(true)
-		eventually(t, "the loss of c", func() bool { return rec.count(reentrant.Lost) == 2 })
+		eventually(t, "the loss of c", func() bool { return rec.count("lost") == 2 })
 		failing.Store(false)
 		require.ErrorIs(t, failed.Err(), reentrant.ErrLost)
 		require.NoError(t, c.Close())
@@ -172,11 +180,11 @@ func TestLockEvents(t *testing.T) {
 			waits += s
 		}
 		require.InDelta(t, rec.wait, waits, 1e-9, "waits are recorded in seconds")
-		require.Positive(t, rec.count(reentrant.Renewed))
-		require.Positive(t, rec.count(reentrant.RenewFailed))
+		require.Positive(t, rec.count("renewed"))
+		require.Positive(t, rec.count("renew_failed"))
 		require.Equal(t, map[string]int64{
-			"outcome=ok":     rec.count(reentrant.Renewed),
-			"outcome=failed": rec.count(reentrant.RenewFailed),
+			"outcome=ok":     rec.count("renewed"),
+			"outcome=failed": rec.count("renew_failed"),
 		}, got.counts["redfence.lock.renewals"])
 		require.Equal(t, map[string]int64{"": 2}, got.counts["redfence.lock.lost"])
 		require.Equal(t, map[string]int64{"": 1}, got.counts["redfence.lock.releases"])
@@ -223,12 +231,12 @@ func TestLockNameAndCommonAttributes(t *testing.T) {
 func TestObserveEvents(t *testing.T) {
 	h := newHarness(t, metrics.WithAttributes(attribute.String("env", "test")))
 	for _, e := range []reentrant.Event{
-		{Kind: reentrant.Acquired, Name: "n", Wait: 1500 * time.Millisecond},
-		{Kind: reentrant.Acquired, Name: "n", Wait: 500 * time.Millisecond},
-		{Kind: reentrant.NotAcquired, Name: "n", Wait: 250 * time.Millisecond, Err: reentrant.ErrNotAcquired},
-		{Kind: reentrant.Renewed}, {Kind: reentrant.Renewed}, {Kind: reentrant.RenewFailed},
-		{Kind: reentrant.Lost}, {Kind: reentrant.Released}, {Kind: reentrant.Released}, {Kind: reentrant.Released},
-		{Kind: 0}, {Kind: -1}, {Kind: reentrant.Released + 1}, {Kind: 99},
+		{Kind: "acquired", Name: "n", Wait: 1500 * time.Millisecond},
+		{Kind: "acquired", Name: "n", Wait: 500 * time.Millisecond},
+		{Kind: "not_acquired", Name: "n", Wait: 250 * time.Millisecond, Err: reentrant.ErrNotAcquired},
+		{Kind: "renewed"}, {Kind: "renewed"}, {Kind: "renew_failed"},
+		{Kind: "lost"}, {Kind: "released"}, {Kind: "released"}, {Kind: "released"},
+		{Kind: ""}, {Kind: "unknown"}, {Kind: "Released"}, {Kind: "99"},
 	} {
 		h.m.Observe(e)
 	}
@@ -260,7 +268,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 	for name, mp := range map[string]metric.MeterProvider{"noop": noop.NewMeterProvider(), "sdk": sdk} {
 		m, err := metrics.New(mp)
 		require.NoError(t, err)
-		for _, k := range []reentrant.EventKind{reentrant.Acquired, reentrant.Renewed, reentrant.Lost, reentrant.Released} {
+		for _, k := range []string{"acquired", "renewed", "lost", "released"} {
 			e := reentrant.Event{Kind: k, Name: "n", Wait: time.Millisecond}
 			m.Observe(e)
 			require.Zero(t, testing.AllocsPerRun(100, func() { m.Observe(e) }), "%s: %v", name, k)

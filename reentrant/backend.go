@@ -43,7 +43,7 @@ type backend interface {
 	acquireMulti(ctx context.Context, m *multiCall) (multiResult, error)
 	leaveMulti(m *multiCall)
 	// undo removes the level and queue entry an attempt of r may have
-	// left, waiting at most CleanupBudget/2; undoInBackground does so
+	// left, waiting at most cleanupBudget/2; undoInBackground does so
 	// without waiting; leave does so for a waiter of a closing client.
 	undo(r *call) error
 	undoInBackground(r *call)

@@ -1,17 +1,28 @@
 // Package reentrant is a reentrant distributed lock on Redis that hands out
-// fencing tokens.
+// fencing tokens:
 //
-// A [Client] locks names. Each new ownership of a name gets a token higher
-// than every earlier one; a reentry by the same owner keeps it. Pass the
-// token with every write to a fenced store (package storage): when a holder
-// is paused past its lease and another takes the lock, the paused holder's
-// late write carries an older token and is refused.
+//	locks, err := reentrant.New(rdb) // rdb: a go-redis client
+//	if err != nil {
+//		return err
+//	}
+//	defer locks.Close()
+//	lease, err := locks.Lock(ctx, "invoice-42")
+//	if err != nil {
+//		return err
+//	}
+//	defer lease.Unlock(context.Background())
+//	// Pass lease.Token() with every write, and stop when lease.Context() ends.
+//	return store.Put(lease.Context(), "invoice-42", data, lease.Token())
 //
-// [Client.Lock] returns a [Lease] whose [Lease.Context] carries the owner
-// (a lock call made with it reenters) and ends when the lease is lost,
-// decided by a local timer that needs no Redis reply. Leases are renewed in
-// the background. Waiting is fair: a release hands the lock to the oldest
-// waiter. docs/design.md describes the keys, scripts and timing.
+// Each new ownership of a name gets a token higher than every earlier one; a
+// reentry by the same owner (a lock call with the lease's Context) keeps it.
+// A fenced store (package storage) refuses a write with an older token, so
+// a holder paused past its lease cannot overwrite the next one. Leases are
+// renewed in the background; a lease's context ends when it is lost,
+// decided by a local timer that needs no Redis reply. Waiting is fair: a
+// release hands the lock to the oldest waiter. [Client.Do] locks, runs a
+// function and unlocks. docs/design.md describes the keys, scripts and
+// timing.
 package reentrant
 
 import (
@@ -136,27 +147,18 @@ func build(cfg config) (*Client, string) {
 	return c, id
 }
 
-// Close ends every lease of this client with cause ErrLeaseClosed (which is
-// both ErrLost and ErrClosed), stops its renewals and closes its pub/sub
-// connections.
-//
-// First it waits, up to settleWait (one second), for the undos of
-// acquisitions whose callers gave up (those that returned
-// ErrOutcomeUnknown, or left while their attempt was in flight): each
-// removes what its attempt may have taken in Redis, so that the lock is
-// free at once rather than after its TTL. Those it cannot settle in time
-// (Redis frozen or unreachable) are named in its error, which is
-// ErrOutcomeUnknown: Redis may keep those locks until their TTL passes.
-//
-// Close is synchronous: when it returns, no goroutine of the client runs
-// and none will send another command. A Redis call in flight when Close
-// stops waiting is still waited for, so Close can take as long as the
-// go-redis client's own timeouts.
-//
-// The locks themselves stay held until unlocked or expired: [Lease.Unlock]
-// still works after Close. Every other method returns ErrClosed. Close is
-// idempotent; its error is that of the undos it could not settle and of
-// the pub/sub connection's close.
+// Close ends every lease of this client with cause ErrLeaseClosed (both
+// ErrLost and ErrClosed), stops its renewals and closes its pub/sub
+// connections. First it waits, up to one second, for the undos of
+// acquisitions whose callers gave up (ErrOutcomeUnknown, or a context that
+// ended with the attempt in flight), so that those locks are free at once
+// rather than after their TTL; the locks it could not settle (Redis frozen
+// or down) are named in its error, which is ErrOutcomeUnknown. When it
+// returns no goroutine of the client runs (a Redis call in flight is waited
+// for, up to go-redis's timeouts). The locks stay held until unlocked or
+// expired: [Lease.Unlock] still works; every other method returns
+// ErrClosed. Close is idempotent: a second call waits for the first and
+// returns its error.
 func (c *Client) Close() error {
 	if err := c.valid(); err != nil {
 		return pkgErr("close", err)

@@ -8,40 +8,29 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/redfence/redfence/internal/scripts"
 )
 
-// The options' defaults and the limits they (and [Lease.Extend]) accept.
-// An option given a value outside its limits makes New, or the call, fail
-// with ErrInvalid; nothing is clamped.
+// A lease lasts DefaultTTL unless WithTTL says otherwise, and WithTTL and
+// [Lease.Extend] accept whole milliseconds up to MaxTTL. Fencing, not the
+// TTL, keeps a late writer out; the TTL bounds how long a crashed holder
+// blocks others. For holds longer than MaxTTL, renewal extends the lease.
 const (
-	// DefaultPrefix is the key prefix unless WithPrefix says otherwise.
-	DefaultPrefix = "redfence"
-
-	// DefaultTTL is the lease unless WithTTL says otherwise. Fencing, not
-	// the TTL, keeps a late writer out; the TTL bounds how long a crashed
-	// holder blocks others.
 	DefaultTTL = 30 * time.Second
-	// MinTTL is the shortest lease: Redis expires with millisecond
-	// resolution.
-	MinTTL = time.Millisecond
-	// MaxTTL is the longest lease; use renewal for longer holds.
-	MaxTTL = 24 * time.Hour
+	MaxTTL     = 24 * time.Hour
+)
 
-	// DefaultRetryJitter bounds the random delay added to a waiter's poll.
-	DefaultRetryJitter = 50 * time.Millisecond
-	// DefaultMaxRetryDelay bounds a waiter's poll interval.
-	DefaultMaxRetryDelay = 5 * time.Second
-	// DefaultHandoffTimeout: see WithHandoffTimeout.
-	DefaultHandoffTimeout = time.Second
-
-	// DefaultMaxDepth is the deepest an ownership may reenter unless
-	// WithMaxDepth says otherwise. Past it a reentry fails with
-	// ErrTooDeep, so runaway recursion stops instead of growing the hold.
-	DefaultMaxDepth = 1024
-	// MaxDepth is the largest value WithMaxDepth accepts.
-	MaxDepth = 1 << 20
-	// MaxMetadataLen is the longest metadata WithMetadata accepts, in bytes.
-	MaxMetadataLen = 256
+// The defaults and limits that are not exported; each option's doc states
+// the ones it concerns.
+const (
+	minTTL                = time.Millisecond // Redis expires with millisecond resolution
+	defaultRetryJitter    = 50 * time.Millisecond
+	defaultMaxRetryDelay  = 5 * time.Second
+	defaultHandoffTimeout = time.Second
+	defaultMaxDepth       = 1024
+	maxDepthLimit         = 1 << 20
+	maxMetadataLen        = 256
 )
 
 // config is a Client's configuration: what New's options set.
@@ -64,7 +53,7 @@ type config struct {
 	lease leaseConfig // the defaults of every call
 
 	redlock    bool // the client is a Redlock's: leases allow for clock drift
-	handoffSet bool // WithHandoffTimeout was given, which Redlock refuses
+	handoffSet bool // withHandoffTimeout was given, which Redlock refuses
 }
 
 // leaseConfig is what a call may set for itself: the lease, its renewal,
@@ -94,18 +83,18 @@ func (c *config) timeTokens() bool { return !c.strict }
 // defaults is a client's configuration before its options.
 func defaults() config {
 	return config{
-		prefix:        DefaultPrefix,
-		jitter:        DefaultRetryJitter,
-		maxRetryDelay: DefaultMaxRetryDelay,
-		handoff:       DefaultHandoffTimeout,
+		prefix:        scripts.DefaultPrefix,
+		jitter:        defaultRetryJitter,
+		maxRetryDelay: defaultMaxRetryDelay,
+		handoff:       defaultHandoffTimeout,
 		floorIdle:     floorIdle,
 		log:           slog.New(slog.DiscardHandler),
 		identity:      defaultIdentity(),
-		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: DefaultMaxDepth},
+		lease:         leaseConfig{ttl: DefaultTTL, maxDepth: defaultMaxDepth},
 	}
 }
 
-// defaultIdentity is "<hostname>/<pid>", cut to what WithIdentity accepts.
+// defaultIdentity is "<hostname>/<pid>", cut to what withIdentity accepts.
 func defaultIdentity() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -117,7 +106,7 @@ func defaultIdentity() string {
 		}
 		return r
 	}, host+"/"+strconv.Itoa(os.Getpid()))
-	if len(id) > MaxMetadataLen || !utf8.ValidString(id) {
+	if len(id) > maxMetadataLen || !utf8.ValidString(id) {
 		return "pid/" + strconv.Itoa(os.Getpid())
 	}
 	return id
@@ -126,8 +115,8 @@ func defaultIdentity() string {
 // checkTTL checks a lease's TTL, for WithTTL and [Lease.Extend].
 func checkTTL(d time.Duration) error {
 	switch {
-	case d < MinTTL || d > MaxTTL:
-		return invalid("TTL %v is outside [%v, %v]", d, MinTTL, MaxTTL)
+	case d < minTTL || d > MaxTTL:
+		return invalid("TTL %v is outside [%v, %v]", d, minTTL, MaxTTL)
 	case d%time.Millisecond != 0:
 		return invalid("TTL %v is not a whole number of milliseconds", d)
 	}
@@ -170,7 +159,7 @@ func (c *config) finish() error {
 	return nil
 }
 
-func checkMetadata(s string) error { return checkText("metadata", s, MaxMetadataLen) }
+func checkMetadata(s string) error { return checkText("metadata", s, maxMetadataLen) }
 
 func checkRetry(s RetryStrategy) error {
 	if s == nil {

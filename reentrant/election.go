@@ -15,61 +15,81 @@ import (
 // ErrNoLeader reports an election with no leader: nobody holds its name.
 var ErrNoLeader = errors.New("no leader")
 
-// MaxElectionValueLen is the longest value Campaign and Proclaim accept, in
-// bytes: the metadata a term is stored in (MaxMetadataLen) less room for
+// maxElectionValueLen is the longest value Campaign and Proclaim accept, in
+// bytes: the metadata a term is stored in (maxMetadataLen) less room for
 // the rest of it, "<mark><since> <seq> ": the mark byte, when the term
 // began (13 digits of ms), the count of its proclaims (16 digits at most)
 // and the spaces.
-const MaxElectionValueLen = MaxMetadataLen - 32
+const maxElectionValueLen = maxMetadataLen - 32
 
-// Election is a leader election on one name: a candidate that campaigns
-// takes the name's lock, and holds it for its term, with the lease rules
-// of Lock (TTL, renewal, loss by the local deadline) and one fencing
-// token per term. A Term's token is what a leader passes with its writes
-// to a fenced store, so that a deposed leader paused past its term cannot
-// overwrite its successor. Elections and plain locks share names: an
-// election named N is the lock N under the client's prefix.
-//
-// Build one with [Client.Election]; it is safe for concurrent use, and
-// holds no state between calls: many candidates in one process each call
-// Campaign.
-type Election struct {
+// election is the leader election on one name, the lock of that name: a
+// candidate that campaigns takes the lock and holds it for its term.
+type election struct {
 	c    *Client
 	name string
 	opts []CallOption
 }
 
-// Leader is an election's leader, as Leader and Observe read it.
+// Leader is an election's leader, as Leader and ObserveLeader read it: the value
+// it campaigned with or proclaimed since, its term's token, and when the
+// term began on the Redis server's clock (to the millisecond, at most a
+// round trip after the grant; with NewRedlock the token's time; zero for a
+// holder that did not campaign).
 type Leader struct {
-	// Value is what the leader campaigned with, or proclaimed since.
 	Value string
-	// Token is the term's fencing token: one per term, kept by renewals
-	// and Proclaim, higher than every earlier term's.
 	Token fence.Token
-	// Since is when the term began, on the Redis server's clock, to the
-	// millisecond: stamped by the winning campaign right after it won (or
-	// by the first reader before that), so at most a round trip after the
-	// grant. Proclaim keeps it. With NewRedlock it is the term's token, a
-	// time on the granting majority's clocks (within 5 ms of each). Zero
-	// for a holder of the name that did not campaign (a plain Lock).
 	Since time.Time
 }
 
-// Election returns the election named name; opts apply to every Campaign
-// and TryCampaign of it (TTL, renewal, safety margin, retry strategy),
-// as to Lock. WithMetadata and WithOwner's context make no sense there:
-// the value is the metadata, and each campaign is a candidate of its own.
-// Nothing is checked or sent until a method is called: a bad name or
-// option is that method's ErrInvalid.
-func (c *Client) Election(name string, opts ...CallOption) *Election {
-	return &Election{c: c, name: name, opts: append([]CallOption(nil), opts...)}
+// election returns the election named name, whose campaigns lock with opts.
+func (c *Client) election(name string, opts []CallOption) *election {
+	return &election{c: c, name: name, opts: append([]CallOption(nil), opts...)}
+}
+
+// Campaign waits until this candidate leads the election named name, and
+// returns its Term. An election is the lock of its name, held for a term
+// with the lease rules of Lock and one fencing token per term, which the
+// leader passes with its writes so that a deposed leader cannot overwrite
+// its successor. Campaign waits as Lock does (fairly, except on a
+// Redlock), bounded by ctx; opts apply as to Lock (NoRetry makes it a try).
+// Each call is a candidate of its own (a fresh owner), whatever ctx
+// carries; value is what Leader and ObserveLeader report. It returns
+// ErrInvalid for a bad name, value (more than 224 bytes, or not UTF-8
+// without control characters) or option, or for a ctx of a term of this
+// election that this client holds (a candidate never waits for itself);
+// ErrNotAcquired (with the context's error) when ctx ends first or another
+// leads and the strategy gives up; ErrOutcomeUnknown as Lock; ErrClosed;
+// Redis errors. A campaign that fails leaves nothing held or queued once
+// its undo is done.
+func (c *Client) Campaign(ctx context.Context, name, value string, opts ...CallOption) (*Term, error) {
+	return c.election(name, opts).campaign(ctx, value, false)
+}
+
+// Leader reads the leader of the election named name: its value, token and
+// the start of its term. It returns ErrNoLeader when nobody holds the name,
+// ErrInvalid for a bad name, ErrClosed after Close, and Redis errors.
+func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
+	return c.election(name, nil).Leader(ctx)
+}
+
+// ObserveLeader reports the leader of the election named name after each
+// change: a new term, a Proclaim, or no leader (the zero Leader). It reads
+// every 100 ms, so changes closer together may be merged, but a leader is
+// never reported after a newer one; a slow reader gets the latest state,
+// not a backlog. The first state is sent at once. The channel is closed
+// when ctx ends or the client closes; read errors are retried.
+func (c *Client) ObserveLeader(ctx context.Context, name string) <-chan Leader {
+	return c.election(name, nil).Observe(ctx)
 }
 
 // Term is one campaign's win: a term of leadership, held until Resign,
-// the client's Close or the lease's loss.
+// the client's Close or the loss of its Lease, whose Token (one per term,
+// higher than every earlier term's, kept by renewals and Proclaim), Context
+// and Err are the term's: its context ends with ErrReleased after Resign,
+// and with ErrLost and why otherwise. End a term with Resign.
 type Term struct {
-	e     *Election
-	lease *Lease
+	*Lease // the lease the term holds the election's name with
+	e      *election
 }
 
 // electionMark starts an election term's metadata: a control character,
@@ -120,31 +140,14 @@ func termMetadata(m string) CallOption {
 	})
 }
 
-func checkElectionValue(v string) error { return checkText("election value", v, MaxElectionValueLen) }
+func checkElectionValue(v string) error { return checkText("election value", v, maxElectionValueLen) }
 
-// Campaign waits until this candidate is the leader, as Lock waits (fairly
-// on a standalone, Sentinel or Cluster deployment, by polling on a
-// Redlock), bounded by ctx, and returns its Term. The term is held when
-// Campaign returns; the value is what Leader and Observe report. Each
-// call is a candidate of its own (a fresh owner), whatever ctx carries.
-// It returns ErrInvalid for a bad name, value or option, or a ctx of a term
-// of this election that this client holds (a candidate never waits for
-// itself), ErrNotAcquired
-// (with the context's error) when ctx ends first, ErrOutcomeUnknown when
-// Redis did not confirm the undo of what it took (as Lock), ErrClosed
-// after Close, and Redis errors; a campaign that fails leaves nothing held
-// or queued once its undo is done.
-func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+// Campaign is Client.Campaign of e.
+func (e *election) Campaign(ctx context.Context, value string) (*Term, error) {
 	return e.campaign(ctx, value, false)
 }
 
-// TryCampaign is Campaign without waiting: ErrNotAcquired at once when
-// another candidate leads.
-func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error) {
-	return e.campaign(ctx, value, true)
-}
-
-func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term, error) {
+func (e *election) campaign(ctx context.Context, value string, try bool) (*Term, error) {
 	op := "campaign"
 	if err := e.c.valid(); err != nil {
 		return nil, opErr(op, e.name, err)
@@ -176,7 +179,7 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		// The term's start, on the server's clock, now that it began;
 		// bounded as any call. A failure leaves it to the first reader
 		// (Leader, Observe).
-		_ = bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+		_ = bounded(e.c, ctx, cleanupBudget/2, func(ctx context.Context) (bool, error) {
 			_, held, err := e.c.be.proclaim(ctx, l.ref, "", l.token, "", true)
 			return held, err
 		}, nil)
@@ -185,28 +188,8 @@ func (e *Election) campaign(ctx context.Context, value string, try bool) (*Term,
 		_ = l.Unlock(context.WithoutCancel(ctx)) // free what Redis may still hold
 		return nil, opErr(op, e.name, bare(err))
 	}
-	return &Term{e: e, lease: l}, nil
+	return &Term{Lease: l, e: e}, nil
 }
-
-// Token returns the term's fencing token: one per term, higher than every
-// earlier term's; renewals and Proclaim keep it.
-func (t *Term) Token() fence.Token { return t.lease.Token() }
-
-// Context returns a context that ends when the term does, with its cause
-// (ErrReleased after Resign; ErrLost and why otherwise, as
-// [Lease.Context]), and carries the term's token for fencehttp and
-// fencegrpc (fence.FromContext).
-func (t *Term) Context() context.Context { return t.lease.Context() }
-
-// Done is closed when the term ends.
-func (t *Term) Done() <-chan struct{} { return t.lease.Done() }
-
-// Err returns nil while the term holds, and afterwards why it ended, as
-// [Lease.Err].
-func (t *Term) Err() error { return t.lease.Err() }
-
-// Lease returns the lease the term holds the election's name with.
-func (t *Term) Lease() *Lease { return t.lease }
 
 // Proclaim makes value the leader's value, keeping the term's token and
 // start, while this term holds. It returns ErrNotHeld once the term ended,
@@ -222,11 +205,11 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.e.c.ready(ctx, name); err != nil {
 		return opErr(op, name, err)
 	}
-	if t.lease.Err() != nil {
+	if t.Lease.Err() != nil {
 		return opErr(op, name, ErrNotHeld)
 	}
-	l := t.lease
-	out := bounded(t.e.c, ctx, CleanupBudget/2, func(ctx context.Context) (bool, error) {
+	l := t.Lease
+	out := bounded(t.e.c, ctx, cleanupBudget/2, func(ctx context.Context) (bool, error) {
 		_, held, err := t.e.c.be.proclaim(ctx, l.ref, l.owner, l.token, value, false)
 		return held, err
 	}, nil)
@@ -248,25 +231,23 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // ctx ended) returns the error, ErrOutcomeUnknown when the release was
 // sent and no reply came, and may be repeated.
 func (t *Term) Resign(ctx context.Context) error {
-	if errors.Is(t.lease.Err(), ErrReleased) {
+	if errors.Is(t.Lease.Err(), ErrReleased) {
 		return nil
 	}
-	err := t.lease.Unlock(ctx)
+	err := t.Lease.Unlock(ctx)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		return nil // released now, or earlier, or gone from Redis already
 	}
 	return opErr("resign", t.e.name, bare(err))
 }
 
-// Leader reads the election's leader: its value, token and the start of
-// its term. It returns ErrNoLeader when nobody holds the name, ErrInvalid
-// for a bad name, ErrClosed after Close, and Redis errors.
-func (e *Election) Leader(ctx context.Context) (Leader, error) {
+// Leader is Client.Leader of e.
+func (e *election) Leader(ctx context.Context) (Leader, error) {
 	ld, err := e.leader(ctx)
 	return ld, opErr("leader", e.name, err)
 }
 
-func (e *Election) leader(ctx context.Context) (Leader, error) {
+func (e *election) leader(ctx context.Context) (Leader, error) {
 	if err := e.c.ready(ctx, e.name); err != nil {
 		return Leader{}, err
 	}
@@ -290,7 +271,7 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 		// The term began, and its campaign has not stamped it yet: the
 		// first reader does. A reader that may not write (an ACL) reports
 		// no start rather than fail.
-		out := bounded(e.c, ctx, CleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
+		out := bounded(e.c, ctx, cleanupBudget/2, func(ctx context.Context) (proclaimed, error) {
 			meta, held, err := e.c.be.proclaim(ctx, lockRef{name: e.name}, "", st.Token, "", true)
 			return proclaimed{meta, held}, err
 		}, nil)
@@ -310,14 +291,8 @@ func (e *Election) leader(ctx context.Context) (Leader, error) {
 // observeEvery is how often Observe reads the leader.
 const observeEvery = 100 * time.Millisecond
 
-// Observe reports the election's leader after each change: a new term, a
-// Proclaim, or no leader (the zero Leader). It reads the leader every
-// 100 ms, so changes closer together may be merged, but a leader is never
-// reported after a newer one (its token is lower); a slow reader gets the
-// latest state, not a backlog. The first state is sent at once. The
-// channel is closed when ctx ends or the client closes; read errors are
-// retried at the next tick.
-func (e *Election) Observe(ctx context.Context) <-chan Leader {
+// Observe is Client.ObserveLeader of e.
+func (e *election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader, 1)
 	if ctx == nil || e.c.valid() != nil {
 		close(ch)

@@ -91,9 +91,8 @@ var (
 	// ErrEvictionPolicy reports a server whose maxmemory-policy may evict
 	// the fencing counter (allkeys-lru, allkeys-lfu, allkeys-random): tokens
 	// would restart at 1. Lock and TryLock of a client built
-	// WithStrictTokens return it before acquiring anything, unless it was
-	// built WithEvictionAllowed too; time tokens (the default) survive an
-	// evicted key.
+	// WithStrictTokens return it before acquiring anything; time tokens
+	// (the default) survive an evicted key.
 	ErrEvictionPolicy = errors.New("server may evict the fencing counter")
 
 	// ErrClosed reports a call on a Client after Close, and is the cause a

@@ -16,17 +16,15 @@ import (
 
 // An election: one candidate leads, another waits; a term's token fences
 // the leader's writes, and Resign hands leadership on.
-func ExampleElection() {
+func ExampleClient_Campaign() {
 	locks, stop := newLocks()
 	defer stop()
 	ctx := context.Background()
-	election := locks.Election("scheduler")
-
-	a, err := election.Campaign(ctx, "node-a")
+	a, err := locks.Campaign(ctx, "scheduler", "node-a")
 	if err != nil {
 		log.Fatal(err)
 	}
-	leader, err := election.Leader(ctx)
+	leader, err := locks.Leader(ctx, "scheduler")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +32,7 @@ func ExampleElection() {
 
 	won := make(chan string)
 	go func() {
-		b, err := election.Campaign(ctx, "node-b") // waits for a's term to end
+		b, err := locks.Campaign(ctx, "scheduler", "node-b") // waits for a's term to end
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -53,7 +51,7 @@ func ExampleElection() {
 // IsLeader(ctx) error): one goroutine campaigns for this instance, again
 // after each term ends, and isLeader answers from the current term, with
 // no Redis call.
-func ExampleElection_isLeader() {
+func ExampleClient_Campaign_isLeader() {
 	mr, _ := miniredis.Run()
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -75,7 +73,7 @@ func ExampleElection_isLeader() {
 	}
 	go func() {
 		for ctx.Err() == nil {
-			term, err := locks.Election("jobs").Campaign(ctx, "this-host")
+			term, err := locks.Campaign(ctx, "jobs", "this-host")
 			if err != nil { // ctx ended, or Redis failed: campaign again soon
 				select {
 				case <-ctx.Done():
@@ -85,7 +83,7 @@ func ExampleElection_isLeader() {
 			}
 			current.Store(term)
 			select {
-			case <-term.Done():
+			case <-term.Context().Done():
 			case <-ctx.Done():
 				_ = term.Resign(context.Background())
 			}

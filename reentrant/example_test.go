@@ -262,7 +262,7 @@ func ExampleLease_Extend() {
 // Work under a lease stops when the lease ends. Done is closed, and Err says
 // why, when the lock is found gone or cannot be renewed in time: the lock may
 // be someone else's now, so the holder must stop writing.
-func ExampleLease_Done() {
+func ExampleLease_Context() {
 	mr, _ := miniredis.Run()
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -289,7 +289,7 @@ func ExampleLease_Done() {
 	defer step.Stop()
 	for {
 		select {
-		case <-lease.Done():
+		case <-lease.Context().Done():
 			fmt.Println("stopped; lease lost:", errors.Is(lease.Err(), reentrant.ErrLost))
 			return
 		case <-step.C:

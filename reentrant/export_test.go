@@ -1,6 +1,13 @@
 package reentrant
 
-import "time"
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/scripts"
+)
 
 // RenewAllNow sends one renewal of every live ownership of c that has none
 // in flight, in one batch, waits for the replies and applies them; it
@@ -51,3 +58,88 @@ func LocalDeadline(l *Lease) time.Time {
 // SetSeenErr makes f see every error the package's methods return through
 // opErr and pkgErr; set once, before any test runs.
 func SetSeenErr(f func(error)) { seenErr = f }
+
+// What this package's tests use that is not exported: the tuning options
+// (package tuning gives them to other packages' tests), the limits, and
+// shorthands for what the exported API spells longer.
+var (
+	WithHandoffTimeout  = withHandoffTimeout
+	WithMaxRetryDelay   = withMaxRetryDelay
+	WithRetryJitter     = withRetryJitter
+	WithRenewInterval   = withRenewInterval
+	WithSafetyMargin    = withSafetyMargin
+	WithEvictionAllowed = withEvictionAllowed
+	WithIdentity        = withIdentity
+)
+
+const (
+	MinTTL                = minTTL
+	CleanupBudget         = cleanupBudget
+	DefaultHandoffTimeout = defaultHandoffTimeout
+	DefaultRetryJitter    = defaultRetryJitter
+	DefaultMaxDepth       = defaultMaxDepth
+	MaxDepth              = maxDepthLimit
+	MaxMetadataLen        = maxMetadataLen
+	MaxElectionValueLen   = maxElectionValueLen
+	MaxMultiNames         = maxMultiNames
+	MaxOwnerLen           = maxOwnerLen
+	MaxPrefixLen          = scripts.MaxPrefixLen
+	DefaultPrefix         = scripts.DefaultPrefix
+)
+
+// The Event kinds.
+const (
+	Acquired    = kindAcquired
+	Reentered   = kindReentered
+	NotAcquired = kindNotAcquired
+	Renewed     = kindRenewed
+	RenewFailed = kindRenewFailed
+	Lost        = kindLost
+	Released    = kindReleased
+)
+
+// EventKind is the type of Event.Kind.
+type EventKind = string
+
+// CheckName, CheckPrefix and CheckOwner report why a lock call would
+// refuse the value, as the calls do.
+func CheckName(name string) error                 { return pkgErr("", checkName(name)) }
+func CheckPrefix(p string) error                  { return pkgErr("", checkPrefix(p)) }
+func CheckOwner(o Owner) error                    { return pkgErr("", checkOwner(o)) }
+func LinearBackoff(d time.Duration) RetryStrategy { return linearBackoff(d) }
+
+// RetryFunc adapts a function to a RetryStrategy.
+type RetryFunc func(n int) time.Duration
+
+func (f RetryFunc) Backoff(n int) time.Duration { return f(n) }
+
+// ForceUnlockToken is ForceUnlock of the ownership with token tok.
+func ForceUnlockToken(c *Client, ctx context.Context, name string, tok fence.Token) error {
+	_, err := c.ForceUnlock(ctx, name, tok)
+	return err
+}
+
+// TryLockMulti is LockMulti without waiting, as LockMulti with NoRetry is.
+func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
+	return c.lockMultiOp(ctx, "trylockmulti", names, opts, false)
+}
+
+// TryCampaign is Campaign without waiting.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Term, error) {
+	return e.campaign(ctx, value, true)
+}
+
+// Done is Context().Done().
+func (l *Lease) Done() <-chan struct{}      { return l.Context().Done() }
+func (m *MultiLease) Done() <-chan struct{} { return m.ctx.Done() }
+
+// NotAcquiredError is LockMulti's refusal, with the names that refused.
+type NotAcquiredError = notAcquiredError
+
+func (m *MultiLease) Names() []string               { return slices.Clone(m.names) }
+func (m *MultiLease) Token(name string) fence.Token { return m.lease(name).Token() }
+
+// Election is the election named name, whose campaigns lock with opts.
+type Election = election
+
+func (c *Client) Election(name string, opts ...CallOption) *Election { return c.election(name, opts) }

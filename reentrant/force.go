@@ -11,40 +11,28 @@ import (
 // lock changed hands between its read and its force.
 const forceAttempts = 3
 
-// ForceUnlock ends the current ownership of name, whoever holds it: the
-// operator's way out of a stuck lock, where deleting the lock's keys by
-// hand would be unsafe. The lock goes to the oldest waiter, as on a
-// release; the fencing counter is untouched, so the next ownership gets a
-// higher token and the forced holder's writes are refused by every fenced
-// store once the next holder has written. Redis records the forced token,
-// the time and this client's identity (see WithIdentity) until the forced
-// lease would have ended; [Client.Inspect] reports it in [State.Forced].
-// The forced holder's lease ends with ErrGone, saying who forced it, at its
-// next renewal, Extend or Unlock.
+// ForceUnlock ends an ownership of name: the one with token tok, or with
+// tok fence.None the current one, whoever holds it. It is the operator's
+// way out of a stuck lock, where deleting the lock's keys by hand would be
+// unsafe; a tool that showed the holder (Inspect) and asked to confirm
+// passes its token, so as to end the ownership that was shown or none.
+// The lock goes to the oldest waiter, as on a release; the next ownership
+// gets a higher token, so every fenced store refuses the forced holder's
+// writes once the next holder has written. Redis records the forced token,
+// the time and this client's identity ("<hostname>/<pid>") until the forced
+// lease would have ended, for [State.Forced]. The forced holder's lease ends
+// with ErrGone, saying who forced it, at its next renewal, Extend or Unlock.
 //
 // ForceUnlock returns the token of the ownership it ended. It is safe to
-// retry: it reads the holder's token and ends that ownership only, so a
-// repeat never ends the next holder's. It returns ErrNotHeld when the lock
-// is free; ErrInvalid for a nil ctx or a bad name; ErrClosed after Close;
-// ErrForeign for a foreign value; the context's error when ctx ended
-// before Redis answered; Redis errors, wrapped.
-func (c *Client) ForceUnlock(ctx context.Context, name string) (fence.Token, error) {
-	tok, err := c.forceUnlock(ctx, name, fence.None)
+// retry: it never ends a later ownership. It returns ErrNotHeld when the
+// lock is free or, for a tok given, that ownership no longer holds it
+// (forcing one that was forced already succeeds); ErrInvalid for a nil ctx
+// or a bad name; ErrClosed after Close; ErrForeign for a foreign value; the
+// context's error when ctx ended before Redis answered; Redis errors,
+// wrapped.
+func (c *Client) ForceUnlock(ctx context.Context, name string, tok fence.Token) (fence.Token, error) {
+	tok, err := c.forceUnlock(ctx, name, tok)
 	return tok, opErr("force unlock", name, err)
-}
-
-// ForceUnlockToken is ForceUnlock of the ownership with token tok only: a
-// tool that showed an operator the holder (Inspect) and asked to confirm
-// ends the ownership that was shown, or none. It returns ErrNotHeld when
-// that ownership no longer holds the lock (it ended, or another holds it);
-// ErrInvalid for a zero tok; other errors as ForceUnlock. Forcing an
-// ownership that was forced already succeeds.
-func (c *Client) ForceUnlockToken(ctx context.Context, name string, tok fence.Token) error {
-	if tok == fence.None {
-		return opErr("force unlock", name, invalid("token 0"))
-	}
-	_, err := c.forceUnlock(ctx, name, tok)
-	return opErr("force unlock", name, err)
 }
 
 // forceUnlock forces want, or with want None the holder it reads.
@@ -60,14 +48,14 @@ func (c *Client) forceUnlock(ctx context.Context, name string, want fence.Token)
 				return fence.None, err
 			}
 			if st.Token == fence.None {
-				if st.Pending {
+				if st.Held {
 					return fence.None, fmt.Errorf("%w: a Redlock hold is being acquired; try again", ErrNotHeld)
 				}
 				return fence.None, fmt.Errorf("%w: the lock is free", ErrNotHeld)
 			}
 			tok = st.Token
 		}
-		out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (forceResult, error) {
+		out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (forceResult, error) {
 			return c.be.force(ctx, lockRef{name: name}, tok)
 		}, nil)
 		if out.err != nil {

@@ -8,63 +8,41 @@ import (
 )
 
 // State is a snapshot of one lock, read by [Client.Inspect] in one atomic
-// step. It is a plain value, safe to copy and keep; nothing in it changes
-// when the lock does. Owners are plain strings in it: convert with
-// Owner(s.Owner).
+// step: a plain value, safe to copy and keep. Every field but Name,
+// LastToken and Forced is zero when the lock is free.
 type State struct {
-	// Name is the lock's name, as given to Inspect.
-	Name string
-	// Held reports whether an ownership holds the lock.
-	Held bool
-	// Owner is the holder's owner ID; empty when the lock is free.
-	Owner string
-	// Depth is the holder's reentry depth, the number of its Levels; 0
-	// when free.
-	Depth int64
-	// Token is the holder's fencing token; fence.None when the lock is
-	// free, or held but Pending.
+	Name  string // the lock's name, as given
+	Held  bool   // an ownership holds the lock
+	Owner string // the holder's Owner, as a string
+	Depth int64  // the holder's reentry depth, the number of its Levels
+	// Token is the holder's fencing token; fence.None also while a Redlock
+	// acquisition has not yet given its hold a token (Held is set).
 	Token fence.Token
-	// Pending reports a hold that a Redlock acquisition has taken but not
-	// yet given its token (Owner and Depth are set, Token is None).
-	Pending bool
-	// TTL is what is left of the holder's lease: the lock key's own
-	// expiry; 0 when free.
-	TTL time.Duration
-	// Meta is the holder's metadata (see [WithMetadata]), or an election
-	// term's value (see [Election.Leader] for its start); empty when free
-	// or none was given.
+	TTL   time.Duration // what is left of the lock key's expiry
+	// Meta is the holder's metadata ([WithMetadata]) or an election term's
+	// value.
 	Meta string
-	// LastToken is what the name's next token will be above: with time
-	// tokens (the default), the floor of the name's hash slot, the highest
-	// token issued for any name of the slot (fence.None once it expired);
-	// with WithStrictTokens, the name's counter, the highest token it
-	// issued. With [NewRedlock] it is the highest counter among the nodes
-	// that answered: at least the last token handed out, and above it when
-	// an acquisition that got no majority raised a minority's counters
-	// with its proposed token (docs/redlock.md).
+	// LastToken is what the name's next token will be above: the floor of
+	// the name's hash slot with time tokens (fence.None once it expired),
+	// the name's counter with WithStrictTokens, the highest counter among
+	// the nodes that answered with NewRedlock (docs/redlock.md).
 	LastToken fence.Token
-	// Levels are the IDs of the hold's levels ([Lease.ID]), in no order;
-	// nil when free.
-	Levels []string
-	// Waiters is the number of Lock calls queued for the name, and of
-	// LockMulti calls waiting for it among others.
+	Levels    []string // the IDs of the hold's levels ([Lease.ID]), in no order
+	// Waiters counts the Lock calls queued for the name and the LockMulti
+	// calls waiting for it.
 	Waiters int64
-	// Forced is the last forced unlock of the name ([Client.ForceUnlock])
-	// while its record lives, until the forced lease would have ended;
-	// nil if none is recorded. A released name keeps no other history:
-	// its last owner and how it ended are not recorded.
+	// Forced is the name's last forced unlock while its record lives (until
+	// the forced lease would have ended), or nil. Nothing else of a
+	// released name's history is kept.
 	Forced *Forced
 }
 
 // Forced is the record a forced unlock ([Client.ForceUnlock]) leaves in
 // [State.Forced].
 type Forced struct {
-	// Token is the token of the ownership it ended.
-	Token fence.Token
-	// At is when, on the Redis server's clock, to the millisecond.
-	At time.Time
-	// By is the identity of the client that forced it (see [WithIdentity]).
-	By string
+	Token fence.Token // the token of the ownership it ended
+	At    time.Time   // when, on the Redis server's clock, to the millisecond
+	By    string      // the forcing client: "<hostname>/<pid>", or the CLI's operator
 }
 
 // Inspect reads name's state in one atomic step. It needs no ownership and
@@ -81,7 +59,7 @@ func (c *Client) inspect(ctx context.Context, name string) (State, error) {
 	if err := c.ready(ctx, name); err != nil {
 		return State{}, err
 	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
+	out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (State, error) {
 		return c.be.inspect(ctx, lockRef{name: name})
 	}, nil)
 	return out.v, out.err

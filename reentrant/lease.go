@@ -43,12 +43,17 @@ type Lease struct {
 // Name returns the lock's name.
 func (l *Lease) Name() string { return l.name }
 
-// Token returns the fencing token of this ownership: the same for every
-// reentry, higher than every token of an earlier ownership of the name.
-func (l *Lease) Token() fence.Token { return l.token }
+// Token returns the ownership's fencing token, the same for every reentry,
+// higher than every earlier ownership's; fence.None for a nil lease.
+func (l *Lease) Token() fence.Token {
+	if l == nil {
+		return fence.None
+	}
+	return l.token
+}
 
-// Depth returns the reentry depth this lease was granted at: 1 for a fresh
-// acquisition, 2 for the first reentry, and so on.
+// Depth returns the depth this lease was granted at: 1 when fresh, 2 for
+// the first reentry, and so on.
 func (l *Lease) Depth() int64 { return l.depth }
 
 // Owner returns the owner holding the lock.
@@ -59,18 +64,15 @@ func (l *Lease) Owner() Owner { return l.owner }
 // call took it.
 func (l *Lease) ID() string { return l.level }
 
-// Context returns a context that carries the owner, so a lock call made
-// with it reenters, and the lock's name and token (fence.FromContext, with
-// the names and tokens of the leases whose contexts Lock was called with:
-// package fencehttp sends them with a request), and that ends when the
-// lease does: with cause
-// ErrReleased after Unlock, or an error that is ErrLost and says why: ErrGone
-// when Redis says the ownership no longer holds the lock (expired there,
-// taken, forced or deleted), ErrUnconfirmed when no renewal was confirmed
-// by the local deadline (the TTL less the safety margin, on this process's
-// clock, whether or not Redis answers), ErrLeaseClosed (also ErrClosed)
-// when the Client closes. It keeps the values, but not the
-// deadline, of the context Lock was called with.
+// Context returns a context that carries the owner (a lock call made with it
+// reenters) and the lock's name and token, beside those of the leases whose
+// contexts Lock was called with (fence.FromContext; fencehttp sends them),
+// and that ends when the lease does: with cause ErrReleased after Unlock, or
+// ErrLost saying why: ErrGone (Redis says the ownership no longer holds the
+// lock), ErrUnconfirmed (no renewal confirmed by the local deadline, the TTL
+// less the safety margin on this process's clock), ErrLeaseClosed (also
+// ErrClosed; the Client closed). It keeps the values, not the deadline, of
+// the context Lock was called with.
 func (l *Lease) Context() context.Context {
 	l.cmu.Lock()
 	defer l.cmu.Unlock()
@@ -91,9 +93,6 @@ func (l *Lease) Context() context.Context {
 	}
 	return l.ctx
 }
-
-// Done is closed when the lease's context is cancelled; see [Lease.Context].
-func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
 // Err returns nil while the lease is live, and afterwards why it ended, as
 // an *OpError of operation "lease": ErrReleased, or ErrGone, ErrUnconfirmed
@@ -146,11 +145,11 @@ func (l *Lease) end(cause error) {
 // It never shortens the lock. It is mainly for clients built
 // WithoutRenewal.
 //
-// Extend returns ErrInvalid for a nil ctx or a ttl outside [MinTTL, MaxTTL];
-// ErrClosed after Close; ErrNotHeld when the lease was unlocked, lost or
-// superseded (a lost lease is never revived); ErrOutcomeUnknown, with the
-// context's or the network's error, when the extension was sent and no
-// reply came; other Redis and network errors, wrapped.
+// Extend returns ErrInvalid for a nil ctx or a ttl that is not whole
+// milliseconds from 1 ms to MaxTTL; ErrClosed after Close; ErrNotHeld when
+// the lease was unlocked, lost or superseded (a lost lease is never
+// revived); ErrOutcomeUnknown, with the context's or network's error, when
+// the extension was sent and no reply came; other Redis errors, wrapped.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return opErr("extend", "", errNilLease)
@@ -170,7 +169,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	req := &extendReq{ref: l.ref, owner: l.owner, token: l.token, ttl: ttl}
 	m := l.c.watch.mark()
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (extendResult, error) {
+	out := bounded(l.c, ctx, cleanupBudget/2, func(ctx context.Context) (extendResult, error) {
 		r := l.c.be.extend(ctx, req)
 		return r, r.err
 	}, nil)
@@ -203,7 +202,7 @@ func (l *Lease) ttl(ctx context.Context) (time.Duration, error) {
 	if err := l.live(); err != nil {
 		return 0, err
 	}
-	out := bounded(l.c, ctx, CleanupBudget/2, func(ctx context.Context) (State, error) {
+	out := bounded(l.c, ctx, cleanupBudget/2, func(ctx context.Context) (State, error) {
 		return l.c.be.inspect(ctx, l.ref)
 	}, nil)
 	st, err := out.v, out.err

@@ -14,31 +14,19 @@ import (
 const listParallel = 16
 
 // List walks the locks held under the client's prefix and yields each one's
-// State, read by Inspect: name, holder, depth, token, lease left, waiters.
-// The lock hashes are found with SCAN (never KEYS): on a standalone server
-// or a Sentinel master, on every primary of a Cluster (and every shard of a
-// Ring), and with [NewRedlock] on every node, where a lock is listed when a
-// majority of nodes agree on its holder.
+// State, read as Inspect reads it. It finds them with SCAN (never KEYS) on
+// every primary (or shard, or Redlock node; with NewRedlock a lock is listed
+// when a majority agree on its holder). It is a walk, not a snapshot: each
+// State is read atomically at its own moment. A lock held throughout the walk
+// is listed (unless a Cluster slot moved, or a Redlock majority could not all
+// be scanned), no name twice, in no particular order.
 //
-// It is a walk, not a snapshot. Each lock's state is read in one atomic
-// step of its own, at its own moment, so two locks may be seen at different
-// times; a lock taken or released during the walk may or may not be
-// listed. A lock held from the walk's first command to its last is listed,
-// except on a Cluster whose slot moved meanwhile, or with NewRedlock when
-// its majority's nodes cannot all be scanned. No name is listed twice. The
-// order is no order: SCAN's, each page sorted by name.
-//
-// An error ends the walk with one last pair (State{}, err), except an
-// error that concerns one name (ErrForeign for a key of other data under
-// the prefix, a failed read of that lock), which is yielded with
-// State{Name: name} and the walk goes on if the loop does: the caller
-// decides by breaking. Errors are *OpError with Op "list": ErrInvalid for
-// a nil ctx or a Client not made by New or NewRedlock, ErrClosed after
-// Close, the context's error when ctx ends (the walk stops then), and
-// Redis errors, wrapped. With NewRedlock a node that fails the walk is
-// passed over while a majority can be scanned. The memory a walk keeps
-// grows with the number of locks it listed (and names it reported), not
-// with the keys it found.
+// An error ends the walk with one last (State{}, err), except one that
+// concerns a single name (ErrForeign, a failed read), yielded with
+// State{Name: name}; the walk goes on unless the loop breaks. Errors are
+// *OpError with Op "list": ErrInvalid (nil ctx, a Client not made by New or
+// NewRedlock), ErrClosed, the context's error, Redis errors. A Redlock node
+// that fails is passed over while a majority can be scanned.
 func (c *Client) List(ctx context.Context) iter.Seq2[State, error] {
 	return func(yield func(State, error) bool) {
 		var err error

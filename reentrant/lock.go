@@ -9,12 +9,12 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
-// CleanupBudget bounds how long a lock call goes on after its context ended,
+// cleanupBudget bounds how long a lock call goes on after its context ended,
 // or after it failed with an outcome it cannot know (the reply was lost, the
 // read timed out): half of it waiting for the Redis call in flight, half
 // undoing what that call may have done. What is still unfinished then goes
 // on in the background, and Close waits for it.
-const CleanupBudget = 200 * time.Millisecond
+const cleanupBudget = 200 * time.Millisecond
 
 // TryLock locks name for ctx's owner, or reenters it, if it can do so
 // without waiting; it never jumps the queue of waiting Lock calls. A context
@@ -96,11 +96,11 @@ func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
 	if c.cfg.observe == nil {
 		return
 	}
-	e := Event{Kind: NotAcquired, Name: name, Wait: time.Since(start), Err: err}
+	e := Event{Kind: kindNotAcquired, Name: name, Wait: time.Since(start), Err: err}
 	if l != nil {
-		e.Kind, e.Token = Acquired, l.token
+		e.Kind, e.Token = kindAcquired, l.token
 		if l.depth > 1 {
-			e.Kind = Reentered
+			e.Kind = kindReentered
 		}
 	}
 	c.cfg.observe(e)
@@ -129,15 +129,11 @@ func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
 // ctx bounds the wait only: the lease lives until Unlock, loss or Close.
 //
 // Lock fails with ErrNotAcquired, joined with ctx's error when ctx ended the
-// wait (its message says when this Client holds the name for another owner:
-// pass the lease's Context() to reenter); ErrTooDeep past the maximum depth
-// (WithMaxDepth); ErrInvalid for a nil ctx or a bad name, owner or option;
-// ErrClosed when the Client is or gets closed; ErrEvictionPolicy on a
-// server that may evict the fencing counter; ErrNotReplicated
-// (WithReplicaAck); ErrForeign for a key this library did not write;
-// ErrOutcomeUnknown when the attempt may have run unconfirmed (see its
-// doc); and Redis and network errors, wrapped. docs/design.md describes
-// the queue, the handoff and what happens to a grant that answered too late.
+// wait (its message says when this Client holds the name for another owner);
+// ErrTooDeep ([WithMaxDepth]); ErrInvalid for a nil ctx or a bad name, owner
+// or option; ErrClosed; ErrEvictionPolicy; ErrNotReplicated; ErrForeign;
+// ErrOutcomeUnknown when the attempt may have run unconfirmed; and Redis
+// errors, wrapped. docs/design.md describes the queue and the handoff.
 func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Lease, error) {
 	if err := c.valid(); err != nil {
 		return nil, opErr("lock", name, err)

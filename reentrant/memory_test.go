@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/hashslot"
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/redisproc"
@@ -184,7 +185,7 @@ func TestKeysInTheSlotOfTheName(t *testing.T) {
 			ctx := t.Context()
 			a, err := lc.Lock(ctx, name)
 			require.NoError(t, err)
-			_, err = lc.ForceUnlock(ctx, name)
+			_, err = lc.ForceUnlock(ctx, name, fence.None)
 			require.NoError(t, err)
 			b, err := lc.Lock(ctx, name)
 			require.NoError(t, err)

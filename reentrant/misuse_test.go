@@ -26,8 +26,8 @@ func TestNilAndZeroClient(t *testing.T) {
 			{`lock "n"`, func() error { _, err := c.Lock(ctx, "n"); return err }},
 			{`trylock "n"`, func() error { _, err := c.TryLock(ctx, "n"); return err }},
 			{`inspect "n"`, func() error { _, err := c.Inspect(ctx, "n"); return err }},
-			{`force unlock "n"`, func() error { _, err := c.ForceUnlock(ctx, "n"); return err }},
-			{`force unlock "n"`, func() error { return c.ForceUnlockToken(ctx, "n", 1) }},
+			{`force unlock "n"`, func() error { _, err := c.ForceUnlock(ctx, "n", fence.None); return err }},
+			{`force unlock "n"`, func() error { return reentrant.ForceUnlockToken(c, ctx, "n", 1) }},
 			{`lock "n"`, func() error { return c.Do(ctx, "n", func(context.Context, fence.Token) error { return nil }) }}, // Lock's error
 			{`close`, c.Close},
 		} {
@@ -55,11 +55,11 @@ func TestForceUnlockTokenChecksFirst(t *testing.T) {
 	c, err := reentrant.New(rdb, reentrant.WithPrefix(prefix))
 	require.NoError(t, err)
 	var nilCtx context.Context
-	require.ErrorIs(t, c.ForceUnlockToken(nilCtx, "n", 1), reentrant.ErrInvalid)
-	require.ErrorIs(t, c.ForceUnlockToken(t.Context(), "", 1), reentrant.ErrInvalid)
-	require.ErrorIs(t, c.ForceUnlockToken(t.Context(), strings.Repeat("n", reentrant.MaxNameLen+1), 1), reentrant.ErrInvalid)
+	require.ErrorIs(t, reentrant.ForceUnlockToken(c, nilCtx, "n", 1), reentrant.ErrInvalid)
+	require.ErrorIs(t, reentrant.ForceUnlockToken(c, t.Context(), "", 1), reentrant.ErrInvalid)
+	require.ErrorIs(t, reentrant.ForceUnlockToken(c, t.Context(), strings.Repeat("n", reentrant.MaxNameLen+1), 1), reentrant.ErrInvalid)
 	require.NoError(t, c.Close())
-	require.ErrorIs(t, c.ForceUnlockToken(t.Context(), "n", 1), reentrant.ErrClosed)
+	require.ErrorIs(t, reentrant.ForceUnlockToken(c, t.Context(), "n", 1), reentrant.ErrClosed)
 }
 
 // Lease.Err says which lock it is about, and stays the sentinel it was.

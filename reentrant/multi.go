@@ -13,14 +13,13 @@ import (
 	"github.com/redfence/redfence/internal/scripts"
 )
 
-// MaxMultiNames is how many names one LockMulti or TryLockMulti may take.
-const MaxMultiNames = scripts.MultiMax
+// maxMultiNames is how many names one LockMulti may take.
+const maxMultiNames = scripts.MultiMax
 
-// NotAcquiredError is the error of a TryLockMulti (or of a LockMulti that
-// gave up) refused because some of its names were not free for its owner:
-// held by another owner, or waited for by a Lock call. It is ErrNotAcquired
-// (errors.Is); errors.As finds it to read Names.
-type NotAcquiredError struct {
+// notAcquiredError is the ErrNotAcquired of a LockMulti refused because
+// some of its names were not free for its owner: held by another owner, or
+// waited for by a Lock call.
+type notAcquiredError struct {
 	// Names are the names that refused in the last attempt, sorted. On a
 	// Cluster, where names are taken a slot at a time, they are the
 	// refusing names of the first slot that refused; on Redlock and a Ring,
@@ -28,7 +27,7 @@ type NotAcquiredError struct {
 	Names []string
 }
 
-func (e *NotAcquiredError) Error() string {
+func (e *notAcquiredError) Error() string {
 	q := make([]string, len(e.Names))
 	for i, n := range e.Names {
 		q[i] = quoteName(n)
@@ -36,10 +35,10 @@ func (e *NotAcquiredError) Error() string {
 	return fmt.Sprintf("%v: held by another owner or others wait for it: %s", ErrNotAcquired, strings.Join(q, ", "))
 }
 
-// Is makes a NotAcquiredError ErrNotAcquired.
-func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+// Is makes a notAcquiredError ErrNotAcquired.
+func (e *notAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
 
-// MultiLease is one successful LockMulti or TryLockMulti: one lease on
+// MultiLease is one successful LockMulti: one lease on
 // each of its names, taken together and held together. Each name has its
 // own fencing token, renewal and loss, as a Lease does; the MultiLease
 // ends when any of them does. It is safe for concurrent use; unlock it
@@ -56,20 +55,9 @@ type MultiLease struct {
 	unlocked bool       // every lease was
 }
 
-// Names returns the names held, sorted, without duplicates.
-func (m *MultiLease) Names() []string { return slices.Clone(m.names) }
-
-// Token returns name's fencing token, fence.None for a name not in the set.
-func (m *MultiLease) Token(name string) fence.Token {
-	if l := m.lease(name); l != nil {
-		return l.token
-	}
-	return fence.None
-}
-
 // Lease returns the lease of one name, nil for a name not in the set: its
-// Depth, ID, TTL and Extend are that name's. Unlock the MultiLease, not
-// this lease.
+// Token, Depth, ID, TTL and Extend are that name's (the Token of nil is
+// fence.None). Unlock the MultiLease, not this lease.
 func (m *MultiLease) Lease(name string) *Lease { return m.lease(name) }
 
 func (m *MultiLease) lease(name string) *Lease {
@@ -85,9 +73,6 @@ func (m *MultiLease) lease(name string) *Lease {
 // cause names that lock and wraps its lease's cause (ErrLost and why, as
 // [Lease.Context] says), or is ErrReleased after Unlock.
 func (m *MultiLease) Context() context.Context { return m.ctx }
-
-// Done is closed when the MultiLease's context is cancelled.
-func (m *MultiLease) Done() <-chan struct{} { return m.ctx.Done() }
 
 // Err returns nil while every lease is live, and otherwise the first name's
 // end it finds, in the names' order, as [Lease.Err] reports it: errors.Is(err,
@@ -105,16 +90,13 @@ func (m *MultiLease) Err() error {
 	return nil
 }
 
-// Unlock releases every name (each back to the depth it had before, for a
-// name the owner held already), in the reverse of the names' order, each
-// bounded by ctx as [Lease.Unlock] is. It returns nil when every release
-// succeeded, and otherwise each name's error, joined ("; "): ErrNotHeld
-// for a name whose lease was lost (that name counts as released). When a
-// name's release fails otherwise (ctx, Redis), that name stays held and
-// renewed, and the MultiLease live: call Unlock again, which releases only
-// the names still held. Once every name is released the context ends with
-// ErrReleased, and a further Unlock, or one of a nil MultiLease, is
-// ErrNotHeld.
+// Unlock releases every name (a name the owner held before goes back to its
+// earlier depth), in reverse order, each bounded by ctx as [Lease.Unlock]
+// is. It returns nil or each name's error, joined: ErrNotHeld for a lost
+// name (counted as released). A name whose release failed otherwise stays
+// held, and a further Unlock releases only such names. Once all are
+// released the context ends with ErrReleased; a further Unlock, or one of a
+// nil MultiLease, is ErrNotHeld.
 func (m *MultiLease) Unlock(ctx context.Context) error {
 	if m == nil {
 		return opErr("unlock", "", errNilLease)
@@ -174,41 +156,21 @@ func watchLease(l *Lease, name string, cancel context.CancelCauseFunc) func() bo
 	})
 }
 
-// LockMulti locks every one of names for ctx's owner, all at once: it waits
-// (woken by each release of a name it waits for, or on a Ring polling,
-// bounded by ctx and the retry strategy) until every name is free for the owner at the same time,
-// and never holds some names while it waits for others, so two calls that
-// name the same locks in opposite orders cannot deadlock. It yields to Lock
-// calls queued on its names, and among LockMulti calls the first woken to
-// run goes first: docs/design.md says why strict arrival order would need
-// the hold-and-wait this avoids. A
-// name the owner holds already is reentered, with its token, and Unlock
-// gives it back at its earlier depth. Duplicates count once; opts apply
-// to every name.
+// LockMulti locks every one of names for ctx's owner, all at once: it
+// waits (bounded by ctx and the retry strategy) until every name is free
+// for the owner at the same time, and never holds some names while it waits
+// for others, so calls naming the same locks in any order cannot deadlock.
+// It yields to Lock calls queued on its names. A name the owner holds is
+// reentered, with its token, and given back at its earlier depth by Unlock.
+// Duplicates count once; opts apply to every name. With a retry strategy
+// that never polls (NoRetry) it takes the names only if it can at once.
+// A failed or cancelled call leaves nothing held or queued; docs/design.md
+// ("Several names at once") says what others may observe meanwhile.
 //
-// On a standalone server or Sentinel one script checks and takes every
-// name, so a failed attempt takes nothing and spends no token. On a
-// Cluster the names of each hash slot are taken by one script, slot after
-// slot in one global order, and on Redlock name after name in sorted
-// order; an attempt refused part way gives back what it took at once
-// (docs/design.md, "Several names at once", says what another caller may
-// observe meanwhile). Either way a failed or cancelled call leaves nothing
-// held or queued.
-//
-// Its errors are Lock's; when it gives up (ctx, the retry strategy) the
-// ErrNotAcquired error is a *NotAcquiredError naming what refused last.
-// ErrInvalid for no names, more than MaxMultiNames, or a bad one.
+// Its errors are Lock's, and ErrInvalid for no names, more than 64 or a bad
+// one; an ErrNotAcquired names the names that refused last.
 func (c *Client) LockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
 	return c.lockMultiOp(ctx, "lockmulti", names, opts, true)
-}
-
-// TryLockMulti locks every one of names for ctx's owner if it can do so at
-// once, as LockMulti does, without waiting; it never jumps the queue of a
-// waiting Lock call. When some name is not free for the owner it takes
-// nothing and fails with a *NotAcquiredError (errors.Is ErrNotAcquired)
-// naming them. Its other errors are LockMulti's.
-func (c *Client) TryLockMulti(ctx context.Context, names []string, opts ...CallOption) (*MultiLease, error) {
-	return c.lockMultiOp(ctx, "trylockmulti", names, opts, false)
 }
 
 func (c *Client) lockMultiOp(ctx context.Context, op string, names []string, opts []CallOption, wait bool) (*MultiLease, error) {
@@ -261,8 +223,8 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 	switch {
 	case len(names) == 0:
 		return nil, invalid("no names")
-	case len(names) > MaxMultiNames:
-		return nil, invalid("%d names, more than MaxMultiNames (%d)", len(names), MaxMultiNames)
+	case len(names) > maxMultiNames:
+		return nil, invalid("%d names, more than maxMultiNames (%d)", len(names), maxMultiNames)
 	}
 	for _, n := range names {
 		if err := c.ready(ctx, n); err != nil {
@@ -272,6 +234,9 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 	cfg, err := c.callConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.retry != nil && cfg.retry.Backoff(1) <= 0 {
+		wait = false // a strategy that never polls makes the call a try
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, join(ErrNotAcquired, err)
@@ -293,7 +258,7 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 	defer c.be.leaveMulti(m)
 	start := time.Now()
 	var timer *time.Timer
-	var refused *NotAcquiredError // the last attempt's refusal
+	var refused *notAcquiredError // the last attempt's refusal
 	for polls := 1; ; polls++ {
 		m.rs = m.rs[:0]
 		for _, n := range names {
@@ -324,7 +289,7 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 			}
 			continue
 		}
-		refused = &NotAcquiredError{}
+		refused = &notAcquiredError{}
 		for _, i := range res.blocked {
 			refused.Names = append(refused.Names, names[i])
 		}

@@ -258,7 +258,7 @@ func TestLockMultiLoss(t *testing.T) {
 		ctx, p := t.Context(), testenv.Unique(t)
 		m, err := be.c.LockMulti(ctx, []string{p + "/a", p + "/b"})
 		require.NoError(t, err)
-		_, err = be.d.ForceUnlock(ctx, p+"/b")
+		_, err = be.d.ForceUnlock(ctx, p+"/b", fence.None)
 		require.NoError(t, err)
 		reentrant.RenewAllNow(be.c)
 		select {

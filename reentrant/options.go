@@ -3,7 +3,18 @@ package reentrant
 import (
 	"log/slog"
 	"time"
+
+	"github.com/redfence/redfence/internal/tuning"
 )
+
+func init() {
+	tuning.HandoffTimeout = func(d time.Duration) any { return withHandoffTimeout(d) }
+	tuning.MaxRetryDelay = func(d time.Duration) any { return withMaxRetryDelay(d) }
+	tuning.RetryJitter = func(d time.Duration) any { return withRetryJitter(d) }
+	tuning.Identity = func(s string) any { return withIdentity(s) }
+	tuning.RenewInterval = func(d time.Duration) any { return withRenewInterval(d) }
+	tuning.SafetyMargin = func(d time.Duration) any { return withSafetyMargin(d) }
+}
 
 // ClientOption configures a Client: it is given to [New] or [NewRedlock].
 // An option given an out-of-range value makes New fail with ErrInvalid;
@@ -46,11 +57,12 @@ func WithPrefix(p string) ClientOption {
 	})
 }
 
-// WithTTL sets the lease (per call or per client; default 30 s): how long
-// a lock outlives a holder that stops renewing it. It must be whole
-// milliseconds from MinTTL to MaxTTL. A reentry's TTL can lengthen the
-// lease, never shorten it; renewals use the TTL of the call that started
-// the ownership.
+// WithTTL sets the lease (per call or per client; default DefaultTTL): how
+// long a lock outlives a holder that stops renewing it, whole milliseconds up
+// to MaxTTL. The lease is renewed every TTL/3, and declared lost when no
+// renewal was confirmed by the TTL less TTL/10 (the safety margin, which
+// covers clock-rate drift and the time work takes to notice). A reentry's
+// TTL can lengthen the lease, never shorten it.
 func WithTTL(d time.Duration) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if err := checkTTL(d); err != nil {
@@ -61,11 +73,8 @@ func WithTTL(d time.Duration) CallOption {
 	})
 }
 
-// WithRenewInterval sets how often a held lock's lease is renewed (per
-// call or per client; default TTL/3). It must be positive and shorter than
-// the TTL less the safety margin. One goroutine per Client renews every
-// lease, in one pipeline per Redis node.
-func WithRenewInterval(d time.Duration) CallOption {
+// withRenewInterval is tuning.RenewInterval.
+func withRenewInterval(d time.Duration) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if d <= 0 {
 			return invalid("renew interval %v is not positive", d)
@@ -76,7 +85,7 @@ func WithRenewInterval(d time.Duration) CallOption {
 }
 
 // WithoutRenewal turns renewal off (per call or per client): the lease's
-// context ends at the TTL less the safety margin unless [Lease.Extend]
+// context ends at the TTL less its safety margin unless [Lease.Extend]
 // moves it.
 func WithoutRenewal() CallOption {
 	return callOption(func(l *leaseConfig) error {
@@ -85,12 +94,8 @@ func WithoutRenewal() CallOption {
 	})
 }
 
-// WithSafetyMargin sets how long before Redis could expire the lock a
-// lease is declared lost when no renewal was confirmed (per call or per
-// client; default TTL/10). It covers clock-rate drift between this host and
-// Redis and the time work needs to notice its context ended. It must be
-// positive and shorter than the TTL less the renew interval.
-func WithSafetyMargin(d time.Duration) CallOption {
+// withSafetyMargin is tuning.SafetyMargin.
+func withSafetyMargin(d time.Duration) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if d <= 0 {
 			return invalid("safety margin %v is not positive", d)
@@ -100,22 +105,18 @@ func WithSafetyMargin(d time.Duration) CallOption {
 	})
 }
 
-// WithEvictionAllowed lets the client lock on a server whose
-// maxmemory-policy may evict the fencing counter (client only). An evicted
-// counter restarts tokens at 1, and fenced stores then refuse new holders
-// until the counter climbs past what they saw. It matters only with
-// WithStrictTokens: time tokens (the default) survive a lost key.
-func WithEvictionAllowed() ClientOption {
+// withEvictionAllowed lets a client built WithStrictTokens lock on a
+// server whose maxmemory-policy may evict the fencing counter; for tests
+// only: an evicted counter restarts tokens at 1.
+func withEvictionAllowed() ClientOption {
 	return clientOption(func(c *config) error {
 		c.allowEviction = true
 		return nil
 	})
 }
 
-// WithRetryJitter bounds the random delay a waiter adds to its default
-// poll interval (client only; default 50 ms). Zero disables it; it must be
-// from 0 to one minute.
-func WithRetryJitter(d time.Duration) ClientOption {
+// withRetryJitter is tuning.RetryJitter.
+func withRetryJitter(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < 0 || d > time.Minute {
 			return invalid("retry jitter %v is outside [0, 1m]", d)
@@ -125,9 +126,8 @@ func WithRetryJitter(d time.Duration) ClientOption {
 	})
 }
 
-// WithMaxRetryDelay bounds a waiter's default poll interval (client only;
-// default 5 s). It must be from 1 ms to one hour.
-func WithMaxRetryDelay(d time.Duration) ClientOption {
+// withMaxRetryDelay is tuning.MaxRetryDelay.
+func withMaxRetryDelay(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < time.Millisecond || d > time.Hour {
 			return invalid("max retry delay %v is outside [1ms, 1h]", d)
@@ -137,11 +137,8 @@ func WithMaxRetryDelay(d time.Duration) ClientOption {
 	})
 }
 
-// WithHandoffTimeout bounds how long a waiter that died while queued, or
-// missed its handoff message, delays the next one (client only; default
-// 1 s): a handed lock must be claimed within half of it, and waiters poll
-// every quarter of it. It must be whole milliseconds from 4 ms to one hour.
-func WithHandoffTimeout(d time.Duration) ClientOption {
+// withHandoffTimeout is tuning.HandoffTimeout.
+func withHandoffTimeout(d time.Duration) ClientOption {
 	return clientOption(func(c *config) error {
 		if d < 4*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return invalid("handoff timeout %v is not a whole number of milliseconds in [4ms, 1h]", d)
@@ -172,23 +169,17 @@ func WithReplicaAck(replicas int, timeout time.Duration) ClientOption {
 	})
 }
 
-// WithStrictTokens makes every fresh token the name's own counter + 1, a
-// small integer, instead of a time token (client only; by default a fresh
-// token is max(the floor of the name's hash slot + 1, the server's time
-// in microseconds), and the floor expires a week after its last write).
-// The counter is a key per name that never expires, and a released name
-// keeps it (about 70 B) forever. A lost counter restarts at 1 and hands
-// out tokens a living holder may still have: a FLUSHALL, a restart without
-// persistence, a failover to a replica that missed writes, an eviction,
-// or a DEL of the counter key. Use it only on one primary with
-// appendfsync always, no failover and no eviction; docs/safety.md
-// measures what each of those events does to it.
-//
-// Every client of one prefix must use the same token mode: a strict
-// client refuses a name whose slot has a time-token floor, and a
-// time-token client a name with a strict counter, with ErrInvalid naming
-// the key, so that neither issues a token below the other's. It fails
-// with ErrInvalid with NewRedlock.
+// WithStrictTokens makes every fresh token the name's own counter + 1, a small
+// integer, instead of a time token (client only; by default a fresh token is
+// max(the floor of the name's hash slot + 1, the server's time in µs), and
+// the floor expires a week after its last write). The counter never expires
+// (about 70 B per name). A lost counter (FLUSHALL, a restart without
+// persistence, a failover that missed writes, an eviction, a DEL) restarts
+// at 1 and repeats tokens: use it only on one primary with appendfsync
+// always, no failover and no eviction (on an allkeys-* maxmemory-policy,
+// Lock returns ErrEvictionPolicy); docs/safety.md measures each event. Every
+// client of one prefix must use the same token mode: a name of the other
+// mode is ErrInvalid. With NewRedlock it is ErrInvalid.
 func WithStrictTokens() ClientOption {
 	return clientOption(func(c *config) error {
 		c.strict = true
@@ -197,10 +188,10 @@ func WithStrictTokens() ClientOption {
 }
 
 // WithMetadata stores s with an ownership the call starts (per call or per
-// client), for [Client.Inspect] and `redfence inspect` to show: who took
-// the lock and why, say "worker-3 job 1842". A reentry keeps the
-// ownership's metadata. s must be valid UTF-8 of at most MaxMetadataLen
-// bytes without control characters; "" (the default) stores nothing.
+// client) for [Client.Inspect] and `redfence inspect`: who took the lock and
+// why. A reentry keeps the ownership's metadata. s must be valid UTF-8 of
+// at most 256 bytes without control characters; "" (the default) stores
+// nothing.
 func WithMetadata(s string) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if err := checkMetadata(s); err != nil {
@@ -212,14 +203,13 @@ func WithMetadata(s string) CallOption {
 }
 
 // WithMaxDepth bounds how deep an ownership may reenter (per call or per
-// client; default DefaultMaxDepth): a Lock or TryLock that would hold the
-// lock at a depth above n fails with ErrTooDeep and changes nothing. The
-// check is made by Redis, so it holds across every process of the owner.
-// n must be from 1 (no reentry) to MaxDepth.
+// client; default 1024): a Lock that would hold the lock deeper than n fails
+// with ErrTooDeep and changes nothing, in every process of the owner (Redis
+// checks it). n must be from 1 (no reentry) to 1<<20.
 func WithMaxDepth(n int) CallOption {
 	return callOption(func(l *leaseConfig) error {
-		if n < 1 || n > MaxDepth {
-			return invalid("max depth %d is outside [1, %d]", n, MaxDepth)
+		if n < 1 || n > maxDepthLimit {
+			return invalid("max depth %d is outside [1, %d]", n, maxDepthLimit)
 		}
 		l.maxDepth = int64(n)
 		return nil
@@ -253,17 +243,13 @@ func WithObserver(f func(Event)) ClientOption {
 	})
 }
 
-// WithIdentity names this client in the records it leaves in Redis for
-// operators: who forced a lock open ([Client.ForceUnlock]), shown by
-// [Client.Inspect] and `redfence inspect` (client only; default
-// "<hostname>/<pid>"). s must be 1 to MaxMetadataLen bytes of valid UTF-8
-// without control characters.
-func WithIdentity(s string) ClientOption {
+// withIdentity is tuning.Identity.
+func withIdentity(s string) ClientOption {
 	return clientOption(func(c *config) error {
 		if s == "" {
 			return invalid("empty identity")
 		}
-		if err := checkText("identity", s, MaxMetadataLen); err != nil {
+		if err := checkText("identity", s, tuning.IdentityMaxLen); err != nil {
 			return err
 		}
 		c.identity = s
@@ -272,11 +258,10 @@ func WithIdentity(s string) ClientOption {
 }
 
 // WithRetry sets how a Lock that cannot take the lock at once waits (per
-// call or per client). Default: it polls every quarter of the handoff
-// timeout (see WithHandoffTimeout), sooner when the holder's lease ends
-// sooner, with jitter, until its context ends. Whatever the strategy, a
-// waiter keeps its place in the fair queue and a handoff wakes it at once.
-// A nil s is ErrInvalid.
+// call or per client). Default: it polls every 250 ms at most (sooner when
+// the holder's lease ends sooner), with up to 50 ms of jitter, until its
+// context ends; a handoff wakes a waiter at once, whatever the strategy, and
+// a waiter keeps its place in the fair queue. A nil s is ErrInvalid.
 func WithRetry(s RetryStrategy) CallOption {
 	return callOption(func(l *leaseConfig) error {
 		if err := checkRetry(s); err != nil {
@@ -288,18 +273,16 @@ func WithRetry(s RetryStrategy) CallOption {
 }
 
 // WithRejoinDelay sets how long a Redlock node found empty (new, restarted
-// without its data, or flushed) takes part in no majority (NewRedlock
-// only; default the TTL plus its drift allowance, TTL/100 + 2 ms). An
-// empty node has forgotten the leases it granted, and a majority that
-// counts it could grant a lock another client still holds; once every
-// lease it may have granted has run out, it votes again. The delay must
-// cover the longest TTL any client of the deployment uses: set it on every
-// client to that TTL plus its drift allowance when clients use different
-// TTLs. A call whose TTL the delay does not cover fails with ErrInvalid.
-// It must be whole milliseconds from the TTL plus its drift allowance to
-// MaxTTL plus its allowance; ErrInvalid otherwise, and with New.
+// without its data, or flushed) votes in no majority (NewRedlock only;
+// default the TTL plus its drift allowance, TTL/100 + 2 ms), so that every
+// lease it may have granted has run out first. It must cover the longest TTL
+// any client of the deployment uses: give every client that TTL plus its
+// allowance when TTLs differ. A call whose TTL it does not cover, a value that
+// is not whole milliseconds from the TTL plus allowance to MaxTTL plus its
+// allowance, and New are ErrInvalid. docs/redlock.md ("delayed rejoin") says
+// how an operator may spare a new node the delay.
 func WithRejoinDelay(d time.Duration) ClientOption {
-	return millisOption("rejoin delay", d, MinTTL, MaxTTL+drift(MaxTTL), func(c *config) {
+	return millisOption("rejoin delay", d, minTTL, MaxTTL+drift(MaxTTL), func(c *config) {
 		c.rejoin, c.rejoinSet = d, true
 	})
 }

@@ -103,8 +103,7 @@ func TestFrozenOperationsAreUnknown(t *testing.T) {
 	name := testenv.Unique(t)
 	held, err := c.Lock(t.Context(), name+"/held")
 	require.NoError(t, err)
-	e := c.Election(name + "/election")
-	term, err := e.Campaign(t.Context(), "v")
+	term, err := c.Campaign(t.Context(), name+"/election", "v")
 	require.NoError(t, err)
 	srv.Pause()
 	t.Cleanup(srv.Resume)
@@ -118,7 +117,7 @@ func TestFrozenOperationsAreUnknown(t *testing.T) {
 	requireUnknown(t, held.Extend(short(), frozenTTL))
 	requireUnknown(t, held.Unlock(short()))
 	requireUnknown(t, term.Resign(short()))
-	_, err = c.Election(name+"/other").Campaign(short(), "w")
+	_, err = c.Campaign(short(), name+"/other", "w")
 	requireUnknown(t, err)
 	srv.Resume()
 	// What the unknown acquisitions took is undone once Redis answers.

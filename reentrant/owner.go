@@ -13,23 +13,18 @@ import (
 // ownership is explicit: a lock call made with a context that carries an
 // Owner acts for that owner, and a lock call on a name its owner already
 // holds reenters it. An Owner is a plain string and may be copied, stored
-// and sent to another process to hand a lock over on purpose.
+// and sent to another process to hand a lock over on purpose. Lock calls
+// return ErrInvalid for an owner that is not 1 to 256 bytes of valid UTF-8
+// without control characters.
 type Owner string
 
-// MaxOwnerLen is the longest Owner accepted, in bytes.
-const MaxOwnerLen = 256
-
-// CheckOwner reports why o cannot be an owner, or nil: an owner is 1 to
-// MaxOwnerLen bytes of valid UTF-8 without control characters (so it prints
-// safely in logs and inspect output). Lock calls return
-// ErrInvalid for such an owner.
-func CheckOwner(o Owner) error { return pkgErr("", checkOwner(o)) }
+const maxOwnerLen = 256
 
 func checkOwner(o Owner) error {
 	if o == "" {
 		return invalid("empty owner")
 	}
-	return checkText("owner", string(o), MaxOwnerLen)
+	return checkText("owner", string(o), maxOwnerLen)
 }
 
 // checkText checks a short caller-chosen string stored in Redis and shown
@@ -60,7 +55,7 @@ func NewOwner() Owner {
 type ownerCtxKey struct{}
 
 // WithOwner returns a context that makes lock calls act for o. The owner is
-// validated when a lock call uses it (see [CheckOwner]). Use it to
+// validated when a lock call uses it (see [Owner]). Use it to
 // share ownership on purpose, for example with a worker goroutine or
 // another process; [Lease.Context] already carries its owner.
 func WithOwner(ctx context.Context, o Owner) context.Context {

@@ -27,7 +27,7 @@ func TestStoreRefusalCarriesTheLeaseCause(t *testing.T) {
 		name := testenv.Unique(t)
 		l, err := c.Lock(t.Context(), name)
 		require.NoError(t, err)
-		require.NoError(t, c.ForceUnlockToken(t.Context(), name, l.Token()))
+		require.NoError(t, reentrant.ForceUnlockToken(c, t.Context(), name, l.Token()))
 		require.ErrorIs(t, l.Extend(t.Context(), time.Minute), reentrant.ErrNotHeld, "an extend finds it gone")
 		select {
 		case <-l.Done():

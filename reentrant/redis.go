@@ -105,7 +105,7 @@ func forceResultOf(r scripts.ForceResult) forceResult {
 // the one place the scripts' state becomes a State.
 func stateOf(s scripts.State, time bool) State {
 	st := State{Name: s.Name, Held: s.Held, Owner: s.Owner, Depth: s.Depth, Token: s.Token,
-		Pending: s.Pending, TTL: s.TTL, Meta: s.Meta, LastToken: s.Counter, Levels: s.Levels, Waiters: s.Waiters,
+		TTL: s.TTL, Meta: s.Meta, LastToken: s.Counter, Levels: s.Levels, Waiters: s.Waiters,
 		Forced: forcedOf(s.Forced)}
 	if time {
 		st.LastToken = s.Floor
@@ -136,7 +136,7 @@ func isReply(err error) bool {
 var evicting = map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true}
 
 // noEvictionCheck reports a client of cfg whose servers' eviction policy
-// need not be checked: WithEvictionAllowed accepts the risk, and with time
+// need not be checked: withEvictionAllowed (tests) accepts the risk, and with time
 // tokens (the default) an evicted floor is a lost one, after
 // which the next token comes from the server's clock, above every earlier
 // one unless that clock stepped back (they carry a TTL anyway, so
@@ -154,7 +154,7 @@ func policyOf(ctx context.Context, rdb redis.Cmdable) error {
 	}
 	if evicting[policy] {
 		return fmt.Errorf("%w: maxmemory-policy is %s, so tokens could restart at 1; "+
-			"use noeviction or a volatile-* policy, or accept the risk with WithEvictionAllowed", ErrEvictionPolicy, policy)
+			"use noeviction or a volatile-* policy, or time tokens (no WithStrictTokens)", ErrEvictionPolicy, policy)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ var errStopped = errors.New("stopped")
 // scanNode SCANs every server of node (a Cluster's masters, a Ring's
 // shards, or node itself).
 func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix string, page func(names []string) bool) error {
-	servers := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) ([]redis.UniversalClient, error) {
+	servers := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) ([]redis.UniversalClient, error) {
 		return primaries(ctx, node)
 	}, nil)
 	if servers.err != nil {
@@ -67,7 +67,7 @@ func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix
 				keys []string
 				next uint64
 			}
-			out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (scanned, error) {
+			out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (scanned, error) {
 				keys, next, err := rdb.Scan(ctx, cursor, pattern, listScanCount).Result()
 				return scanned{keys, next}, err
 			}, nil)

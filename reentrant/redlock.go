@@ -16,21 +16,15 @@ import (
 )
 
 // NewRedlock returns a Client that locks names on a majority of nodes, N
-// independent Redis masters (N odd, at least 3; each any go-redis client),
-// with the API of one built by [New]: Lock, TryLock, Do, reentry, Unlock,
-// Extend, renewal and loss.
-//
-// A lease is handed out only once a majority granted the lock within its
-// safe window (the TTL less the safety margin and a clock-drift allowance
-// of TTL/100 + 2 ms), and its token is above every token handed out for the
-// name before, even when a node restarts empty, while node clocks differ by
-// less than a node takes to restart and never step back. Waiting is not
-// fair: there is no queue.
-//
-// NewRedlock fails with ErrInvalid for fewer than 3 nodes, an even number,
-// a nil node or a bad option, and for WithReplicaAck, WithStrictTokens and
-// WithHandoffTimeout, which do not apply.
-// docs/redlock.md has the algorithm and its argument.
+// independent Redis masters (N odd, at least 3), with the API of one built
+// by [New] except that waiting is not fair (there is no queue). A lease is
+// handed out only once a majority granted the lock within its safe window
+// (the TTL less the safety margin and a clock-drift allowance of TTL/100 +
+// 2 ms), and its token is above every earlier one for the name, even when a
+// node restarts empty, while node clocks differ by less than a node takes
+// to restart and never step back. It fails with ErrInvalid for fewer than 3
+// nodes, an even number, a nil node, a bad option, WithReplicaAck or
+// WithStrictTokens. docs/redlock.md has the algorithm and its argument.
 func NewRedlock(nodes []redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
 	defer func() { err = pkgErr("new redlock", err) }()
 	n := len(nodes)
@@ -281,11 +275,3 @@ func (q *quorum) close() error {
 	}
 	return join(errs...)
 }
-
-// JoinKey returns the key of a Redlock node's join record under prefix: the
-// server time (ms) at which the node was first found without one, from
-// which it votes for nobody for the rejoin delay (see WithRejoinDelay). An
-// operator who knows that a node has granted no lease, a new deployment's
-// say, may set it to "1" to spare its first use that delay; never on a
-// node restarted without its data.
-func JoinKey(prefix string) string { return scripts.JoinedKey(prefix) }

@@ -336,14 +336,14 @@ func (q *quorum) settleLate(r *call, x nodeReply[scripts.QAcquired], req scripts
 	}
 }
 
-// unsent waits, at most CleanupBudget/4, for the late replies (from
+// unsent waits, at most cleanupBudget/4, for the late replies (from
 // lateErrs) of the nodes that had not answered (nil in got) once their
 // calls were stopped, and returns how many of them failed having sent
 // nothing (sentNothing). A call that had sent its command keeps waiting
 // for the reply (go-redis reads on) and is not counted.
 func unsent[T any](lateErrs <-chan nodeReply[T], got []*nodeReply[T], sentNothing func(int, error) bool) int {
 	missing := len(got) - count(got, func(nodeReply[T]) bool { return true })
-	t := time.NewTimer(CleanupBudget / 4)
+	t := time.NewTimer(cleanupBudget / 4)
 	defer t.Stop()
 	n := 0
 	for range missing {

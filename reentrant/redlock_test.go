@@ -335,7 +335,7 @@ func TestRedlockForceUnlock(t *testing.T) {
 		name := testenv.Unique(t)
 		l, err := holder.Lock(t.Context(), name)
 		require.NoError(t, err)
-		tok, err := ops.ForceUnlock(t.Context(), name)
+		tok, err := ops.ForceUnlock(t.Context(), name, fence.None)
 		require.NoError(t, err)
 		require.Equal(t, l.Token(), tok)
 		select {
@@ -348,7 +348,7 @@ func TestRedlockForceUnlock(t *testing.T) {
 		require.NoError(t, err)
 		require.Greater(t, next.Token(), tok)
 		require.NoError(t, next.Unlock(t.Context()))
-		_, err = ops.ForceUnlock(t.Context(), name)
+		_, err = ops.ForceUnlock(t.Context(), name, fence.None)
 		require.ErrorIs(t, err, reentrant.ErrNotHeld)
 	})
 }
@@ -399,7 +399,7 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 				case "unlock":
 					require.NoError(t, held.Unlock(t.Context()))
 				case "force":
-					tok, err := holder.ForceUnlock(t.Context(), name)
+					tok, err := holder.ForceUnlock(t.Context(), name, fence.None)
 					require.NoError(t, err)
 					require.Equal(t, held.Token(), tok)
 				}

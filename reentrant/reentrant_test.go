@@ -667,7 +667,7 @@ func TestBadInput(t *testing.T) {
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 		_, err = c.Inspect(ctx, name)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
-		_, err = c.ForceUnlock(ctx, name)
+		_, err = c.ForceUnlock(ctx, name, fence.None)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 		require.ErrorIs(t, reentrant.CheckName(name), reentrant.ErrInvalid, "CheckName says what the calls say")
 	}

@@ -69,7 +69,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 		r, err := l.release(ctx)
 		out = ranInline(ctx, r, err)
 	} else {
-		out = bounded(l.c, ctx, CleanupBudget/2, l.release, nil)
+		out = bounded(l.c, ctx, cleanupBudget/2, l.release, nil)
 	}
 	r, err := out.v, out.err
 	if err != nil {
@@ -97,7 +97,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	l.end(ErrReleased)
 	if r.left <= 0 {
 		l.own.end(ErrReleased)
-		l.c.emit(Event{Kind: Released, Name: l.name, Token: l.token})
+		l.c.emit(Event{Kind: kindReleased, Name: l.name, Token: l.token})
 	}
 	if lost != nil {
 		return fmt.Errorf("%w: the lease was lost before Unlock (Redis still held the lock): %w", ErrNotHeld, bare(lost))
@@ -111,7 +111,7 @@ func (l *Lease) release(ctx context.Context) (released, error) {
 }
 
 // undo removes the level, and the queue entry, that an attempt of r may
-// have left, waiting at most CleanupBudget/2 for Redis; past that the undo
+// have left, waiting at most cleanupBudget/2 for Redis; past that the undo
 // goes on in the background. It returns nil once Redis confirmed they are
 // gone (or never were).
 func (r *call) undo() error { return r.c.be.undo(r) }

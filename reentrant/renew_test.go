@@ -557,7 +557,7 @@ func TestLoggerAndObserver(t *testing.T) {
 	require.Equal(t, 1, kinds[reentrant.NotAcquired])
 	require.Equal(t, 1, kinds[reentrant.Released], "one release: the reentry's Unlock released no lock")
 	require.Contains(t, logs.String(), "level=WARN msg=\"reentrant: lease lost\" name="+name)
-	require.Equal(t, "renew_failed", reentrant.RenewFailed.String())
+	require.Equal(t, "renew_failed", reentrant.RenewFailed)
 }
 
 // eventList prints the events recorded so far, when a failure is reported.

@@ -17,12 +17,6 @@ type RetryStrategy interface {
 	Backoff(n int) time.Duration
 }
 
-// RetryFunc adapts a function to a RetryStrategy.
-type RetryFunc func(n int) time.Duration
-
-// Backoff returns f(n).
-func (f RetryFunc) Backoff(n int) time.Duration { return f(n) }
-
 type noRetry struct{}
 
 func (noRetry) Backoff(int) time.Duration { return 0 }
@@ -41,9 +35,8 @@ func (b linearBackoff) check() error {
 	return nil
 }
 
-// LinearBackoff polls every d, until the call's context ends. WithRetry
-// refuses a d that is not positive.
-func LinearBackoff(d time.Duration) RetryStrategy { return linearBackoff(d) }
+// linearBackoff polls every d, until the call's context ends; for tests
+// (ExponentialBackoff(d, d) is the same).
 
 type exponentialBackoff struct{ min, max time.Duration }
 

@@ -31,7 +31,7 @@ type acquireReply struct {
 // reply, the read timed out, the caller's context ended first), the script
 // may still have run and left the owner a level of the lock with no lease to
 // show for it, or a waiter in the queue. acquire then undoes exactly that
-// level and queue entry, if they exist: within CleanupBudget when the
+// level and queue entry, if they exist: within cleanupBudget when the
 // caller is still there, in the background otherwise.
 func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, error) {
 	c := s.c
@@ -44,7 +44,7 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 		// Until the attempt returns, Redis may keep what it takes: should
 		// the caller leave first, Close waits for the undo.
 		u := c.unsettle(r.name)
-		out = bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (acquireReply, error) {
+		out = bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (acquireReply, error) {
 			return retryBusy(s, ctx, func(ctx context.Context) (acquireReply, error) { return s.attempt(ctx, r, poll) })
 		}, func(rep acquireReply, err error) {
 			if s.left(r, rep, err, m) {
@@ -148,12 +148,12 @@ func (s *single) runAcquire(ctx context.Context, r *call, poll bool) (a scripts.
 }
 
 // undo removes the level, and the queue entry, that an attempt of r may
-// have left, waiting at most CleanupBudget/2 for Redis; past that the undo
+// have left, waiting at most cleanupBudget/2 for Redis; past that the undo
 // goes on in the background. It returns nil once Redis confirmed they are
 // gone (or never were).
 func (s *single) undo(r *call) error {
 	c, k, req := s.c, &singleOf(r).keys, s.request(r)
-	ctx, cancel := context.WithTimeout(c.bg, CleanupBudget/2)
+	ctx, cancel := context.WithTimeout(c.bg, cleanupBudget/2)
 	defer cancel()
 	u := c.unsettle(r.name)
 	out := bounded(c, ctx, 0, func(ctx context.Context) (bool, error) {
@@ -223,12 +223,12 @@ func (s *single) undoInBackground(r *call) {
 const closingRetry = 20 * time.Millisecond
 
 // leave takes a waiter of a closing client out of the queue (and gives on a
-// lock just handed to it), waiting at most CleanupBudget/2 for Redis with
+// lock just handed to it), waiting at most cleanupBudget/2 for Redis with
 // a client that honours its context; nothing is left in the background.
 // Should it fail, the waiter's place is handed over in its turn and
 // expires after the claim time.
 func (s *single) leave(r *call) error {
-	ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupBudget/2)
 	defer cancel()
 	k, req := &singleOf(r).keys, s.request(r)
 	_, err := retryBusy(s, ctx, func(ctx context.Context) (bool, error) {

@@ -138,7 +138,7 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 		acked int
 		sent  time.Time
 	}
-	out := bounded(c, ctx, CleanupBudget/2, func(ctx context.Context) (reply, error) {
+	out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (reply, error) {
 		return retryBusy(s, ctx, func(ctx context.Context) (reply, error) {
 			sent := time.Now()
 			rep, acked, err := s.runMulti(ctx, ks, &req)
@@ -302,7 +302,7 @@ func (s *single) forgetQueued(m *multiCall, ks []scripts.Keys) {
 }
 
 // undoAll undoes the calls of m at indices is at once (abandon.lua for each,
-// in parallel), within one CleanupBudget/2; what is still unconfirmed then
+// in parallel), within one cleanupBudget/2; what is still unconfirmed then
 // goes on in the background. It returns the undos' errors, joined.
 func (s *single) undoAll(m *multiCall, is []int) error {
 	errs := make([]error, len(is))
@@ -321,7 +321,7 @@ func (s *single) undoAll(m *multiCall, is []int) error {
 }
 
 // leaveMulti takes m's entries out of the queues they may be in, waiting at
-// most CleanupBudget/2 (then going on in the background), and unregisters
+// most cleanupBudget/2 (then going on in the background), and unregisters
 // its waiters. An entry left behind
 // (Redis did not answer) is harmless: the next release of its name wakes
 // nobody with it, and the queue's expiry removes it.
@@ -333,7 +333,7 @@ func (s *single) leaveMulti(m *multiCall) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if len(st.queued) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), CleanupBudget/2)
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupBudget/2)
 		defer cancel()
 		queued := st.queued
 		_ = bounded(s.c, ctx, 0, func(ctx context.Context) (struct{}, error) {

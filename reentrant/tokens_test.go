@@ -377,7 +377,7 @@ func TestForceUnlockHandsToTheWaiter(t *testing.T) {
 			return err == nil && st.Waiters == 1
 		}, 20*time.Second, 10*time.Millisecond, "the waiter never queued")
 
-		forced, err := ops.ForceUnlock(ctx, name)
+		forced, err := ops.ForceUnlock(ctx, name, fence.None)
 		require.NoError(t, err)
 		require.Equal(t, first.Token(), forced)
 
@@ -407,15 +407,14 @@ func TestForceUnlockHandsToTheWaiter(t *testing.T) {
 
 		// A repeat, by token, changes nothing and succeeds; the current
 		// holder is untouched.
-		require.NoError(t, ops.ForceUnlockToken(ctx, name, first.Token()))
+		require.NoError(t, reentrant.ForceUnlockToken(ops, ctx, name, first.Token()))
 		require.NoError(t, second.Err())
 		// The holder's own token: ended; then the lock is free.
-		require.NoError(t, ops.ForceUnlockToken(ctx, name, second.Token()))
-		_, err = ops.ForceUnlock(ctx, name)
+		require.NoError(t, reentrant.ForceUnlockToken(ops, ctx, name, second.Token()))
+		_, err = ops.ForceUnlock(ctx, name, fence.None)
 		require.ErrorIs(t, err, reentrant.ErrNotHeld, "a free lock has nothing to force")
-		require.ErrorIs(t, ops.ForceUnlockToken(ctx, name, second.Token()+1), reentrant.ErrNotHeld)
-		require.ErrorIs(t, ops.ForceUnlockToken(ctx, name, fence.None), reentrant.ErrInvalid)
-		_, err = ops.ForceUnlock(ctx, "")
+		require.ErrorIs(t, reentrant.ForceUnlockToken(ops, ctx, name, second.Token()+1), reentrant.ErrNotHeld)
+		_, err = ops.ForceUnlock(ctx, "", fence.None)
 		require.ErrorIs(t, err, reentrant.ErrInvalid)
 	})
 }
@@ -459,7 +458,7 @@ func TestForcedLeaseSaysWhoForcedIt(t *testing.T) {
 		ops := newClient(t, b.Client, reentrant.WithIdentity("ops@bastion"))
 		forced := func(name string, l *reentrant.Lease) {
 			t.Helper()
-			tok, err := ops.ForceUnlock(ctx, name)
+			tok, err := ops.ForceUnlock(ctx, name, fence.None)
 			require.NoError(t, err)
 			require.Equal(t, l.Token(), tok)
 		}
@@ -585,7 +584,7 @@ func TestInspectFreeName(t *testing.T) {
 				// Freed by a forced unlock: its record shows, while it lives.
 				l, err := c.Lock(ctx, names[1])
 				require.NoError(t, err)
-				forced, err := c.ForceUnlock(ctx, names[1])
+				forced, err := c.ForceUnlock(ctx, names[1], fence.None)
 				require.NoError(t, err)
 				require.Equal(t, l.Token(), forced)
 				st := inspect(names[1])

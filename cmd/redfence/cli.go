@@ -8,7 +8,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/redfence/redfence/reentrant"
+	"github.com/redfence/redfence/internal/scripts"
 )
 
 // usageError is a mistake on the command line (an unknown command or flag,
@@ -80,7 +80,7 @@ func checkAddr(cmd, addr string) error {
 
 // checkPrefix checks a --prefix value as reentrant.WithPrefix would.
 func checkPrefix(cmd, p string) error {
-	if err := reentrant.CheckPrefix(p); err != nil {
+	if err := scripts.CheckPrefix(p); err != nil {
 		return usagef(cmd, "invalid --prefix: %v", err)
 	}
 	return nil

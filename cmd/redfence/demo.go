@@ -24,6 +24,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/fence/fencehttp"
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/memory"
@@ -64,7 +65,7 @@ type demoConfig struct {
 func demoFlags(cfg *demoConfig) *flag.FlagSet {
 	fs := newFlagSet("demo")
 	fs.StringVar(&cfg.redisAddr, "redis", "", "run on the Redis server at `host:port` (default: an embedded miniredis)")
-	fs.StringVar(&cfg.prefix, "prefix", reentrant.DefaultPrefix,
+	fs.StringVar(&cfg.prefix, "prefix", scripts.DefaultPrefix,
 		"key prefix `P`: the locks live at P:{NAME},\nthe redis store's records at P:store:{KEY}:rec")
 	fs.StringVar(&cfg.store, "store", "memory", "the fenced `STORE`: "+strings.Join(demoStores, ", "))
 	fs.BoolVar(&cfg.redlock, "redlock", false, "lock on a Redlock of three embedded servers (miniredis) instead of one")

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -157,7 +158,7 @@ func newLockView(prefix string, st reentrant.State) lockView {
 // no key of the name exists under the prefix inspected, which a wrong
 // --prefix would otherwise pass off as a free lock.
 func found(st reentrant.State) bool {
-	return st.Held || st.Pending || st.Waiters > 0 || st.LastToken != 0 || st.Forced != nil
+	return st.Held || st.Waiters > 0 || st.LastToken != 0 || st.Forced != nil
 }
 
 // notFound is what inspect and unlock say of a name with no state under
@@ -255,7 +256,7 @@ type target struct {
 // flags defines --redis, described by redisUsage, and --prefix in fs.
 func (t *target) flags(fs *flag.FlagSet, redisUsage string) {
 	fs.StringVar(&t.redisAddr, "redis", "", redisUsage)
-	fs.StringVar(&t.prefix, "prefix", reentrant.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
+	fs.StringVar(&t.prefix, "prefix", scripts.DefaultPrefix, "key prefix `P` of the locks: the lock NAME lives at P:{NAME}")
 }
 
 // inspect checks the command's one lock NAME in pos, --redis and --prefix
@@ -274,7 +275,7 @@ func (t *target) inspect(ctx context.Context, c *command, pos []string, opts ...
 		return nil, none, nil, usagef(c.name, "missing --redis host:port")
 	}
 	name := pos[0]
-	if err := reentrant.CheckName(name); err != nil {
+	if err := scripts.CheckName(name); err != nil {
 		return nil, none, nil, usagef(c.name, "invalid lock NAME: %v", err)
 	}
 	if err := checkAddr(c.name, t.redisAddr); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/reentrant"
 )
@@ -113,7 +114,7 @@ func TestInspect(t *testing.T) {
 
 		// Under another prefix the held lock looks free, and inspect says
 		// that nothing of it was found there; the exit status stays 0.
-		v = inspectBoth(t, addr, reentrant.DefaultPrefix, name)
+		v = inspectBoth(t, addr, scripts.DefaultPrefix, name)
 		require.False(t, v.Held)
 		require.False(t, v.Found)
 		code, text, errOut := cli(t, t.Context(), "inspect", name, "--redis", addr)
@@ -145,7 +146,7 @@ func TestInspect(t *testing.T) {
 		require.GreaterOrEqual(t, v.LastToken, uint64(l.Token()))
 
 		// Under the default prefix the lock does not exist.
-		v = inspectBoth(t, addr, reentrant.DefaultPrefix, name)
+		v = inspectBoth(t, addr, scripts.DefaultPrefix, name)
 		require.Zero(t, v.LastToken)
 		require.False(t, v.Found)
 	})

@@ -150,7 +150,7 @@ func TestListAndInspectShowATermsValue(t *testing.T) {
 		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = locks.Close() })
-		term, err := locks.Election("leader").Campaign(t.Context(), "e1 #1")
+		term, err := locks.Campaign(t.Context(), "leader", "e1 #1")
 		require.NoError(t, err)
 		require.NoError(t, term.Proclaim(t.Context(), "e1 #2"))
 

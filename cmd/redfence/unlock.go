@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 )
 
@@ -69,7 +70,7 @@ func unlock(ctx context.Context, c *command, args []string, stdout io.Writer) er
 	case !cfg.yes && !stdinIsTerminal():
 		return usagef(c.name, "stdin is not a terminal: give --yes to force the lock without confirmation")
 	}
-	locks, st, closeLocks, err := cfg.inspect(ctx, c, pos, reentrant.WithIdentity(operator()))
+	locks, st, closeLocks, err := cfg.inspect(ctx, c, pos, tuning.Identity(operator()).(reentrant.ClientOption))
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func unlock(ctx context.Context, c *command, args []string, stdout io.Writer) er
 			return errNotConfirmed
 		}
 	}
-	if err := locks.ForceUnlockToken(ctx, name, st.Token); err != nil {
+	if _, err := locks.ForceUnlock(ctx, name, st.Token); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "forced: the ownership with token %d ended; the lock went to the next waiter, if any\n", st.Token)
@@ -107,8 +108,8 @@ func operator() string {
 	}
 	host, _ := os.Hostname()
 	id := "redfence unlock by " + who + "@" + host
-	if len(id) > reentrant.MaxMetadataLen {
-		id = id[:reentrant.MaxMetadataLen]
+	if len(id) > tuning.IdentityMaxLen {
+		id = id[:tuning.IdentityMaxLen]
 	}
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/testkit/testenv"
+	"github.com/redfence/redfence/internal/tuning"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage/memory"
 )
@@ -33,7 +34,7 @@ func TestUnlockForce(t *testing.T) {
 		// forced lease ends by the renewal that finds it forced (ErrGone),
 		// and one left alone stays held however slow the CLI runs are.
 		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix), reentrant.WithTTL(time.Minute),
-			reentrant.WithRenewInterval(200*time.Millisecond))
+			tuning.RenewInterval(200*time.Millisecond).(reentrant.CallOption))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = locks.Close() })
 		args := []string{"unlock", "--force", name, "--redis", addr, "--prefix", prefix}
@@ -92,7 +93,7 @@ func TestUnlockForce(t *testing.T) {
 		require.NoError(t, store.Put(ctx, "r", []byte("new"), next.Token()))
 		require.ErrorIs(t, store.Put(ctx, "r", []byte("late"), stale), fence.ErrStale)
 		select {
-		case <-held.Done():
+		case <-held.Context().Done():
 		case <-time.After(30 * time.Second):
 			t.Fatal("the forced lease never ended")
 		}
@@ -113,7 +114,7 @@ func TestUnlockForce(t *testing.T) {
 		code, _, errOut = cli(t, ctx, append(args, "--yes")...)
 		require.Equal(t, exitOK, code, errOut)
 		select {
-		case <-next.Done():
+		case <-next.Context().Done():
 		case <-time.After(30 * time.Second):
 			t.Fatal("the second forced lease never ended")
 		}

@@ -159,7 +159,7 @@ func TestPausedHolderRefusedThroughGRPC(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, call(a.Context(), cc, "acct=a"))
 				late := context.WithoutCancel(a.Context()) // a call on its way when the holder paused
-				<-a.Done()
+				<-a.Context().Done()
 				b, err := locks.Lock(ctx, "acct")
 				require.NoError(t, err)
 				require.NoError(t, call(b.Context(), cc, "acct=b"))

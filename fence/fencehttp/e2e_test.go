@@ -71,7 +71,7 @@ func TestPausedHolderRefusedThroughService(t *testing.T) {
 		// b wrote. It keeps a's values (owner, tokens), not its end, as
 		// a request already on its way would.
 		late := context.WithoutCancel(a.Context())
-		<-a.Done()
+		<-a.Context().Done()
 		b, err := c.Lock(ctx, "acct")
 		require.NoError(t, err)
 		require.Greater(t, b.Token(), a.Token())

@@ -90,7 +90,7 @@ func escape(s string) string {
 // in the slot of the name. It does not validate: the keys share one slot
 // only for a non-empty name and a prefix free of braces. reentrant checks
 // every name and prefix it is given
-// ([github.com/redfence/redfence/reentrant.CheckName] and CheckPrefix).
+// (CheckName and CheckPrefix).
 func KeysFor(prefix, name string) Keys {
 	// One string holds the five keys, "P:{N}:qP:{N}:tP:{N}:uP:{S}:f", one
 	// allocation instead of five on the path of every call.

@@ -14,7 +14,6 @@ import (
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/scripts"
 	"github.com/redfence/redfence/internal/testkit/testenv"
-	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
 	"github.com/redfence/redfence/storage/redisstore"
 )
@@ -72,7 +71,7 @@ func storeKey(t *testing.T, prefix, key string) (string, bool) {
 // refuses are skipped: no lock keys exist for them.
 func checkApart(t *testing.T, lockPrefix, name, storePrefix, key string) {
 	t.Helper()
-	if reentrant.CheckPrefix(lockPrefix) != nil || reentrant.CheckName(name) != nil {
+	if scripts.CheckPrefix(lockPrefix) != nil || scripts.CheckName(name) != nil {
 		return
 	}
 	rk, ok := storeKey(t, storePrefix, key)
