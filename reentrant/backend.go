@@ -44,9 +44,10 @@ type backend interface {
 	leaveMulti(m *multiCall)
 	// undo removes the level and queue entry an attempt of r may have
 	// left, waiting at most cleanupBudget/2; undoInBackground does so
-	// without waiting; leave does so for a waiter of a closing client.
+	// without waiting (false when it could not start: Close has stopped
+	// waiting for undos); leave does so for a waiter of a closing client.
 	undo(r *call) error
-	undoInBackground(r *call)
+	undoInBackground(r *call) bool
 	leave(r *call) error
 
 	// release gives up level of the ownership (owner, tok).

@@ -84,6 +84,11 @@ type Client struct {
 	unsettled map[*unsettled]struct{}
 	emptied   chan struct{}
 	stopped   bool
+	// closing is closed when Close begins (undos then retry often);
+	// closeDone when it ends, with closeErr its error.
+	closing   chan struct{}
+	closeDone chan struct{}
+	closeErr  error
 	wg        sync.WaitGroup // every goroutine of the client (goBackground; the renewer, started under mu; a waiting Lock, track) and of its backend; Add only under mu while !closed (goSettle: while !stopped)
 }
 
@@ -98,9 +103,9 @@ type holdKey struct {
 // (also a typed nil such as a nil *redis.Client), an option is nil, or an
 // option's value is out of range; nothing is clamped. New sends no command:
 // the server's eviction policy is checked before the first acquisition. It
-// adds a hook to a *redis.Client (once per client) that counts its
-// successful dials, which tells a call that sent nothing from one that may
-// have run (ErrOutcomeUnknown).
+// adds a hook to a *redis.Client (once per client) that counts the writes
+// of its connections, which tells a call that sent nothing from one that
+// may have run (ErrOutcomeUnknown).
 func New(rdb redis.UniversalClient, opts ...ClientOption) (_ *Client, err error) {
 	defer func() { err = pkgErr("new", err) }()
 	if rdb == nil {
@@ -142,6 +147,8 @@ func build(cfg config) (*Client, string) {
 		owns:      make(map[holdKey]*ownership),
 		names:     make(map[string]int),
 		unsettled: make(map[*unsettled]struct{}),
+		closing:   make(chan struct{}),
+		closeDone: make(chan struct{}),
 	}
 	c.ren = newRenewer(c)
 	return c, id
@@ -166,9 +173,11 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil
+		<-c.closeDone
+		return c.closeErr
 	}
 	c.closed = true
+	close(c.closing)
 	owns := c.owns
 	c.owns, c.names = map[holdKey]*ownership{}, map[string]int{}
 	c.mu.Unlock()
@@ -182,7 +191,9 @@ func (c *Client) Close() error {
 	c.stopBg()
 	err := c.be.close()
 	c.wg.Wait()
-	return pkgErr("close", join(c.unsettledErr(), err))
+	c.closeErr = pkgErr("close", join(c.unsettledErr(), err))
+	close(c.closeDone)
+	return c.closeErr
 }
 
 // settleWait bounds how long Close waits for the undos of acquisitions
@@ -194,6 +205,20 @@ const settleWait = time.Second
 // unsettled is one acquisition whose caller has gone while Redis may keep
 // what it took.
 type unsettled struct{ name string }
+
+// unsettleCall records r's attempt as unsettled, as unsettle does, without
+// allocating (r holds the record): until the attempt's lease is made or
+// its undo under way, Close waits for it.
+func (c *Client) unsettleCall(r *call) *unsettled {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	r.attempt.name = r.name
+	c.unsettled[&r.attempt] = struct{}{}
+	return &r.attempt
+}
 
 // unsettle records that Redis may keep what an acquisition of name took;
 // settle says it no longer does (its undo was confirmed, or its attempt
@@ -258,9 +283,28 @@ func (c *Client) unsettledErr() error {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	return fmt.Errorf("%w: could not undo, within %v, what acquisitions of %s whose callers gave up may have taken: "+
-		"Redis may keep those locks held until their TTL passes", ErrOutcomeUnknown, settleWait, strings.Join(names, ", "))
+	return fmt.Errorf("%w: acquisitions of %s were not settled within %v (Redis answered neither them nor their "+
+		"undo): Redis may keep those locks held until their TTL passes", ErrOutcomeUnknown, strings.Join(names, ", "), settleWait)
 }
+
+// sleepUndo waits d before an undo's next try, at most closingRetry once
+// Close waits for the undo, and reports false when Close has stopped
+// waiting.
+func (c *Client) sleepUndo(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.bg.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-c.closing:
+	}
+	return sleep(c.bg.Done(), closingRetry)
+}
+
+// closingRetry is how often an undo is retried while Close waits for it.
+const closingRetry = 20 * time.Millisecond
 
 // goBackground runs f on its own goroutine, counted for Close. It reports
 // false, and does not run f, once the client is closed.

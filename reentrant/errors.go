@@ -1,10 +1,12 @@
 package reentrant
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/redfence/redfence/internal/scripts"
@@ -126,6 +128,45 @@ func gaveUp(why string, undoErr error, errs ...error) error {
 		head = fmt.Errorf("%w: %s", sentinel, why)
 	}
 	return join(append(append([]error{head}, errs...), undoErr)...)
+}
+
+// givenBack is the error of a lock call whose attempt was refused (err
+// nil) or failed (err) after taking names it then gave back, gerr being
+// the give-back's outcome: err once Redis confirmed it, and otherwise
+// ErrOutcomeUnknown (never with ErrNotAcquired) with the context's error
+// and gerr.
+func givenBack(ctx context.Context, err, gerr error) error {
+	switch {
+	case gerr == nil:
+		return err
+	case errors.Is(err, ErrOutcomeUnknown):
+		return join(err, gerr)
+	case err == nil || errors.Is(err, ErrNotAcquired):
+		return join(ErrOutcomeUnknown, ctxErr(ctx), gerr)
+	}
+	return join(ErrOutcomeUnknown, err, gerr)
+}
+
+// notReplicated is the error of an acquisition fewer replicas
+// acknowledged than WithReplicaAck asks for (acked of want within
+// timeout), after its undo whose outcome is uerr: ErrNotReplicated once
+// Redis confirmed the undo, and with ErrOutcomeUnknown when it did not.
+func notReplicated(acked, want int, timeout time.Duration, uerr error) error {
+	err := fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, want, timeout)
+	if uerr != nil {
+		return join(ErrOutcomeUnknown, err, uerr)
+	}
+	return err
+}
+
+// besides returns err, or nil when it says no more than cerr (go-redis
+// returns the context's error itself when the context ended the call), so
+// that a message says the context's error once.
+func besides(err, cerr error) error {
+	if cerr != nil && errors.Is(err, cerr) {
+		return nil
+	}
+	return err
 }
 
 // heldHereHint says why a lock call was refused when its own Client holds

@@ -255,7 +255,10 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		r.undoInBackground() // Close waits for it (or, once it stopped waiting, the level expires after one TTL)
+		if !r.undoInBackground() { // Close waits for it
+			return nil, join(ErrOutcomeUnknown, ErrClosed,
+				fmt.Errorf("the lock was granted after Close stopped undoing: it stays held until its TTL (%v) passes", r.cfg.ttl))
+		}
 		return nil, ErrClosed
 	}
 	o := c.owns[key]

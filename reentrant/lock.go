@@ -66,6 +66,9 @@ type call struct {
 	// so no lock is held by it anywhere yet.
 	newOwner bool
 	be       any // the backend's state of the call, which holds this call
+	// attempt is this call's record among the client's unsettled
+	// acquisitions while an attempt runs (see Client.unsettleCall).
+	attempt unsettled
 }
 
 // newCall checks a lock call's arguments and the server's eviction policy.
@@ -110,6 +113,9 @@ func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
 // otherwise the attempt's reply. poll says the attempt is a waiter's
 // periodic poll, which seldom acquires.
 func (r *call) try(ctx context.Context, poll bool) (*Lease, acquired, error) {
+	// Should Close begin meanwhile, it waits for this attempt: for its
+	// lease, or the undo of what it took.
+	defer r.c.settle(r.c.unsettleCall(r))
 	a, err := r.c.be.acquire(ctx, r, poll)
 	if err != nil || !a.ok {
 		return nil, a, err

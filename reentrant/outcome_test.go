@@ -128,8 +128,10 @@ func TestFrozenOperationsAreUnknown(t *testing.T) {
 }
 
 // A call that sent nothing is never ErrOutcomeUnknown: with nothing
-// listening, Lock (whose go-redis client retries the dial) and Unlock
-// return the dial's error.
+// listening, Lock (whose go-redis client retries the dial) returns the
+// dial's error; and once Redis is killed, Lock (past the client's first
+// checks, so that the acquisition itself is refused its connection) and
+// Unlock do too.
 func TestRefusedDialIsNotUnknown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -141,12 +143,14 @@ func TestRefusedDialIsNotUnknown(t *testing.T) {
 	_, err = c.Lock(t.Context(), testenv.Unique(t))
 	requireSentNothing(t, err)
 
-	// Redis killed while a lease is held: the release cannot be sent.
 	srv := redisproc.Start(t)
 	c = newClient(t, srv.Client(), reentrant.WithTTL(frozenTTL))
-	l, err := c.Lock(t.Context(), testenv.Unique(t))
+	name := testenv.Unique(t)
+	l, err := c.Lock(t.Context(), name)
 	require.NoError(t, err)
 	srv.Kill()
+	_, err = c.Lock(t.Context(), name+"/other")
+	requireSentNothing(t, err)
 	requireSentNothing(t, l.Unlock(t.Context()))
 }
 

@@ -255,13 +255,16 @@ func (q *quorum) ready(ctx context.Context) error {
 
 // undo, undoInBackground and leave remove, in the background, the level
 // and queue entry r's attempt may have taken on every node: a node that
-// does not answer keeps them until the lease ends there.
+// does not answer keeps them until the lease ends there. So undo never
+// confirms the undo: its error says so.
 func (q *quorum) undo(r *call) error {
-	q.undoAll(r, request(r))
-	return nil
+	if !q.undoAll(r, request(r)) {
+		return errors.New("the undo could not start: the client is closed")
+	}
+	return errors.New("the undo on every node goes on in the background")
 }
 
-func (q *quorum) undoInBackground(r *call) { q.undoAll(r, request(r)) }
+func (q *quorum) undoInBackground(r *call) bool { return q.undoAll(r, request(r)) }
 
 func (q *quorum) leave(r *call) error {
 	q.undoAll(r, request(r))

@@ -68,6 +68,13 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	// Until every node has answered, Redis may keep what the attempt
 	// takes: Close waits for the nodes that answer late (see lateNodes).
 	u := c.unsettle(r.name)
+	defer func() {
+		if final != fence.None {
+			// Granted: the late nodes' grants belong to the lease (or
+			// are undone by the undo of a lease not made).
+			c.settle(u)
+		}
+	}()
 	var lateNodes atomic.Int64
 	// A failed attempt stops the node calls that have sent nothing yet
 	// (stopNodes), and learns from the late replies (lateErrs) which of
@@ -403,11 +410,12 @@ func (q *quorum) raiseLate(r *call, i int, req scripts.Request, tok fence.Token,
 }
 
 // undoNode removes, in the background, the level req may have taken on
-// node i; a node that does not answer keeps it until its lease ends.
-func (q *quorum) undoNode(r *call, i int, req scripts.Request) {
+// node i; a node that does not answer keeps it until its lease ends. It
+// reports false when it could not start (Close has stopped waiting).
+func (q *quorum) undoNode(r *call, i int, req scripts.Request) bool {
 	c, rdb, k := q.c, q.nodes[i], quorumOf(r).keys
 	u := c.unsettle(r.name)
-	c.goSettle(func() {
+	return c.goSettle(func() {
 		ctx, cancel := context.WithTimeout(c.bg, r.cfg.ttl)
 		defer cancel()
 		if _, err := scripts.Abandon(ctx, rdb, k, &req); err != nil && !scripts.IsRefusal(err) {
@@ -421,11 +429,13 @@ func (q *quorum) undoNode(r *call, i int, req scripts.Request) {
 }
 
 // undoAll removes, in the background, the level req may have taken on
-// every node.
-func (q *quorum) undoAll(r *call, req scripts.Request) {
+// every node, and reports whether every undo started.
+func (q *quorum) undoAll(r *call, req scripts.Request) bool {
+	ok := true
 	for i := range q.nodes {
-		q.undoNode(r, i, req)
+		ok = q.undoNode(r, i, req) && ok
 	}
+	return ok
 }
 
 // propose returns the token the first attempt of a new owner proposes, sent

@@ -116,8 +116,9 @@ func (l *Lease) release(ctx context.Context) (released, error) {
 // gone (or never were).
 func (r *call) undo() error { return r.c.be.undo(r) }
 
-// undoInBackground removes r's level and queue entry without waiting.
-func (r *call) undoInBackground() { r.c.be.undoInBackground(r) }
+// undoInBackground removes r's level and queue entry without waiting; it
+// reports false when it could not start (Close has stopped waiting).
+func (r *call) undoInBackground() bool { return r.c.be.undoInBackground(r) }
 
 // leave takes a waiter of a closing client out of the queue.
 func (r *call) leave() error { return r.c.be.leave(r) }

@@ -53,7 +53,7 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 			c.settle(u)
 		})
 		if out.known {
-			c.settle(u)
+			defer c.settle(u) // once the undo below is under way
 		}
 	}
 	rep, err := out.v, out.err
@@ -63,18 +63,17 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 			"in the background", ErrOutcomeUnknown, err)
 	case out.ended:
 		// The caller has gone: whatever the attempt did is undone.
+		cerr := ctxErr(ctx)
 		if s.left(r, rep, err, m) {
 			if uerr := r.undo(); uerr != nil {
-				return acquired{}, join(ErrOutcomeUnknown, ctxErr(ctx), err, uerr)
+				return acquired{}, join(ErrOutcomeUnknown, cerr, besides(err, cerr), uerr)
 			}
 		}
-		return acquired{}, join(ErrNotAcquired, ctxErr(ctx), err)
+		return acquired{}, join(ErrNotAcquired, cerr, besides(err, cerr))
 	case err == nil && rep.a.TooDeep:
 		return acquired{}, fmt.Errorf("%w: the hold is %d deep, the maximum (WithMaxDepth)", ErrTooDeep, rep.a.Depth)
 	case err == nil && rep.a.OK && rep.acked < c.cfg.ackReplicas:
-		return acquired{}, join(
-			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
-			r.undo())
+		return acquired{}, notReplicated(rep.acked, c.cfg.ackReplicas, c.cfg.ackTimeout, r.undo())
 	case err == nil:
 		a := acquiredOf(rep.a)
 		a.sent = rep.sent
@@ -86,7 +85,7 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 		}
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
-		return acquired{}, join(ErrNotAcquired, cerr, err)
+		return acquired{}, join(ErrNotAcquired, cerr, besides(err, cerr))
 	}
 	return acquired{}, err
 }
@@ -174,14 +173,16 @@ func (s *single) undo(r *call) error {
 		c.settle(u)
 	})
 	if out.known {
-		c.settle(u)
+		defer c.settle(u) // once a background undo below is under way
 	}
 	switch {
 	case !out.known:
 		c.debug("reentrant: undo still in flight", "name", r.name, "level", r.level)
 		return errors.New("the undo is still in flight; it goes on in the background")
 	case out.err != nil:
-		s.undoInBackground(r)
+		if !s.undoInBackground(r) {
+			return fmt.Errorf("the undo failed: %w", out.err)
+		}
 		return fmt.Errorf("the undo failed and is retried in the background: %w", out.err)
 	}
 	c.debug("reentrant: undone", "name", r.name, "level", r.level, "removed", out.v)
@@ -190,12 +191,13 @@ func (s *single) undo(r *call) error {
 
 // undoInBackground retries removing r's level and queue entry until Redis
 // confirms it, the lease it belonged to would have expired anyway, or
-// Close stops waiting for it (see Client.Close).
-func (s *single) undoInBackground(r *call) {
+// Close stops waiting for it (see Client.Close). It reports false when it
+// could not start: Close has stopped waiting.
+func (s *single) undoInBackground(r *call) bool {
 	c, k, req := s.c, &singleOf(r).keys, s.request(r)
 	giveUp := time.Now().Add(r.cfg.ttl)
 	u := c.unsettle(r.name)
-	c.goSettle(func() {
+	return c.goSettle(func() {
 		b := backoff{next: 10 * time.Millisecond, max: time.Second}
 		for time.Now().Before(giveUp) {
 			_, err := scripts.Abandon(c.bg, s.rdb, *k, &req)
@@ -205,11 +207,8 @@ func (s *single) undoInBackground(r *call) {
 				return
 			}
 			d := b.delay()
-			if c.isClosed() {
-				d = min(d, closingRetry) // Close is waiting for this
-			}
 			c.debug("reentrant: background undo failed, retrying", "name", r.name, "level", req.Level, "err", err, "delay", d)
-			if !sleep(c.bg.Done(), d) {
+			if !c.sleepUndo(d) {
 				return // Close stopped waiting: it names r's lock
 			}
 		}
@@ -218,9 +217,6 @@ func (s *single) undoInBackground(r *call) {
 			"name", r.name, "level", req.Level)
 	})
 }
-
-// closingRetry is how often an undo is retried while Close waits for it.
-const closingRetry = 20 * time.Millisecond
 
 // leave takes a waiter of a closing client out of the queue (and gives on a
 // lock just handed to it), waiting at most cleanupBudget/2 for Redis with

@@ -64,18 +64,23 @@ func (s *single) acquireMulti(ctx context.Context, m *multiCall) (multiResult, e
 	}
 	res := multiResult{grants: make([]acquired, len(m.rs))}
 	var taken []int
-	giveBack := func() { s.undoAll(m, taken) }
+	giveBack := func() error {
+		if err := s.undoAll(m, taken); err != nil {
+			return fmt.Errorf("giving back %d names it took: %w", len(taken), err)
+		}
+		return nil
+	}
 	for _, g := range groups {
 		rep, sent, err := s.multiGroup(ctx, m, g)
 		switch {
 		case err != nil:
-			giveBack()
-			return res, err
+			return res, givenBack(ctx, err, giveBack())
 		case rep.TooDeep >= 0:
-			giveBack()
-			return res, errMultiTooDeep(m.names[g[rep.TooDeep]], rep.Depths[0])
+			return res, givenBack(ctx, errMultiTooDeep(m.names[g[rep.TooDeep]], rep.Depths[0]), giveBack())
 		case !rep.OK:
-			giveBack()
+			if gerr := giveBack(); gerr != nil {
+				return res, givenBack(ctx, nil, gerr)
+			}
 			for _, j := range rep.Blocked {
 				res.blocked = append(res.blocked, g[j])
 			}
@@ -151,7 +156,7 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 		settle()
 	})
 	if out.known {
-		settle()
+		defer settle() // once the undo below is under way
 	}
 	r, err := out.v, out.err
 	switch {
@@ -159,16 +164,15 @@ func (s *single) multiGroup(ctx context.Context, m *multiCall, g []int) (scripts
 		return r.rep, r.sent, fmt.Errorf("%w: %w before Redis answered; what the attempt may have taken is undone "+
 			"in the background", ErrOutcomeUnknown, err)
 	case out.ended:
+		cerr := ctxErr(ctx)
 		if left(r.rep, err) {
 			if uerr := s.undoAll(m, g); uerr != nil {
-				return r.rep, r.sent, join(ErrOutcomeUnknown, ctxErr(ctx), err, uerr)
+				return r.rep, r.sent, join(ErrOutcomeUnknown, cerr, besides(err, cerr), uerr)
 			}
 		}
-		return r.rep, r.sent, join(ErrNotAcquired, ctxErr(ctx), err)
+		return r.rep, r.sent, join(ErrNotAcquired, cerr, besides(err, cerr))
 	case err == nil && r.rep.OK && r.acked < c.cfg.ackReplicas:
-		return r.rep, r.sent, join(
-			fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout),
-			s.undoAll(m, g))
+		return r.rep, r.sent, notReplicated(r.acked, c.cfg.ackReplicas, c.cfg.ackTimeout, s.undoAll(m, g))
 	case err == nil:
 		if m.waiting {
 			// The entry is in the queues of the names that refused, and

@@ -192,7 +192,7 @@ func mayHaveRun(err error, retries bool) bool {
 }
 
 // ran is mayHaveRun that also counts as not run a call during which the
-// client handed out no connection at all (see sendWatch), which proves
+// client wrote nothing to Redis (see sendWatch), which proves
 // what go-redis's final error cannot once it retries: that no attempt
 // reached Redis. m was marked before the call.
 func (c *Client) ran(err error, retries bool, m sendMark) bool {
