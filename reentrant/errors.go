@@ -141,6 +141,9 @@ func givenBack(ctx context.Context, err, gerr error) error {
 		return err
 	case errors.Is(err, ErrOutcomeUnknown):
 		return join(err, gerr)
+	case errors.Is(err, errTooLate):
+		// A waiting call tries again after a grant that came too late.
+		return join(ErrOutcomeUnknown, errTooLate, gerr)
 	case err == nil || errors.Is(err, ErrNotAcquired):
 		return join(ErrOutcomeUnknown, ctxErr(ctx), gerr)
 	}
@@ -159,11 +162,11 @@ func notReplicated(acked, want int, timeout time.Duration, uerr error) error {
 	return err
 }
 
-// besides returns err, or nil when it says no more than cerr (go-redis
-// returns the context's error itself when the context ended the call), so
-// that a message says the context's error once.
+// besides returns err, or nil when it is cerr and says nothing more
+// (go-redis returns the context's error itself when the context ended the
+// call), so that a message says the context's error once.
 func besides(err, cerr error) error {
-	if cerr != nil && errors.Is(err, cerr) {
+	if cerr != nil && errors.Is(err, cerr) && err.Error() == cerr.Error() {
 		return nil
 	}
 	return err

@@ -143,3 +143,13 @@ func (m *MultiLease) Token(name string) fence.Token { return m.lease(name).Token
 type Election = election
 
 func (c *Client) Election(name string, opts ...CallOption) *Election { return c.election(name, opts) }
+
+// Unsettled returns how many acquisitions of c Close would wait for now.
+func Unsettled(c *Client) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.unsettled)
+}
+
+// Closing reports whether Close has begun on c.
+func Closing(c *Client) bool { return c.isClosed() }

@@ -266,7 +266,7 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 		}
 		res, err := c.be.acquireMulti(ctx, m)
 		if err != nil {
-			if refused != nil && ctxErr(ctx) != nil {
+			if refused != nil && ctxErr(ctx) != nil && !errors.Is(err, ErrOutcomeUnknown) {
 				// The context ended during an attempt after a refusal:
 				// say what the call was waiting for.
 				return nil, join(err, refused)
@@ -340,8 +340,14 @@ func (c *Client) multiLeases(ctx context.Context, m *multiCall, res multiResult)
 			a.settle(l)
 		}
 		if err != nil {
+			var gerrs []error
 			for j, l := range leases {
-				l.giveBack(ctx, m.rs[j])
+				if gerr := l.giveBack(ctx, m.rs[j]); gerr != nil {
+					gerrs = append(gerrs, fmt.Errorf("giving back %s: %w", quoteName(l.name), gerr))
+				}
+			}
+			if rest := len(m.rs) - i - 1; rest > 0 {
+				gerrs = append(gerrs, fmt.Errorf("the %d names after it are undone in the background", rest))
 			}
 			for j := i + 1; j < len(m.rs); j++ {
 				if a := res.grants[j]; a.settle != nil {
@@ -349,7 +355,7 @@ func (c *Client) multiLeases(ctx context.Context, m *multiCall, res multiResult)
 				}
 				m.rs[j].undoInBackground()
 			}
-			return nil, err
+			return nil, givenBack(ctx, err, join(gerrs...))
 		}
 		leases = append(leases, l)
 	}
@@ -365,25 +371,31 @@ func takeInOrder(ctx context.Context, be backend, m *multiCall) (multiResult, er
 	// What was taken is given back as an Unlock would (on Redlock a
 	// release on a majority, whose late nodes the grant's settle undoes),
 	// before the attempt returns.
-	giveBack := func(n int) {
+	giveBack := func(n int) error {
+		var errs []error
 		for j, r := range m.rs[:n] {
 			l, err := r.c.newLease(ctx, r, res.grants[j])
 			if a := res.grants[j]; a.settle != nil {
 				a.settle(l)
 			}
 			if err == nil {
-				l.giveBack(ctx, r)
+				err = l.giveBack(ctx, r)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("giving back %s: %w", quoteName(r.name), bare(err)))
 			}
 		}
+		return join(errs...)
 	}
 	for i, r := range m.rs {
 		a, err := be.acquire(ctx, r, false)
 		if err != nil {
-			giveBack(i)
-			return res, err
+			return res, givenBack(ctx, err, giveBack(i))
 		}
 		if !a.ok {
-			giveBack(i)
+			if gerr := giveBack(i); gerr != nil {
+				return res, givenBack(ctx, nil, gerr)
+			}
 			res.blocked, res.holderTTL = []int{i}, a.holderTTL
 			return res, nil
 		}
@@ -394,14 +406,14 @@ func takeInOrder(ctx context.Context, be backend, m *multiCall) (multiResult, er
 
 // giveBack releases a lease of r that no caller saw (a LockMulti attempt
 // refused or failed part way), as Unlock does, bounded by one TTL; should
-// that fail, the lease ends here (nothing renews it) and r's level is
-// removed in the background.
-func (l *Lease) giveBack(ctx context.Context, r *call) {
+// that fail, the lease ends here (nothing renews it), r's level is removed
+// in the background, and the error says so.
+func (l *Lease) giveBack(ctx context.Context, r *call) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ttl)
 	err := l.Unlock(uctx)
 	cancel()
 	if err == nil || errors.Is(err, ErrNotHeld) {
-		return
+		return nil
 	}
 	l.c.debug("reentrant: giving back a name of a refused LockMulti failed; undoing in the background", "name", l.name, "err", err)
 	l.mu.Lock()
@@ -412,6 +424,7 @@ func (l *Lease) giveBack(ctx context.Context, r *call) {
 		l.c.dropRef(l.own)
 		r.undoInBackground()
 	}
+	return fmt.Errorf("the release failed, and is retried in the background: %w", bare(err))
 }
 
 // errMultiTooDeep is the error of a LockMulti refused because the owner

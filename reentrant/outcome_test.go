@@ -165,3 +165,24 @@ func requireSentNothing(t *testing.T, err error) {
 	require.True(t, errors.As(err, &op) && op.Op == "dial", "not the dial's error: %v", err)
 	require.False(t, strings.Contains(err.Error(), "outcome unknown"), err.Error())
 }
+
+// Close begun while an attempt is in flight on a frozen server waits for
+// it: the server resumes, the attempt's grant comes back to a closed
+// client, which undoes it before Close returns nil, and the lock is free.
+func TestCloseSettlesAnAttemptInFlight(t *testing.T) {
+	srv, c := frozen(t)
+	name := testenv.Unique(t)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), name) // no deadline: the attempt runs on this goroutine
+		locked <- err
+	}()
+	require.True(t, testenv.Await(10*time.Second, func() bool { return reentrant.Unsettled(c) > 0 }), "no attempt in flight")
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	require.True(t, testenv.Await(10*time.Second, func() bool { return reentrant.Closing(c) }), "Close not begun")
+	srv.Resume()
+	require.NoError(t, <-closed)
+	require.ErrorIs(t, <-locked, reentrant.ErrClosed)
+	requireFree(t, srv, name)
+}

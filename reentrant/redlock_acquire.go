@@ -150,22 +150,28 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 	}
 	fail := func(why string) (acquired, error) {
 		q.undoAll(r, req)
-		if cerr := ctxErr(ctx); cerr != nil || len(errs.errs) > n-maj {
-			if len(ok)+unknown >= maj {
-				// Those of the nodes that did not answer whose call
-				// has sent nothing yet now never will.
-				stopNodes()
-				unknown -= unsent(lateErrs, got, sentNothing)
-			}
-			if len(ok)+unknown >= maj {
-				// With the nodes that did not answer, a majority may
-				// have granted it.
-				return acquired{}, join(fmt.Errorf("%w: %s, %d did not answer; what they may have granted is "+
-					"undone in the background", ErrOutcomeUnknown, why, unknown), cerr, errs.err())
-			}
-			return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, errs.err())
+		cerr := ctxErr(ctx)
+		if cerr == nil && len(errs.errs) <= n-maj && len(ok) < maj {
+			// Refused by a majority: a later attempt may win.
+			return acquired{holderTTL: max(holder, 0), split: len(ok) > 0}, nil
 		}
-		return acquired{holderTTL: max(holder, 0), split: len(ok) > 0}, nil
+		if len(ok) < maj && len(ok)+unknown >= maj {
+			// Those of the nodes that did not answer whose call has sent
+			// nothing yet now never will.
+			stopNodes()
+			unknown -= unsent(lateErrs, got, sentNothing)
+		}
+		if len(ok)+unknown >= maj {
+			// A majority may hold what the attempt took (granted, or with
+			// the nodes that did not answer), and its undo goes on in the
+			// background.
+			if unknown > 0 {
+				why += fmt.Sprintf(", %d did not answer", unknown)
+			}
+			return acquired{}, join(fmt.Errorf("%w: %s; what the nodes granted is undone in the background",
+				ErrOutcomeUnknown, why), cerr, errs.err())
+		}
+		return acquired{}, join(fmt.Errorf("%w: %s", ErrNotAcquired, why), cerr, errs.err())
 	}
 	if len(ok) < maj {
 		return fail(fmt.Sprintf("%d of %d nodes granted it", len(ok), n))
