@@ -173,6 +173,9 @@ func (o *ownership) overdue() error {
 // last renewal's error, if any.
 func (o *ownership) expiredErr(last error) error {
 	reason := fmt.Sprintf("the TTL less the %v safety margin passed", o.cfg.margin)
+	if o.cfg.renew == 0 {
+		reason += " with renewal off (WithoutRenewal; Extend renews)"
+	}
 	if last != nil {
 		reason += "; last renewal"
 	}

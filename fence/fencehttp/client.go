@@ -13,6 +13,9 @@ import (
 // Fencing-Token header, through base (http.DefaultTransport when nil). A
 // request whose context carries no token goes out as it is. The request
 // is cloned, never changed; a Fencing-Token header set on it is replaced.
+// A request made with a lease's context is cancelled when the lease ends,
+// before it is sent; to have the service refuse it instead (and learn the
+// highest token), send it with context.WithoutCancel(lease.Context()).
 // A token the wire format cannot carry (None, an empty resource, too many)
 // fails the request with Format's error, before anything is sent. Like
 // every RoundTripper it does not interpret the response: ResponseError

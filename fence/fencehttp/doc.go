@@ -7,8 +7,12 @@
 // puts the received tokens into the request's context; the handler passes
 // the token (fence.TokenFor) with its write to a fenced store, and answers
 // a refusal with [WriteError]. The holder reads a refusal back with
-// [ResponseError]. A paused holder's late request then fails at the
-// service's store, as its own late write would (docs/remote.md).
+// [ResponseError]. A paused holder's late request then fails: sent with
+// the lease's context, before it leaves (the context ended with the
+// lease); sent with context.WithoutCancel(lease.Context()), which keeps the
+// tokens, at the service's store, with 409 Conflict (docs/remote.md says
+// which to choose). Wrap the routes that write in Middleware; reads need
+// no token, and Require refuses a request without one.
 //
 // # Wire format
 //
