@@ -229,16 +229,23 @@ func TestLockMultiCancelled(t *testing.T) {
 		}
 		cancel()
 		err = <-got
-		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
 		require.ErrorIs(t, err, context.Canceled)
+		if errors.Is(err, reentrant.ErrOutcomeUnknown) {
+			// A cancel while a Redlock attempt's nodes had not answered:
+			// what they grant late is undone in the background.
+			require.NotErrorIs(t, err, reentrant.ErrNotAcquired)
+		} else {
+			require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		}
 		var na *reentrant.NotAcquiredError
 		if errors.As(err, &na) { // unless the cancel came during the first attempt
 			require.Equal(t, []string{p + "/b"}, na.Names)
 		}
 		for _, n := range []string{p + "/a", p + "/b", p + "/c"} {
-			st, err := be.c.Inspect(t.Context(), n)
-			require.NoError(t, err)
-			require.Equal(t, n == p+"/b", st.Held, n)
+			require.Eventually(t, func() bool {
+				st, err := be.c.Inspect(t.Context(), n)
+				return err == nil && st.Held == (n == p+"/b")
+			}, time.Minute, 5*time.Millisecond, n)
 			// Its entry leaves b's queue as the call returns, or, on a
 			// machine too slow to answer within the cleanup budget, in
 			// the background soon after.

@@ -159,7 +159,7 @@ func (q *quorum) acquire(ctx context.Context, r *call, _ bool) (acquired, error)
 			// Those of the nodes that did not answer whose call has sent
 			// nothing yet now never will.
 			stopNodes()
-			unknown -= unsent(lateErrs, got, sentNothing)
+			unknown -= unsent(lateErrs, got, func(v scripts.QAcquired) bool { return !v.OK }, sentNothing)
 		}
 		if len(ok)+unknown >= maj {
 			// A majority may hold what the attempt took (granted, or with
@@ -349,20 +349,21 @@ func (q *quorum) settleLate(r *call, x nodeReply[scripts.QAcquired], req scripts
 	}
 }
 
-// unsent waits, at most cleanupBudget/4, for the late replies (from
+// unsent waits, at most cleanupBudget/2, for the late replies (from
 // lateErrs) of the nodes that had not answered (nil in got) once their
-// calls were stopped, and returns how many of them failed having sent
-// nothing (sentNothing). A call that had sent its command keeps waiting
-// for the reply (go-redis reads on) and is not counted.
-func unsent[T any](lateErrs <-chan nodeReply[T], got []*nodeReply[T], sentNothing func(int, error) bool) int {
+// calls were stopped, and returns how many of them took nothing: refused
+// (refused), or failed having sent nothing (sentNothing). A call that had
+// sent its command keeps waiting for the reply (go-redis reads on) and is
+// not counted, nor is a late grant.
+func unsent[T any](lateErrs <-chan nodeReply[T], got []*nodeReply[T], refused func(T) bool, sentNothing func(int, error) bool) int {
 	missing := len(got) - count(got, func(nodeReply[T]) bool { return true })
-	t := time.NewTimer(cleanupBudget / 4)
+	t := time.NewTimer(cleanupBudget / 2)
 	defer t.Stop()
 	n := 0
 	for range missing {
 		select {
 		case x := <-lateErrs:
-			if x.err != nil && sentNothing(x.i, x.err) {
+			if x.err == nil && refused(x.v) || x.err != nil && sentNothing(x.i, x.err) {
 				n++
 			}
 		case <-t.C:
