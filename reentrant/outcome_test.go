@@ -73,8 +73,11 @@ func TestFrozenLockIsUnknownAndCloseUndoesIt(t *testing.T) {
 	_, err := c.Lock(ctx, name)
 	requireUnknown(t, err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	t.Logf("Lock on a frozen server: %v", err)
 	srv.Resume()
+	start := time.Now()
 	require.NoError(t, c.Close())
+	t.Logf("Close after SIGCONT: nil in %v", time.Since(start).Round(time.Millisecond))
 	requireFree(t, srv, name)
 }
 
@@ -92,6 +95,7 @@ func TestCloseWhileFrozenNamesTheLock(t *testing.T) {
 	err = c.Close()
 	require.ErrorIs(t, err, reentrant.ErrOutcomeUnknown)
 	require.Contains(t, err.Error(), strconv.Quote(name))
+	t.Logf("Close while frozen: %v", err)
 }
 
 // Every operation that changes a lock says ErrOutcomeUnknown when the
@@ -142,6 +146,7 @@ func TestRefusedDialIsNotUnknown(t *testing.T) {
 	c := newClient(t, rdb)
 	_, err = c.Lock(t.Context(), testenv.Unique(t))
 	requireSentNothing(t, err)
+	t.Logf("Lock with nothing listening: %v", err)
 
 	srv := redisproc.Start(t)
 	c = newClient(t, srv.Client(), reentrant.WithTTL(frozenTTL))
@@ -151,7 +156,9 @@ func TestRefusedDialIsNotUnknown(t *testing.T) {
 	srv.Kill()
 	_, err = c.Lock(t.Context(), name+"/other")
 	requireSentNothing(t, err)
-	requireSentNothing(t, l.Unlock(t.Context()))
+	err = l.Unlock(t.Context())
+	requireSentNothing(t, err)
+	t.Logf("Unlock after Redis was killed: %v", err)
 }
 
 // requireSentNothing fails the test unless err is a refused dial's, and
