@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
 	"strings"
@@ -203,16 +204,23 @@ func TestLockUnlockAllocations(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	name, ctx := testenv.Unique(t), t.Context()
-	n := testing.AllocsPerRun(200, func() {
-		l, err := c.Lock(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-	require.LessOrEqual(t, n, 27.0, "allocations per Lock+Unlock")
+	// AllocsPerRun counts every goroutine's allocations, and goroutines of
+	// earlier tests may still be winding down (a background undo, a
+	// closing client): they only add, so the least of three runs is the
+	// pair's own count.
+	least := math.Inf(1)
+	for range 3 {
+		least = min(least, testing.AllocsPerRun(200, func() {
+			l, err := c.Lock(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}))
+	}
+	require.LessOrEqual(t, least, 27.0, "allocations per Lock+Unlock")
 }
 
 func TestUnlockTwiceAndMoreUnlocksThanLocks(t *testing.T) {
