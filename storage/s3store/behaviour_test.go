@@ -185,6 +185,9 @@ func TestTornHead(t *testing.T) {
 
 // A write that loses every round gives up after WithMaxAttempts rounds
 // with ErrContended, holding the server's last 412.
+//
+// (TestLostReplyFindsItsWrite: the write whose PUT was applied but whose
+// reply was lost finds itself on the next read, and succeeds.)
 func TestRetryBound(t *testing.T) {
 	s, c, _, _ := counted(t, s3store.WithMaxAttempts(3))
 	hook := func(r *http.Request) (*http.Response, error) {
@@ -207,7 +210,9 @@ func TestRetryBound(t *testing.T) {
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, "PreconditionFailed", ae.ErrorCode())
 	require.EqualValues(t, 3, c.count(http.MethodPut))
-	require.EqualValues(t, 3, c.count(http.MethodHead))
+	// A HEAD a round, and one after the last, which would have found the
+	// write in place had a lost reply hidden that it was applied.
+	require.EqualValues(t, 4, c.count(http.MethodHead))
 	t.Logf("the error: %v", err)
 }
 
@@ -236,4 +241,32 @@ func TestErrorsWrapTheSDKs(t *testing.T) {
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, "NoSuchBucket", ae.ErrorCode())
 	require.False(t, errors.Is(err, storage.ErrNotFound), "a missing bucket is not a missing key")
+}
+
+// A PUT applied whose reply is lost (here: the server's answer replaced by
+// a 500, and the SDK's retry refused with 412 since the object changed)
+// is found by the next read: the write succeeds, once, and the object is
+// its own; even with WithMaxAttempts(1), where a lost round would
+// otherwise end in ErrContended.
+func TestLostReplyFindsItsWrite(t *testing.T) {
+	s, c, _, _ := counted(t, s3store.WithMaxAttempts(1))
+	var puts atomic.Int64
+	hook := func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodPut || puts.Add(1) != 1 {
+			return nil, nil
+		}
+		// Forward the first PUT, then lose its reply.
+		resp, err := transport().RoundTrip(r)
+		if err != nil {
+			return nil, err
+		}
+		_ = resp.Body.Close()
+		return nil, errors.New("connection reset (planted by the test)")
+	}
+	c.hook.Store(&hook)
+	require.NoError(t, s.Put(t.Context(), "k", []byte("v"), 7))
+	rec, err := s.Get(t.Context(), "k")
+	require.NoError(t, err)
+	require.Equal(t, "v", string(rec.Value))
+	require.EqualValues(t, 7, rec.Token)
 }

@@ -60,8 +60,7 @@
 // Highest keeps the token. Objects are never removed; an object removed by
 // hand (or by a lifecycle rule) takes its key's fence with it.
 //
-// Get is one GET, Highest one HEAD. Both read what one write left whole: a
-// PUT replaces an object atomically.
+// Get is one GET (again when it was torn, as above), Highest one HEAD.
 //
 // # Errors and retries
 //
@@ -71,12 +70,13 @@
 // errors.As finds the smithy and s3/types errors in it.
 //
 // The client's own retries are the caller's (aws.Config's Retryer). A PUT
-// the SDK re-sends after losing the reply to one that was applied finds its
-// own object: a 412, then a re-read that sees its own token, equal, and a
-// second, identical write, which is accepted. If a higher token got in
-// between, the call reports fence.ErrStale although its first attempt was
-// applied and then superseded, the truth the caller needs all the same: its
-// value is not the current one.
+// the SDK re-sends after losing the reply to one that was applied gets a
+// 412; the re-read then finds the call's own write (its MD5, unique to the
+// call), and the call succeeds without writing again. If another write got
+// in between, the call goes on as if its PUT had lost (and may report
+// fence.ErrStale or ErrContended although its first attempt was applied
+// and then superseded: the truth the caller needs all the same, its value
+// is not the current one).
 //
 // A HEAD has no body, so a bucket that does not exist looks like a bucket
 // without the object to Highest (fence.None); Get, Put and Delete report

@@ -36,9 +36,11 @@ const (
 // so that every write has an ETag of its own.
 const nonceLen = 16
 
-// Get implements [storage.Store]: one GET. A key with no object, or whose
-// object is a tombstone, is storage.ErrNotFound; an object this package did
-// not write is [ErrForeign].
+// Get implements [storage.Store]: one GET, made again (up to
+// [WithMaxAttempts] times, then [ErrContended]) when the server answered
+// with one write's body beside another's metadata. A key with no object,
+// or whose object is a tombstone, is storage.ErrNotFound; an object this
+// package did not write is [ErrForeign].
 func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	if err := checkKey(key); err != nil {
 		return storage.Record{}, err
@@ -68,7 +70,7 @@ func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 		}
 		if sum := md5.Sum(body); hex.EncodeToString(sum[:]) != out.Metadata[metaMD5] {
 			if n >= s.cfg.maxAttempts {
-				return storage.Record{}, fmt.Errorf("s3store: get %q: body and metadata of different writes in %d reads: %w", key, n, ErrContended)
+				return storage.Record{}, fmt.Errorf("s3store: get %q: %w: body and metadata of different writes in %d reads", key, ErrContended, n)
 			}
 			continue
 		}
@@ -116,6 +118,7 @@ func (s *Store) Highest(ctx context.Context, key string) (fence.Token, error) {
 type current struct {
 	etag  *string
 	token fence.Token
+	md5   string // the body's MD5 its write recorded, unique to that write
 	whole bool
 }
 
@@ -132,9 +135,11 @@ type current struct {
 // HEAD's ETag to the second's, and ETags are unique per write.
 func (s *Store) current(ctx context.Context, name string) (current, error) {
 	cur, err := s.head(ctx, name)
+	// At least one confirming read, whatever WithMaxAttempts says: on a
+	// server whose ETags are not MD5s every read needs one.
 	for n := 1; err == nil && !cur.whole; n++ {
-		if n >= s.cfg.maxAttempts {
-			return current{}, fmt.Errorf("object %s: changed between every two of %d reads: %w", name, n, ErrContended)
+		if n >= max(2, s.cfg.maxAttempts) {
+			return current{}, fmt.Errorf("%w: object %s changed between every two of %d reads", ErrContended, name, n)
 		}
 		var next current
 		next, err = s.head(ctx, name)
@@ -159,7 +164,7 @@ func (s *Store) head(ctx context.Context, name string) (current, error) {
 		return current{}, fmt.Errorf("object %s: %w", name, ErrForeign)
 	}
 	whole := strings.Trim(*out.ETag, `"`) == out.Metadata[metaMD5]
-	return current{etag: out.ETag, token: tok, whole: whole}, nil
+	return current{etag: out.ETag, token: tok, md5: out.Metadata[metaMD5], whole: whole}, nil
 }
 
 func (s *Store) write(ctx context.Context, op, key string, value []byte, token fence.Token, deleted bool) error {
@@ -186,10 +191,20 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, token f
 		meta[metaDeleted] = "true"
 	}
 	var lost error
-	for attempt := 1; attempt <= s.cfg.maxAttempts; attempt++ {
+	for attempt := 1; attempt <= s.cfg.maxAttempts+1; attempt++ {
 		cur, err := s.current(ctx, name)
 		if err != nil {
 			return s.fail(ctx, op, key, err)
+		}
+		if cur.md5 == meta[metaMD5] {
+			// This call's own write, which an earlier round (or the SDK's
+			// re-sending of one whose reply was lost) applied: the nonce
+			// makes its MD5 unique, so nobody wrote since.
+			s.tell(attempt)
+			return nil
+		}
+		if attempt > s.cfg.maxAttempts {
+			break // the read after the last lost round found another write
 		}
 		in := &s3.PutObjectInput{
 			Bucket:        &s.bucket,
@@ -215,7 +230,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, token f
 			s.tell(attempt)
 			return nil
 		}
-		if !conflict(err) || ctx.Err() != nil {
+		if !conflict(err, in.IfMatch != nil) || ctx.Err() != nil {
 			return s.fail(ctx, op, key, err)
 		}
 		lost = err
@@ -223,8 +238,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, token f
 			return s.fail(ctx, op, key, err)
 		}
 	}
-	return fmt.Errorf("s3store: %s %q: the object changed between read and write %d times: %w (last: %w)",
-		op, key, s.cfg.maxAttempts, ErrContended, lost)
+	return fmt.Errorf("s3store: %s %q: %w: lost %d rounds, the last with %w", op, key, ErrContended, s.cfg.maxAttempts, lost)
 }
 
 // backoff waits after a write's attempt-th lost round: a random time
@@ -254,9 +268,13 @@ func (s *Store) fail(ctx context.Context, op, key string, err error) error {
 	return ctxerr.With(ctx, fmt.Errorf("s3store: %s %q: %w", op, key, err))
 }
 
-// parseMeta reads an object's token and tombstone mark. S3 hands metadata
-// names back in lower case, as they are written.
+// parseMeta reads an object's token and tombstone mark, and checks that it
+// has the MD5 every write records. S3 hands metadata names back in lower
+// case, as they are written.
 func parseMeta(m map[string]string) (fence.Token, bool, error) {
+	if sum, err := hex.DecodeString(m[metaMD5]); err != nil || len(sum) != md5.Size {
+		return fence.None, false, errors.New("no valid " + metaMD5)
+	}
 	tok, err := fence.Parse(m[metaToken])
 	if err != nil {
 		return fence.None, false, err
@@ -269,10 +287,13 @@ func parseMeta(m map[string]string) (fence.Token, bool, error) {
 
 // conflict reports whether a PUT lost to another writer: 412 Precondition
 // Failed (the ETag changed, or an object appeared under If-None-Match: *),
-// or 409 ConditionalRequestConflict (S3 was applying a competing write).
-func conflict(err error) bool {
+// 409 ConditionalRequestConflict (S3 was applying a competing write), or,
+// for a PUT with If-Match (ifMatch), 404 NoSuchKey (the object it read was
+// removed since: the next round writes with If-None-Match).
+func conflict(err error, ifMatch bool) bool {
 	c := code(err)
-	return status(err) == http.StatusPreconditionFailed || c == "PreconditionFailed" || c == "ConditionalRequestConflict"
+	return status(err) == http.StatusPreconditionFailed || c == "PreconditionFailed" || c == "ConditionalRequestConflict" ||
+		ifMatch && (c == "NoSuchKey" || status(err) == http.StatusNotFound)
 }
 
 // code returns the S3 error code in err, or "".

@@ -17,15 +17,17 @@ var _ storage.Store = (*Store)(nil)
 var (
 	// ErrContended reports a call that lost to other writers
 	// [WithMaxAttempts] times: a write whose object changed between its
-	// read and its conditional PUT in every round (nothing was written;
-	// the error also holds the server's last 412 or 409), or a read that
-	// found the object being replaced every time it read.
-	ErrContended = errors.New("s3store: too many conflicting writers")
+	// read and its conditional PUT in every round (the error also holds the
+	// server's last 412 or 409), or a read that found the object being
+	// replaced every time it read. Such a write is not in the object: none
+	// of its PUTs was applied, or (the SDK re-sent a PUT whose reply was
+	// lost) one was and a newer write has replaced it since.
+	ErrContended = errors.New("too many conflicting writers")
 
 	// ErrForeign reports an object at a key's name that this package did
 	// not write (no valid redfence-token metadata, or a body too short):
 	// nothing was read or changed.
-	ErrForeign = errors.New("s3store: object not written by s3store")
+	ErrForeign = errors.New("object not written by s3store")
 )
 
 const (
@@ -88,7 +90,8 @@ func WithPrefix(prefix string) Option {
 // WithMaxAttempts sets how many rounds, each a HEAD and a conditional PUT,
 // a write makes while other writers keep changing the object between its
 // read and its write. The default is [DefaultMaxAttempts]. Past it the write
-// fails with [ErrContended], having written nothing. n must be at least 1;
+// fails with [ErrContended]. It also bounds Get's re-reads of a torn
+// object and the HEADs that confirm a torn one (at least two). n must be at least 1;
 // [New] refuses it otherwise, with an error wrapping storage.ErrInvalid.
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
