@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// The core module never makes its users download gRPC: package
-// fence/fencegrpc is a module of its own, and nothing here requires it.
+// The core module never makes its users download gRPC or the AWS SDK:
+// packages fence/fencegrpc and storage/s3store are modules of their own,
+// and nothing here requires them.
 // GOWORK=off: the committed go.work ties the modules together for
 // development, and its build list is not what a user of the core gets.
 func TestCoreModuleHasNoGRPC(t *testing.T) {
@@ -25,7 +26,8 @@ func TestCoreModuleHasNoGRPC(t *testing.T) {
 		t.Fatalf("go list -m all listed almost nothing: %s", out)
 	}
 	for _, m := range mods {
-		if strings.HasPrefix(m, "google.golang.org/grpc") || m == "github.com/redfence/redfence/fence/fencegrpc" {
+		if strings.HasPrefix(m, "google.golang.org/grpc") || strings.HasPrefix(m, "github.com/aws/") ||
+			m == "github.com/redfence/redfence/fence/fencegrpc" || m == "github.com/redfence/redfence/storage/s3store" {
 			t.Errorf("the core module requires %s", m)
 		}
 	}
@@ -85,7 +87,7 @@ func TestModulesReadyToTag(t *testing.T) {
 			t.Errorf("go.work does not use the module in %s", m)
 		}
 	}
-	if len(mods) < 3 {
-		t.Errorf("found %d modules (%v); want the root, fence/fencegrpc and bench at least", len(mods), mods)
+	if len(mods) < 4 {
+		t.Errorf("found %d modules (%v); want the root, fence/fencegrpc, bench and storage/s3store at least", len(mods), mods)
 	}
 }

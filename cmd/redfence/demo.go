@@ -50,7 +50,7 @@ tokens travel in a Fencing-Token header, and A's late request is refused with
 409 Conflict (package fence/fencehttp).`
 
 // demoStores are the --store values.
-var demoStores = []string{"memory", "redis", "postgres", "sqlite", "mysql"}
+var demoStores = []string{"memory", "redis", "postgres", "sqlite", "mysql", "s3"}
 
 type demoConfig struct {
 	redisAddr   string
@@ -58,6 +58,8 @@ type demoConfig struct {
 	store       string
 	postgresURL string
 	mysqlDSN    string
+	s3Endpoint  string
+	s3Bucket    string
 	redlock     bool
 	http        bool
 }
@@ -74,6 +76,9 @@ func demoFlags(cfg *demoConfig) *flag.FlagSet {
 		"PostgreSQL `URL` for --store postgres (default: $"+postgresURLVar+")")
 	fs.StringVar(&cfg.mysqlDSN, "mysql", "",
 		"MySQL or MariaDB `DSN` for --store mysql, as github.com/go-sql-driver/mysql\nreads it, such as root@tcp(127.0.0.1:3306)/test (default: $"+mysqlDSNVar+")")
+	fs.StringVar(&cfg.s3Endpoint, "s3-endpoint", "",
+		"S3 API `URL` for --store s3, such as http://127.0.0.1:7070 (default: $"+s3EndpointVar+");\ncredentials from $"+s3AccessVar+" and $"+s3SecretVar+" (or $AWS_ACCESS_KEY_ID and\n$AWS_SECRET_ACCESS_KEY), region from $AWS_REGION (default us-east-1)")
+	fs.StringVar(&cfg.s3Bucket, "s3-bucket", "redfence-demo", "the `BUCKET` for --store s3, made when missing")
 	return fs
 }
 
@@ -98,6 +103,9 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 	}
 	if cfg.mysqlDSN == "" {
 		cfg.mysqlDSN = os.Getenv(mysqlDSNVar)
+	}
+	if cfg.s3Endpoint == "" {
+		cfg.s3Endpoint = os.Getenv(s3EndpointVar)
 	}
 	if err := cfg.check(); err != nil {
 		return err
@@ -149,6 +157,9 @@ func (cfg demoConfig) check() error {
 	}
 	if cfg.store == "mysql" && cfg.mysqlDSN == "" {
 		return usagef("demo", "--store mysql needs --mysql DSN or $%s", mysqlDSNVar)
+	}
+	if cfg.store == "s3" && cfg.s3Endpoint == "" {
+		return usagef("demo", "--store s3 needs --s3-endpoint URL or $%s", s3EndpointVar)
 	}
 	return nil
 }
@@ -212,6 +223,8 @@ func demoStore(ctx context.Context, cfg demoConfig, rdb *redis.Client) (storage.
 		path := filepath.Join(dir, "demo.db")
 		return sqlDemoStore(ctx, "sqlite", sqlstore.SQLiteDSN(path), sqlstore.SQLite, "SQLite store ("+path+")",
 			func() { _ = os.RemoveAll(dir) })
+	case "s3":
+		return s3DemoStore(ctx, cfg)
 	}
 	return nil, "", nil, fmt.Errorf("unknown store %q", cfg.store) // cfg.check prevents it
 }

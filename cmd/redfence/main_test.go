@@ -47,6 +47,9 @@ func TestDemo(t *testing.T) {
 		{"embedded/mysql", func(t *testing.T) []string {
 			return []string{"--store", "mysql", "--mysql", testenv.MySQLDSN(t)}
 		}},
+		{"embedded/s3", func(t *testing.T) []string {
+			return []string{"--store", "s3", "--s3-endpoint", testenv.S3Endpoint(t), "--s3-bucket", "redfence-cli-test"}
+		}},
 		{"redis/redis", func(t *testing.T) []string {
 			return []string{"--redis", testenv.RedisAddr(t), "--store", "redis", "--prefix", "redfence-cli-test"}
 		}},
@@ -124,6 +127,7 @@ func TestDemoUnsafe(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	t.Setenv(postgresURLVar, "")
+	t.Setenv(s3EndpointVar, "")
 	long := strings.Repeat("p", 257)
 	for _, c := range []struct {
 		code int
@@ -141,6 +145,7 @@ func TestExitCodes(t *testing.T) {
 		{exitUsage, []string{"demo", "--redis", "no-port"}},
 		{exitUsage, []string{"demo", "--store", "bogus"}},
 		{exitUsage, []string{"demo", "--store", "postgres"}},
+		{exitUsage, []string{"demo", "--store", "s3"}},
 		{exitUsage, []string{"demo", "--prefix", ""}},
 		{exitUsage, []string{"demo", "--prefix", "a{b"}},
 		{exitUsage, []string{"demo", "--prefix", long}},
@@ -182,11 +187,13 @@ func TestFlagsParsed(t *testing.T) {
 	var d demoConfig
 	fs := demoFlags(&d)
 	pos, help, err := parseArgs(lookup("demo"), fs,
-		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock", "--mysql", "u@tcp(h:3)/d", "--http"}, nil)
+		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock", "--mysql", "u@tcp(h:3)/d", "--http",
+			"--s3-endpoint", "http://h:4", "--s3-bucket", "b"}, nil)
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Empty(t, pos)
-	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", mysqlDSN: "u@tcp(h:3)/d", redlock: true, http: true}, d)
+	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", mysqlDSN: "u@tcp(h:3)/d",
+		s3Endpoint: "http://h:4", s3Bucket: "b", redlock: true, http: true}, d)
 	requireAllSet(t, fs)
 
 	var i inspectConfig

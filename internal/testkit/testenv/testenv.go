@@ -73,6 +73,14 @@ func PostgresURL(t testing.TB) string { return need(t, PostgresURLVar, "PostgreS
 // MySQLDSN returns the MySQL or MariaDB DSN, or skips.
 func MySQLDSN(t testing.TB) string { return need(t, MySQLDSNVar, "MySQL") }
 
+// S3EndpointVar names the URL of a running S3 API server (versitygw in
+// CI), whose credentials are in $REDFENCE_S3_ACCESS_KEY and
+// $REDFENCE_S3_SECRET_KEY.
+const S3EndpointVar = "REDFENCE_S3_ENDPOINT"
+
+// S3Endpoint returns the S3 API server's URL, or skips.
+func S3Endpoint(t testing.TB) string { return need(t, S3EndpointVar, "S3") }
+
 // Redis returns a client of the real Redis, closed when the test ends.
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
