@@ -78,7 +78,7 @@ func (s *single) acquire(ctx context.Context, r *call, poll bool) (acquired, err
 		a := acquiredOf(rep.a)
 		a.sent = rep.sent
 		return a, nil
-	case c.ran(err, s.retries, m):
+	case s.left(r, rep, err, m):
 		if uerr := r.undo(); uerr != nil {
 			return acquired{}, fmt.Errorf("%w (%w); the lock may stay held by this owner for up to %v: %w",
 				ErrOutcomeUnknown, err, r.cfg.ttl, uerr)
@@ -98,13 +98,17 @@ func (s *single) attempt(ctx context.Context, r *call, poll bool) (acquireReply,
 }
 
 // left says whether an attempt whose caller has gone left something to
-// undo: a level, or (a waiter's) a place in the queue. m was marked before
-// the attempt.
+// undo: a level, or (a waiter's) a place in the queue. A waiter's earlier
+// attempts put it in the queue, so it has its place to leave even when
+// this attempt sent nothing. m was marked before the attempt.
 func (s *single) left(r *call, rep acquireReply, err error, m sendMark) bool {
+	if singleOf(r).waiter.Channel != "" {
+		return true
+	}
 	if err != nil {
 		return s.c.ran(err, s.retries, m)
 	}
-	return rep.a.OK || singleOf(r).waiter.Channel != ""
+	return rep.a.OK
 }
 
 // runAcquire runs the acquire script, followed by WAIT on the same
