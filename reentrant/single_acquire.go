@@ -99,16 +99,14 @@ func (s *single) attempt(ctx context.Context, r *call, poll bool) (acquireReply,
 
 // left says whether an attempt whose caller has gone left something to
 // undo: a level, or (a waiter's) a place in the queue. A waiter's earlier
-// attempts put it in the queue, so it has its place to leave even when
-// this attempt sent nothing. m was marked before the attempt.
+// attempts may have queued it (again), so it has its place to leave even
+// when this attempt sent nothing. m was marked before the attempt.
 func (s *single) left(r *call, rep acquireReply, err error, m sendMark) bool {
-	if singleOf(r).waiter.Channel != "" {
-		return true
-	}
+	sc := singleOf(r)
 	if err != nil {
-		return s.c.ran(err, s.retries, m)
+		return sc.again || s.c.ran(err, s.retries, m)
 	}
-	return rep.a.OK
+	return rep.a.OK || sc.waiter.Channel != ""
 }
 
 // runAcquire runs the acquire script, followed by WAIT on the same
@@ -207,6 +205,14 @@ func (s *single) undoInBackground(r *call) bool {
 			_, err := scripts.Abandon(c.bg, s.rdb, *k, &req)
 			if err == nil || scripts.IsRefusal(err) {
 				c.debug("reentrant: undone in the background", "name", r.name, "level", req.Level, "err", err)
+				c.settle(u)
+				return
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				// The go-redis client was closed under this one: nothing
+				// can undo through it any more.
+				c.cfg.log.Warn("reentrant: cannot undo an acquisition: the go-redis client is closed; its level expires with the lease",
+					"name", r.name, "level", req.Level)
 				c.settle(u)
 				return
 			}
