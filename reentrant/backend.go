@@ -102,6 +102,8 @@ type acquired struct {
 	// split: a Redlock attempt refused with some nodes granting it, most
 	// likely a tie between waiters that tried at once.
 	split bool
+	// slot is a semaphore permit's slot, when ok.
+	slot int
 }
 
 // extendReq asks a backend to keep one ownership's lock for ttl from now.

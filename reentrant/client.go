@@ -74,7 +74,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	owns   map[holdKey]*ownership
-	names  map[string]int // how many entries of owns each name has: a refused lock call asks whether this client holds the name (heldHere)
+	names  map[holdKey]int // by name and kind (no owner): how many entries of owns each name has: a refused lock call asks whether this client holds the name (heldHere)
 	closed bool
 	// unsettled holds the acquisitions whose callers have gone while
 	// Redis may keep what they took: an attempt still in flight, or an
@@ -97,6 +97,7 @@ type Client struct {
 type holdKey struct {
 	owner Owner
 	name  string
+	kind  byte // the call's hold.kind: a name's lock, RW lock and semaphore are three locks
 }
 
 // New returns a Client using rdb. It fails with ErrInvalid when rdb is nil
@@ -145,7 +146,7 @@ func build(cfg config) (*Client, string) {
 		bg:        bg,
 		stopBg:    stop,
 		owns:      make(map[holdKey]*ownership),
-		names:     make(map[string]int),
+		names:     make(map[holdKey]int),
 		unsettled: make(map[*unsettled]struct{}),
 		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
@@ -179,7 +180,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	close(c.closing)
 	owns := c.owns
-	c.owns, c.names = map[holdKey]*ownership{}, map[string]int{}
+	c.owns, c.names = map[holdKey]*ownership{}, map[holdKey]int{}
 	c.mu.Unlock()
 	for _, o := range owns {
 		o.end(ErrLeaseClosed)
@@ -367,7 +368,7 @@ func (c *Client) valid() error {
 func (c *Client) holdsFor(owner Owner, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.owns[holdKey{owner, name}]
+	_, ok := c.owns[holdKey{owner: owner, name: name}]
 	return ok
 }
 

@@ -302,6 +302,9 @@ func opErr(op, name string, err error) error {
 		err = fmt.Errorf("%w: another token mode uses this name's keys: every client of a prefix must use "+
 			"WithStrictTokens, or none: %w", ErrInvalid, err)
 	}
+	if errors.Is(err, scripts.ErrShared) && !errors.Is(err, ErrInvalid) {
+		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	e := &OpError{Op: op, Name: name, Err: err}
 	if seenErr != nil {
 		seenErr(e)

@@ -35,6 +35,12 @@ type State struct {
 	// the forced lease would have ended), or nil. Nothing else of a
 	// released name's history is kept.
 	Forced *Forced
+	// Holders lists, for a read-write lock ([RWMutex.Inspect]) or a
+	// semaphore ([Semaphore.Inspect]), each holder's own state: Meta says
+	// "write", "read" or "permit"; nil for a lock.
+	Holders []State
+	// Slot is a permit's slot, in a Semaphore's Holders.
+	Slot int
 }
 
 // Forced is the record a forced unlock ([Client.ForceUnlock]) leaves in

@@ -24,6 +24,7 @@ type Lease struct {
 	token  fence.Token
 	depth  int64
 	level  string // this level's ID in the lock hash: every Unlock attempt names it
+	slot   int    // a semaphore permit's slot
 	own    *ownership
 	caller context.Context // the Lock call's context: the lease's values come from it
 
@@ -251,7 +252,7 @@ func (l *Lease) goneFromRedis(forced *Forced) error {
 // reply came so late that its lease would already be over is not handed
 // out: the level is undone and the caller told it was not acquired.
 func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, error) {
-	key := holdKey{r.owner, r.name}
+	key := holdKey{r.owner, r.name, r.hold.kind}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -281,7 +282,7 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 		}
 		o = c.newOwnership(key, r.ref, a.token, r.cfg, a.sent, window)
 		if c.owns[key] == nil {
-			c.names[key.name]++
+			c.names[holdKey{name: key.name, kind: key.kind}]++
 		}
 		c.owns[key] = o
 	} else {
@@ -290,7 +291,7 @@ func (c *Client) newLease(ctx context.Context, r *call, a acquired) (*Lease, err
 	o.refs++
 	c.mu.Unlock()
 	return &Lease{c: c, name: r.name, ref: r.ref, owner: r.owner, token: a.token, depth: a.depth,
-		level: r.level, own: o, caller: ctx}, nil
+		level: r.level, own: o, caller: ctx, slot: a.slot}, nil
 }
 
 // leaseCtx is a lease's context: cancellation from a child of the

@@ -28,20 +28,20 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...CallOption) (
 		return nil, opErr("trylock", name, err)
 	}
 	start := time.Now()
-	l, err := c.tryLock(ctx, name, opts)
+	l, err := c.tryLock(ctx, name, lockHold, opts)
 	err = opErr("trylock", name, err)
 	c.observed(name, start, l, err)
 	return l, err
 }
 
-func (c *Client) tryLock(ctx context.Context, name string, opts []CallOption) (*Lease, error) {
-	r, err := c.newCall(ctx, name, opts)
+func (c *Client) tryLock(ctx context.Context, name string, h hold, opts []CallOption) (*Lease, error) {
+	r, err := c.newCall(ctx, name, h, opts)
 	if err != nil {
 		return nil, err
 	}
 	l, _, err := r.try(ctx, false)
 	if err == nil && l == nil {
-		if r.c.heldHere(name, r.owner) {
+		if r.c.heldHere(name, h.kind, r.owner) {
 			return nil, fmt.Errorf("%w: %s", ErrNotAcquired, heldHereHint)
 		}
 		err = fmt.Errorf("%w: held by another owner or others wait for it", ErrNotAcquired)
@@ -69,10 +69,23 @@ type call struct {
 	// attempt is this call's record among the client's unsettled
 	// acquisitions while an attempt runs (see Client.unsettleCall).
 	attempt unsettled
+	// hold is what the call takes: a lock, or a hold of a read-write lock
+	// or a semaphore.
+	hold hold
 }
 
+// hold is the kind of hold a lock call takes: a lock's (the zero value),
+// a read-write lock's reader ('r') or writer ('w'), or a permit ('s') of a
+// semaphore of permits.
+type hold struct {
+	kind    byte
+	permits int
+}
+
+var lockHold hold
+
 // newCall checks a lock call's arguments and the server's eviction policy.
-func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*call, error) {
+func (c *Client) newCall(ctx context.Context, name string, h hold, opts []CallOption) (*call, error) {
 	if err := c.ready(ctx, name); err != nil {
 		return nil, err
 	}
@@ -91,7 +104,10 @@ func (c *Client) newCall(ctx context.Context, name string, opts []CallOption) (*
 	if err := c.checkPolicy(ctx); err != nil {
 		return nil, err
 	}
-	return c.be.newCall(call{c: c, name: name, cfg: cfg, owner: owner, level: c.reqID(), newOwner: !carried}), nil
+	if _, redlock := c.be.(*quorum); redlock && h.kind != 0 {
+		return nil, invalid("read-write locks and semaphores are not supported on a Redlock client yet")
+	}
+	return c.be.newCall(call{c: c, name: name, cfg: cfg, owner: owner, level: c.reqID(), newOwner: !carried, hold: h}), nil
 }
 
 // observed reports a finished Lock or TryLock to the observer.
@@ -145,19 +161,19 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Le
 		return nil, opErr("lock", name, err)
 	}
 	start := time.Now()
-	l, err := c.lock(ctx, name, opts)
+	l, err := c.lock(ctx, name, lockHold, opts)
 	err = opErr("lock", name, err)
 	c.observed(name, start, l, err)
 	return l, err
 }
 
-func (c *Client) lock(ctx context.Context, name string, opts []CallOption) (*Lease, error) {
-	r, err := c.newCall(ctx, name, opts)
+func (c *Client) lock(ctx context.Context, name string, h hold, opts []CallOption) (*Lease, error) {
+	r, err := c.newCall(ctx, name, h, opts)
 	if err != nil {
 		return nil, err
 	}
 	l, err := c.be.lock(ctx, r)
-	if err != nil && errors.Is(err, ErrNotAcquired) && c.heldHere(name, r.owner) {
+	if err != nil && errors.Is(err, ErrNotAcquired) && c.heldHere(name, h.kind, r.owner) {
 		err = &heldHereError{err}
 	}
 	return l, err

@@ -102,8 +102,9 @@ func (c *Client) forget(o *ownership) {
 	c.mu.Lock()
 	if c.owns[o.key] == o {
 		delete(c.owns, o.key)
-		if c.names[o.key.name]--; c.names[o.key.name] == 0 {
-			delete(c.names, o.key.name)
+		n := holdKey{name: o.key.name, kind: o.key.kind}
+		if c.names[n]--; c.names[n] == 0 {
+			delete(c.names, n)
 		}
 	}
 	c.mu.Unlock()
@@ -113,11 +114,11 @@ func (c *Client) forget(o *ownership) {
 // owner: a lock call of owner then waits on a hold of its own process,
 // most often its caller's earlier Lock whose lease's Context it did not
 // pass.
-func (c *Client) heldHere(name string, owner Owner) bool {
+func (c *Client) heldHere(name string, kind byte, owner Owner) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.names[name]
-	if _, own := c.owns[holdKey{owner, name}]; own {
+	n := c.names[holdKey{name: name, kind: kind}]
+	if _, own := c.owns[holdKey{owner, name, kind}]; own {
 		n--
 	}
 	return n > 0

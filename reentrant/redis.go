@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -34,7 +35,12 @@ func (ks keyspace) keys(name string) scripts.Keys { return scripts.KeysFor(ks.pr
 // init makes rc the call r of a lock in ks, whose backend state is be (the
 // struct rc is part of), and returns the call.
 func (rc *redisCall) init(r call, ks keyspace, be any) *call {
-	rc.call, rc.keys = r, ks.keys(r.name)
+	rc.call = r
+	if r.hold.kind != 0 {
+		rc.keys = scripts.SharedKeys(ks.prefix, r.name, r.hold.kind, string(r.owner))
+	} else {
+		rc.keys = ks.keys(r.name)
+	}
 	rc.ref = lockRef{name: r.name, keys: &rc.keys}
 	rc.be = be
 	return &rc.call
@@ -56,13 +62,21 @@ func tokensOf(cfg config) scripts.Tokens {
 
 // requestOf is r's acquisition as the scripts see it, without a queue.
 func requestOf(r *call, t scripts.Tokens) scripts.Request {
-	return scripts.Request{Owner: string(r.owner), Level: r.level, TTL: r.cfg.ttl, Meta: r.cfg.meta,
+	meta := r.cfg.meta
+	if r.hold.kind != 0 {
+		// A shared lock's queue entry carries its kind (lua/shared.lua).
+		meta = string(r.hold.kind)
+		if r.hold.kind == 's' {
+			meta += strconv.Itoa(r.hold.permits)
+		}
+	}
+	return scripts.Request{Owner: string(r.owner), Level: r.level, TTL: r.cfg.ttl, Meta: meta,
 		MaxDepth: r.cfg.maxDepth, Tokens: t}
 }
 
 // acquiredOf is the acquire script's reply as a grant or a refusal.
 func acquiredOf(a scripts.Acquired) acquired {
-	return acquired{ok: a.OK, token: a.Token, depth: a.Depth, holderTTL: a.HolderTTL}
+	return acquired{ok: a.OK, token: a.Token, depth: a.Depth, holderTTL: a.HolderTTL, slot: a.Slot}
 }
 
 // prepared returns the renewals' script requests, made once for each

@@ -20,6 +20,7 @@ type Acquired struct {
 	Token     fence.Token   // the ownership's token, when OK or TooDeep
 	Depth     int64         // the reentry depth, when OK or TooDeep
 	HolderTTL time.Duration // what is left of the holder's lease when neither; -1 unknown (a waiting call)
+	Slot      int           // a semaphore permit's slot, when OK; -1 for other holds
 }
 
 // Request is one Lock call's acquisition, as the acquire and abandon
@@ -175,6 +176,9 @@ func acquireArgs(k Keys, r *Request) []any {
 // caller joins the queue (or stays in it) when it does not get the lock.
 // See the script's header for its semantics.
 func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
+	if k.Kind != 0 {
+		return acquireShared(ctx, rdb, k, r)
+	}
 	v, err := run(ctx, rdb, acquireScript, acquireArgs(k, r))
 	if err != nil {
 		return Acquired{}, scriptErr(err)
@@ -256,6 +260,9 @@ func parseAcquire(v any) (Acquired, error) {
 // it removed a level. A lock it hands to the next waiter gets a token
 // issued as r.Tokens says.
 func Abandon(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (bool, error) {
+	if k.Kind != 0 {
+		return abandonShared(ctx, rdb, k, r)
+	}
 	a := new(argv)
 	a.args = [len(a.args)]any{nil, nil, 3, k.arg(lockKey), k.arg(queueKey), k.counter(r.Tokens), a.str(0, r.Owner),
 		a.str(1, r.Level), a.member(2, r), a.str(3, r.Tokens.arg())}

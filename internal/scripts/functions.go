@@ -40,7 +40,7 @@ var lib struct {
 	src  string // "#!lua name=..." and the code
 }
 
-// buildLibrary makes the library of helpers (lib.lua and queue.lua, every
+// buildLibrary makes the library of helpers (lib.lua, queue.lua and shared.lua, every
 // helper once) and one function per script, whose body runs as the
 // callback's: its KEYS and ARGV are the callback's parameters.
 func buildLibrary(helpers string, bodies map[string]string) {
@@ -48,7 +48,7 @@ func buildLibrary(helpers string, bodies map[string]string) {
 	code.WriteString(strip(helpers))
 	for _, s := range scripts {
 		flags := ""
-		if s.name == "inspect" {
+		if s.name == "inspect" || s.name == "sinspect" {
 			flags = ", flags={'no-writes'}"
 		}
 		code.WriteString("redis.register_function{function_name='@_" + s.name + "'" + flags +

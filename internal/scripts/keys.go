@@ -20,6 +20,15 @@ type Keys struct {
 	// keys end in "}", ":q", ":t" or ":u".
 	Floor string
 
+	// Kind is 0 for a lock's keys; for a read-write lock's or a
+	// semaphore's (SharedKeys), the kind of hold they address: 'r' (a
+	// reader), 'w' (the writer) or 's' (a permit). Lock is then that
+	// hold's key, and the wrappers run the shared scripts.
+	Kind byte
+	// Index is a shared lock's holders (lua/shared.lua); Writer and Epoch
+	// a read-write lock's writer hold and epoch (a semaphore: Index).
+	Index, Writer, Epoch string
+
 	// args holds the keys as command arguments, made once by KeysFor in
 	// one allocation: a string put in an interface is an allocation of its
 	// own, an *arg is not, so a lock's calls box none of them.

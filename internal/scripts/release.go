@@ -36,6 +36,9 @@ func Release(ctx context.Context, rdb redis.Scripter, k Keys, owner string, toke
 // channel, in the same script: a Redlock node's waiters listen there. A
 // lock nobody was refused publishes nothing, nor does channel "".
 func ReleaseWaking(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens, channel string) (Released, error) {
+	if k.Kind != 0 {
+		return releaseShared(ctx, rdb, k, owner, token, level, m)
+	}
 	a := new(argv)
 	// The queue and the forced-unlock record are named from the hold's key
 	// in the script, which needs them only on the paths that are not the

@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +31,7 @@ import (
 
 // The scripts, built once per process by install: the helpers the script
 // calls (from lib.lua, the hold and the tokens; queue.lua, the wait
-// queue), then the script's own file, without comments (assemble), so the helpers that
+// queue; shared.lua, the read-write lock and the semaphore), then the script's own file, without comments (assemble), so the helpers that
 // recognise a lock are written once.
 var (
 	acquireScript  *redis.Script
@@ -43,6 +44,9 @@ var (
 	forceScript    *redis.Script
 	proclaimScript *redis.Script
 	multiScript    *redis.Script
+	sacquireScript *redis.Script
+	sreleaseScript *redis.Script
+	sinspectScript *redis.Script
 )
 
 type script struct {
@@ -67,12 +71,15 @@ var scripts = []script{
 	{name: "force", s: &forceScript},
 	{name: "proclaim", s: &proclaimScript},
 	{name: "multi", s: &multiScript},
+	{name: "sacquire", s: &sacquireScript},
+	{name: "srelease", s: &sreleaseScript},
+	{name: "sinspect", s: &sinspectScript},
 }
 
 func init() { install(lua.FS) }
 
 // install builds every script from the .lua files in src: lib.lua and
-// queue.lua, then one file per script, named after it. init
+// queue.lua, shared.lua, then one file per script, named after it. init
 // calls it with package lua's files, once, before any wrapper can run; a
 // file missing from src is a build defect, and panics.
 func install(src fs.FS) {
@@ -83,7 +90,7 @@ func install(src fs.FS) {
 		}
 		return string(b)
 	}
-	helpers := read("lib.lua") + read("queue.lua")
+	helpers := read("lib.lua") + read("queue.lua") + read("shared.lua")
 	bodies := map[string]string{}
 	for i := range scripts {
 		s := &scripts[i]
@@ -145,6 +152,12 @@ var (
 	// the floor of the name's slot. Clients of one prefix must share a
 	// token mode; nothing was changed. The error names the key.
 	ErrMode = errors.New("lua: the name's keys show the other token mode")
+
+	// ErrShared reports a read-write lock's or a semaphore's refusal of
+	// a call its state rules out: a reader's owner asking for the write
+	// lease, or a count of permits other than the live semaphore's.
+	// Nothing was changed.
+	ErrShared = errors.New("lua: refused")
 
 	// ErrReply reports a script reply of an unexpected shape: a server that
 	// is not Redis-compatible, or a script of another version.
@@ -217,15 +230,20 @@ func scriptErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrOverflow, err)
 	case redis.HasErrorPrefix(err, "MODE"):
 		return fmt.Errorf("%w: %w", ErrMode, err)
+	case redis.HasErrorPrefix(err, "UPGRADE"):
+		return fmt.Errorf("%w: the owner holds a read lease: an upgrade would deadlock two readers (%w)", ErrShared, err)
+	case redis.HasErrorPrefix(err, "PERMITS"):
+		n := strings.TrimPrefix(err.Error(), "PERMITS ")
+		return fmt.Errorf("%w: the semaphore is live with %s permits (%w)", ErrShared, n, err)
 	}
 	return err
 }
 
 // IsRefusal reports whether err is one of the scripts' own refusals
-// (ErrForeign, ErrOverflow, ErrMode): the script ran, checked, and changed
+// (ErrForeign, ErrOverflow, ErrMode, ErrShared): the script ran, checked, and changed
 // nothing.
 func IsRefusal(err error) bool {
-	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow) || errors.Is(err, ErrMode)
+	return errors.Is(err, ErrForeign) || errors.Is(err, ErrOverflow) || errors.Is(err, ErrMode) || errors.Is(err, ErrShared)
 }
 
 // processor is a go-redis client or pipeline, which runs a command built
