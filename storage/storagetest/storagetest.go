@@ -3,9 +3,10 @@
 // An adapter's test calls [Run] with a constructor that returns a fresh,
 // empty store for each subtest. The suite checks the fencing rule of
 // package storage (sequential, equal, lower and zero tokens, Delete keeping
-// the fence), key and value edge cases, concurrent writers and readers
-// against a linearizability oracle, cancelled contexts, and, when the
-// adapter supplies a [Fault], a backend that breaks in the middle of calls.
+// the fence), the fenced read storage.GetAt on the adapter's tokens, key
+// and value edge cases, concurrent writers and readers against a
+// linearizability oracle, cancelled contexts, and, when the adapter
+// supplies a [Fault], a backend that breaks in the middle of calls.
 //
 // The key limit is not an option: every adapter must accept keys of up to
 // storage.MaxKeyLen bytes and refuse longer ones with storage.ErrInvalid,
@@ -89,6 +90,7 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store, opts ...Option
 		{"ZeroToken", testZero},
 		{"DeleteKeepsFence", testDeleteKeepsFence},
 		{"DeleteAbsent", testDeleteAbsent},
+		{"GetAt", testGetAt},
 		{"TokenRange", testTokenRange},
 		{"IndependentKeys", testIndependentKeys},
 		{"Values", testValues},
