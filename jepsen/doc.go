@@ -10,7 +10,11 @@
 // (internal/testkit/redisproc) are paused, killed and restarted with and without
 // their AOF, and a replica is promoted after losing writes, with and
 // without reentrant.WithReplicaAck; the network is slowed, cut and reset
-// (internal/testkit/netfault). An oracle checks that no fenced
+// (internal/testkit/netfault). Writers and readers of a fenced read-write
+// lock, and more holders than permits of a fenced semaphore, are frozen
+// the same way: their late writes and fenced reads (storage.GetAt) must be
+// refused, and a sampler checks the server's state never admits too many
+// at once. An oracle checks that no fenced
 // store ever accepted a write older than one it had accepted before, and
 // counts what the faults cost: overlapping holders, unknown outcomes,
 // repeated tokens and writes fenced out under them.

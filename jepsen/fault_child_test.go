@@ -54,13 +54,22 @@ type faultChildEvent struct {
 // faultStartChild starts one holder process.
 func faultStartChild(t *testing.T, cfg faultHolderConfig, events chan<- faultChildEvent, quit <-chan struct{}) *faultChild {
 	t.Helper()
+	return faultStartHelper(t, cfg.Proc, "holder", "TestHelperHolderProcess", faultHolderConfigVar, cfg, events, quit)
+}
+
+// faultStartHelper starts process id: the test binary running test in
+// helper mode mode (faultHelperVar), configured by cfg as JSON in the
+// variable cfgVar. Its JSON lines on stdout are faultOps, sent to events
+// with its exit.
+func faultStartHelper(t *testing.T, id int, mode, test, cfgVar string, cfg any, events chan<- faultChildEvent, quit <-chan struct{}) *faultChild {
+	t.Helper()
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &faultChild{id: cfg.Proc, exited: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperHolderProcess$", "-test.count=1", "-test.timeout=10m")
-	c.cmd.Env = append(os.Environ(), faultHelperVar+"=holder", faultHolderConfigVar+"="+string(js))
+	c := &faultChild{id: id, exited: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.timeout=10m")
+	c.cmd.Env = append(os.Environ(), faultHelperVar+"="+mode, cfgVar+"="+string(js))
 	c.cmd.SysProcAttr = faultSysProcAttr()
 	c.cmd.Stderr = &c.noise
 	stdout, err := c.cmd.StdoutPipe()

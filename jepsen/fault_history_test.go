@@ -69,6 +69,11 @@ type faultOp struct {
 	// itself lost: the holders here write regardless, like a client that
 	// never checks, because that is the write fencing exists for.
 	AfterLoss bool `json:"after_loss,omitempty"`
+	// Read is, for a fenced read (faultRead) that returned a record, the
+	// token the record was written with; Token is the reader's epoch.
+	Read uint64 `json:"read,omitempty"`
+	// Slot is a semaphore permit's slot, on each operation of its section.
+	Slot int `json:"slot,omitempty"`
 }
 
 // faultOutcome classifies an error from a lock, write or unlock call.

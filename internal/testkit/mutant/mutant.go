@@ -79,3 +79,22 @@ func swapAll(t testing.TB, name string, repl map[string]string) {
 	}
 	t.Cleanup(scripts.Swap(name, broken))
 }
+
+// SemaphoreOverAdmits makes a semaphore admit a permit however many are
+// held (admits in lua/shared.lua, in sacquire and srelease): more live
+// holders than permits, the next on a slot out of range.
+func SemaphoreOverAdmits(t testing.TB) {
+	t.Helper()
+	for _, name := range []string{"sacquire", "srelease"} {
+		swap(t, name, "  return st.n < st.count\n", "  return true\n")
+	}
+}
+
+// ReaderBesideWriter makes a read-write lock admit a reader while a writer
+// holds it (admits in lua/shared.lua, in sacquire and srelease).
+func ReaderBesideWriter(t testing.TB) {
+	t.Helper()
+	for _, name := range []string{"sacquire", "srelease"} {
+		swap(t, name, "  elseif k == 'r' then\n    return not st.writer\n", "  elseif k == 'r' then\n    return true\n")
+	}
+}

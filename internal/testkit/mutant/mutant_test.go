@@ -3,6 +3,7 @@ package mutant_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,42 @@ func TestMutantsMeanWhatTheySay(t *testing.T) {
 		},
 		real:   "holder first",
 		broken: "holder second",
+	}, {
+		// A semaphore of one permit, asked by two owners: the second is
+		// refused, or by the mutant admitted, on slot 1.
+		name:  "SemaphoreOverAdmits",
+		plant: mutant.SemaphoreOverAdmits,
+		run: func(t *testing.T, b *testenv.Backend, _ scripts.Keys) string {
+			var out []string
+			for _, o := range []string{"a", "b"} {
+				r := req(o, o, nil)
+				r.Meta = "s1"
+				a, err := scripts.Acquire(ctx, b.Client, scripts.SharedKeys("mutant", "n", 's', o), r)
+				require.NoError(t, err)
+				out = append(out, fmt.Sprintf("%s ok=%v slot=%d", o, a.OK, a.Slot))
+			}
+			return strings.Join(out, ", ")
+		},
+		real:   "a ok=true slot=0, b ok=false slot=0",
+		broken: "a ok=true slot=0, b ok=true slot=1",
+	}, {
+		// A reader asks while a writer holds the lock: refused, or by
+		// the mutant admitted.
+		name:  "ReaderBesideWriter",
+		plant: mutant.ReaderBesideWriter,
+		run: func(t *testing.T, b *testenv.Backend, _ scripts.Keys) string {
+			var out []string
+			for _, o := range []string{"w", "r"} {
+				r := req(o, o, nil)
+				r.Meta = o
+				a, err := scripts.Acquire(ctx, b.Client, scripts.SharedKeys("mutant", "n", o[0], o), r)
+				require.NoError(t, err)
+				out = append(out, fmt.Sprintf("%s ok=%v", o, a.OK))
+			}
+			return strings.Join(out, ", ")
+		},
+		real:   "w ok=true, r ok=false",
+		broken: "w ok=true, r ok=true",
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
