@@ -47,7 +47,12 @@ fencing did not hold. With no flags it needs nothing installed: it runs on an
 embedded Redis (miniredis) and an in-memory store. With --http the workers
 write through a fenced HTTP service on loopback that owns the store: their
 tokens travel in a Fencing-Token header, and A's late request is refused with
-409 Conflict (package fence/fencehttp).`
+409 Conflict (package fence/fencehttp). With --rw it plays the story on a
+fenced read-write lock (reentrant.RWMutex): writer A, paused past its write
+lease, has its late write refused once writer B wrote with a higher token;
+reader R, whose read lease's token is its epoch (B's token), reads B's
+record with storage.GetAt, is paused past its lease while writer C writes,
+and has its late read refused.`
 
 // demoStores are the --store values.
 var demoStores = []string{"memory", "redis", "postgres", "sqlite", "mysql", "s3"}
@@ -62,6 +67,7 @@ type demoConfig struct {
 	s3Bucket    string
 	redlock     bool
 	http        bool
+	rw          bool
 }
 
 func demoFlags(cfg *demoConfig) *flag.FlagSet {
@@ -71,6 +77,7 @@ func demoFlags(cfg *demoConfig) *flag.FlagSet {
 		"key prefix `P`: the locks live at P:{NAME},\nthe redis store's records at P:store:{KEY}:rec")
 	fs.StringVar(&cfg.store, "store", "memory", "the fenced `STORE`: "+strings.Join(demoStores, ", "))
 	fs.BoolVar(&cfg.redlock, "redlock", false, "lock on a Redlock of three embedded servers (miniredis) instead of one")
+	fs.BoolVar(&cfg.rw, "rw", false, "play the story on a read-write lock: a paused writer's late write\nand a paused reader's late fenced read (storage.GetAt) refused")
 	fs.BoolVar(&cfg.http, "http", false, "write through a fenced HTTP service on loopback (fencehttp) that owns the store,\nthe token travelling in a "+fencehttp.Header+" header")
 	fs.StringVar(&cfg.postgresURL, "postgres", "",
 		"PostgreSQL `URL` for --store postgres (default: $"+postgresURLVar+")")
@@ -133,6 +140,9 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer closeStore()
+	if cfg.rw {
+		return playRW(ctx, stdout, newLock, cfg.prefix, store, where, storeName)
+	}
 	return playPause(ctx, stdout, newLock, cfg.prefix, store, cfg.http, where, storeName)
 }
 
@@ -140,6 +150,12 @@ func demo(ctx context.Context, c *command, args []string, stdout io.Writer) erro
 func (cfg demoConfig) check() error {
 	if cfg.redlock && cfg.redisAddr != "" {
 		return usagef("demo", "--redlock runs on embedded servers: it takes no --redis")
+	}
+	if cfg.rw && cfg.redlock {
+		return usagef("demo", "--rw needs one Redis: read-write locks are not supported on a Redlock yet")
+	}
+	if cfg.rw && cfg.http {
+		return usagef("demo", "--rw writes and reads the store directly: it takes no --http")
 	}
 	if cfg.redisAddr != "" {
 		if err := checkAddr("demo", cfg.redisAddr); err != nil {

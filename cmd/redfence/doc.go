@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite|mysql] [--postgres URL] [--mysql DSN] [--http]
+//	redfence demo [--redis host:port | --redlock] [--prefix P] [--store memory|redis|postgres|sqlite|mysql] [--postgres URL] [--mysql DSN] [--http | --rw]
 //	redfence inspect NAME --redis host:port [--prefix P] [--json]
 //	redfence list --redis host:port [--prefix P] [--json]
 //	redfence unlock --force NAME --redis host:port [--prefix P] [--yes]
@@ -25,7 +25,13 @@
 // (a github.com/go-sql-driver/mysql DSN) to $REDFENCE_MYSQL_DSN. --http puts
 // a fenced HTTP service (package fence/fencehttp) on loopback in front of the
 // store: the workers write through it, their tokens in a Fencing-Token
-// header, and A's late request is refused with 409 Conflict.
+// header, and A's late request is refused with 409 Conflict. --rw plays
+// the story on a fenced read-write lock (reentrant.RWMutex): a writer
+// paused past its write lease has its late write refused once a second
+// writer wrote with a higher token; a reader, whose read lease's token is
+// its epoch (the last write lease's token), is paused past its lease while
+// a third writer writes, and its late fenced read (storage.GetAt at its
+// epoch) is refused. --rw takes neither --redlock nor --http.
 //
 // inspect prints the state of one lock, read in one atomic step without
 // taking it. The text form has one line per field, labelled with the JSON

@@ -15,6 +15,7 @@ import (
 	"github.com/redfence/redfence/internal/testkit/testenv"
 	"github.com/redfence/redfence/reentrant"
 	"github.com/redfence/redfence/storage"
+	"github.com/redfence/redfence/storage/memory"
 )
 
 // cli runs a command line and returns its exit status and output.
@@ -63,6 +64,101 @@ func TestDemo(t *testing.T) {
 			require.Contains(t, out, "REFUSED")
 			require.Contains(t, out, `The store holds "final by B"`)
 		})
+	}
+}
+
+// demo --rw checks its own story (the paused writer's late write and the
+// paused reader's late fenced read must be refused) and fails otherwise;
+// run it against the stores on the embedded Redis, and on the real servers
+// when they are configured.
+func TestDemoRW(t *testing.T) {
+	cases := []struct {
+		name string
+		args func(t *testing.T) []string
+	}{
+		{"embedded/memory", func(*testing.T) []string { return nil }},
+		{"embedded/redis", func(*testing.T) []string { return []string{"--store", "redis"} }},
+		{"embedded/sqlite", func(*testing.T) []string { return []string{"--store", "sqlite"} }},
+		{"embedded/postgres", func(t *testing.T) []string {
+			return []string{"--store", "postgres", "--postgres", testenv.PostgresURL(t)}
+		}},
+		{"embedded/mysql", func(t *testing.T) []string {
+			return []string{"--store", "mysql", "--mysql", testenv.MySQLDSN(t)}
+		}},
+		{"redis/redis", func(t *testing.T) []string {
+			return []string{"--redis", testenv.RedisAddr(t), "--store", "redis", "--prefix", "redfence-cli-test"}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := cli(t, t.Context(), append([]string{"demo", "--rw"}, c.args(t)...)...)
+			require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			for _, want := range []string{
+				`(?m)^redfence demo --rw: read-write lock "report-[0-9a-f]{6}"`,
+				`(?m)^ +\d+ms  A  took the write lease: token (\d+)$`,
+				`(?m)^ +\d+ms  A  is paused .* for 1\.5s\.\.\.$`,
+				`(?m)^ +\d+ms  B  took the write lease: token \d+ \(A's lease ran out\)$`,
+				`(?m)^ +\d+ms  A  wrote "late by A" with token \d+: REFUSED \(.*stale token.*\)$`,
+				`(?m)^ +\d+ms  R  took a read lease: epoch \d+, the token of the last write lease granted \(B's\)$`,
+				`(?m)^ +\d+ms  R  read "v2 by B" \(written with token \d+\) at epoch \d+: current$`,
+				`(?m)^ +\d+ms  C  took the write lease: token \d+ \(R's lease ran out\)$`,
+				`(?m)^ +\d+ms  R  read at epoch \d+: REFUSED \(.*a newer writer wrote it since the reader's epoch.*\)$`,
+				`(?m)^The store holds "v3 by C", written with token \d+\.$`,
+			} {
+				require.Regexp(t, want, out)
+			}
+			// The story's order: each step after the one before.
+			last := -1
+			for _, step := range []string{"A  took the write lease", `B  took the write lease`, `A  wrote "late by A"`,
+				"R  took a read lease", "C  took the write lease", "R  read at epoch"} {
+				i := strings.Index(out, step)
+				require.Greater(t, i, last, "%q out of order in:\n%s", step, out)
+				last = i
+			}
+		})
+	}
+}
+
+// staleReads is a broken store whose Get returns the first record it
+// returned for a key, as a lagging replica would: a fenced read through it
+// misses the newer writer's record.
+type staleReads struct {
+	storage.Store
+	mu    sync.Mutex
+	first map[string]storage.Record
+}
+
+func (s *staleReads) Get(ctx context.Context, key string) (storage.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.first[key]; ok {
+		return r, nil
+	}
+	r, err := s.Store.Get(ctx, key)
+	if err == nil {
+		s.first[key] = r
+	}
+	return r, err
+}
+
+// A store that does not fence fails demo --rw's safety check on the late
+// write, and one whose reads lag on the late read: exit status 3.
+func TestDemoRWUnsafe(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.Mini(t)
+	newLock := func(opts ...reentrant.ClientOption) (*reentrant.Client, error) { return reentrant.New(rdb, opts...) }
+	for _, c := range []struct {
+		store storage.Store
+		want  string
+	}{
+		{&unfenced{rec: map[string]storage.Record{}}, "ACCEPTED A's late write"},
+		{&staleReads{Store: memory.New(), first: map[string]storage.Record{}}, `RETURNED "v2 by B"`},
+	} {
+		var out bytes.Buffer
+		err := playRW(t.Context(), &out, newLock, "redfence", c.store, "miniredis", "broken")
+		require.ErrorContains(t, err, c.want, "output:\n%s", out.String())
+		require.Equal(t, exitUnsafe, exitCode(t.Context(), fmt.Errorf("demo: %w", err)))
 	}
 }
 
@@ -142,6 +238,8 @@ func TestExitCodes(t *testing.T) {
 		{exitUsage, []string{"demo", "extra"}},
 		{exitUsage, []string{"demo", "--redis"}},
 		{exitUsage, []string{"demo", "--redlock", "--redis", "127.0.0.1:6379"}},
+		{exitUsage, []string{"demo", "--rw", "--redlock"}},
+		{exitUsage, []string{"demo", "--rw", "--http"}},
 		{exitUsage, []string{"demo", "--redis", "no-port"}},
 		{exitUsage, []string{"demo", "--store", "bogus"}},
 		{exitUsage, []string{"demo", "--store", "postgres"}},
@@ -188,12 +286,12 @@ func TestFlagsParsed(t *testing.T) {
 	fs := demoFlags(&d)
 	pos, help, err := parseArgs(lookup("demo"), fs,
 		[]string{"--redis", "h:1", "-prefix=p", "--store", "sqlite", "--postgres", "postgres://x", "--redlock", "--mysql", "u@tcp(h:3)/d", "--http",
-			"--s3-endpoint", "http://h:4", "--s3-bucket", "b"}, nil)
+			"--s3-endpoint", "http://h:4", "--s3-bucket", "b", "--rw"}, nil)
 	require.NoError(t, err)
 	require.False(t, help)
 	require.Empty(t, pos)
 	require.Equal(t, demoConfig{redisAddr: "h:1", prefix: "p", store: "sqlite", postgresURL: "postgres://x", mysqlDSN: "u@tcp(h:3)/d",
-		s3Endpoint: "http://h:4", s3Bucket: "b", redlock: true, http: true}, d)
+		s3Endpoint: "http://h:4", s3Bucket: "b", redlock: true, http: true, rw: true}, d)
 	requireAllSet(t, fs)
 
 	var i inspectConfig
