@@ -30,7 +30,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...CallOption) (
 	start := time.Now()
 	l, err := c.tryLock(ctx, name, lockHold, opts)
 	err = opErr("trylock", name, err)
-	c.observed(name, start, l, err)
+	c.observed(name, lockHold, start, l, err)
 	return l, err
 }
 
@@ -111,11 +111,11 @@ func (c *Client) newCall(ctx context.Context, name string, h hold, opts []CallOp
 }
 
 // observed reports a finished Lock or TryLock to the observer.
-func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
+func (c *Client) observed(name string, h hold, start time.Time, l *Lease, err error) {
 	if c.cfg.observe == nil {
 		return
 	}
-	e := Event{Kind: kindNotAcquired, Name: name, Wait: time.Since(start), Err: err}
+	e := Event{Kind: kindNotAcquired, Name: name, Hold: holdNames[h.kind], Wait: time.Since(start), Err: err}
 	if l != nil {
 		e.Kind, e.Token = kindAcquired, l.token
 		if l.depth > 1 {
@@ -163,7 +163,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Le
 	start := time.Now()
 	l, err := c.lock(ctx, name, lockHold, opts)
 	err = opErr("lock", name, err)
-	c.observed(name, start, l, err)
+	c.observed(name, lockHold, start, l, err)
 	return l, err
 }
 
