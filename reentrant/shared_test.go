@@ -240,7 +240,14 @@ func TestSemaphorePermitsAndSlots(t *testing.T) {
 		waitFor(t, "the waiter to queue", func() bool { st, _ := s.Inspect(ctx); return st.Waiters == 1 })
 		require.NoError(t, ps[1].Unlock(ctx))
 		p := <-got
-		require.Equal(t, ps[1].Slot(), p.Slot())
+		require.Equal(t, ps[1].Slot(), p.Slot(), "the freed slot, as the claim says")
+		st, err = s.Inspect(ctx)
+		require.NoError(t, err)
+		for _, h := range st.Holders {
+			if h.Owner == string(p.Owner()) {
+				require.Equal(t, p.Slot(), h.Slot, "the slot Redis holds for it")
+			}
+		}
 		require.Greater(t, p.Token(), ps[2].Token(), "above every earlier token of the name, hence of the slot")
 		require.Equal(t, fmt.Sprintf("k#slot%d", p.Slot()), p.SlotKey("k"))
 		for _, q := range []*reentrant.Permit{ps[0], ps[2], p} {
