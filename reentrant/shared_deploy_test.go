@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -992,4 +993,151 @@ func TestSentinelRWMutexAndSemaphore(t *testing.T) {
 	rwHandoffs(t, quick, slow, rwName, top, nil)
 	semHandoffs(t, quick, slow, semName, top, nil)
 	t.Logf("SUMMARY sentinel-shared old=%s new=%s unplanned=%d", old.Addr(), promoted.Addr(), g.Unplanned())
+}
+
+// slotMove moves a slot by hand, as MigrateSlot does, but stops between
+// the steps: the test chooses which keys have moved when a call runs.
+type slotMove struct {
+	t        *testing.T
+	c        *redisproc.Cluster
+	slot     int
+	src, dst *redisproc.Server
+}
+
+// startMove marks slot IMPORTING on another primary and MIGRATING on its own.
+func startMove(t *testing.T, c *redisproc.Cluster, slot int) *slotMove {
+	t.Helper()
+	m := &slotMove{t: t, c: c, slot: slot, src: c.MasterOf(slot), dst: c.Masters()[0]}
+	if m.dst == m.src {
+		m.dst = c.Masters()[1]
+	}
+	ctx := t.Context()
+	require.NoError(t, m.dst.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ID(m.src)).Err())
+	require.NoError(t, m.src.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", c.ID(m.dst)).Err())
+	return m
+}
+
+// migrate moves keys to the importing primary.
+func (m *slotMove) migrate(keys ...string) {
+	m.t.Helper()
+	_, port, err := net.SplitHostPort(m.dst.Addr())
+	require.NoError(m.t, err)
+	args := []any{"MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	require.NoError(m.t, m.src.Client().Do(m.t.Context(), args...).Err(), "MIGRATE %q", keys)
+}
+
+// finish moves the slot's other keys and gives the slot to the importing
+// primary on every primary.
+func (m *slotMove) finish() {
+	m.t.Helper()
+	ctx := m.t.Context()
+	for {
+		keys, err := m.src.Client().Do(ctx, "CLUSTER", "GETKEYSINSLOT", m.slot, 100).StringSlice()
+		require.NoError(m.t, err)
+		if len(keys) == 0 {
+			break
+		}
+		m.migrate(keys...)
+	}
+	for _, s := range []*redisproc.Server{m.dst, m.src} {
+		require.NoError(m.t, s.Client().Do(ctx, "CLUSTER", "SETSLOT", m.slot, "NODE", m.c.ID(m.dst)).Err())
+	}
+	for _, s := range m.c.Masters() {
+		if s != m.src && s != m.dst {
+			require.NoError(m.t, s.Client().Do(ctx, "CLUSTER", "SETSLOT", m.slot, "NODE", m.c.ID(m.dst)).Err())
+		}
+	}
+}
+
+// A write lease released while its slot moves, its hold and the floor on
+// one primary and some of the keys the release names from them (the
+// queue, the readers) on the other. The release names those keys itself,
+// so Redis checks only the hold and the floor: run on the migrating
+// primary it failed at the queue that had moved ("non local key"), its
+// hold already deleted; run on the importing one it found no reader there
+// and handed the lock to a queued writer beside a live read lease. The
+// release now waits for the move (TRYAGAIN), then releases and hands on
+// as usual.
+func TestClusterWriteReleaseMidMove(t *testing.T) {
+	t.Parallel() // see TestMain
+	c := redisproc.StartCluster(t, redisproc.ClusterConfig{})
+	cc := c.Client()
+	var refused atomic.Int64 // TRYAGAIN and ASK that go-redis gave up on
+	cc.AddHook(testenv.Hook{Done: func(_ []redis.Cmder, _ bool, err error) {
+		if err != nil && (strings.HasPrefix(err.Error(), "TRYAGAIN") || strings.HasPrefix(err.Error(), "ASK")) {
+			refused.Add(1)
+		}
+	}})
+	a := newClient(t, cc, handedRoom...)
+	b := newClient(t, c.Client(), handedRoom...)
+	ctx := t.Context()
+	// unlockMidMove releases l while the slot is split, and finishes the
+	// move once the release was refused (or returned).
+	unlockMidMove := func(t *testing.T, l *reentrant.Lease, m *slotMove) error {
+		t.Helper()
+		before := refused.Load()
+		done := make(chan error, 1)
+		go func() { done <- l.Unlock(ctx) }()
+		var err error
+		returned := false
+		require.Eventually(t, func() bool {
+			select {
+			case err = <-done:
+				returned = true
+			default:
+			}
+			return returned || refused.Load() > before
+		}, sharedCeiling, time.Millisecond, "the release refused, or returned")
+		m.finish()
+		if !returned {
+			err = <-done
+		}
+		return err
+	}
+
+	t.Run("queue-moved", func(t *testing.T) {
+		name := fmt.Sprintf("midmove-q{%d}", time.Now().UnixNano())
+		k := scripts.SharedKeys(prefix, name, 'w', "")
+		w, err := a.RWMutex(name).Lock(ctx)
+		require.NoError(t, err)
+		got := goLock(ctx, b.RWMutex(name).RLock)
+		waitWaiters(t, a.RWMutex(name).Inspect, 1, name)
+		m := startMove(t, c, sharedName{name, 'w'}.slot())
+		m.migrate(k.Base + ":q") // the hold and the floor stay
+		require.NoError(t, unlockMidMove(t, w, m), "the write lease's release")
+		r := handedShared(t, got, name+": the reader")
+		assert.Equal(t, w.Token(), r.Token(), "the reader reads the write lease's epoch")
+		require.NoError(t, r.Unlock(ctx))
+		st, err := a.RWMutex(name).Inspect(ctx)
+		require.NoError(t, err)
+		assert.True(t, !st.Held && st.Waiters == 0, "free: %+v", st)
+	})
+
+	t.Run("readers-not-moved", func(t *testing.T) {
+		name := fmt.Sprintf("midmove-r{%d}", time.Now().UnixNano())
+		k := scripts.SharedKeys(prefix, name, 'w', "")
+		w, err := a.RWMutex(name).Lock(ctx)
+		require.NoError(t, err)
+		r, err := a.RWMutex(name).RLock(w.Context()) // the downgrade
+		require.NoError(t, err)
+		got := goLock(ctx, b.RWMutex(name).Lock)
+		waitWaiters(t, a.RWMutex(name).Inspect, 1, name)
+		m := startMove(t, c, sharedName{name, 'w'}.slot())
+		m.migrate(k.Base, k.Base+":q", k.Base+":e", k.Floor) // the readers stay
+		require.NoError(t, unlockMidMove(t, w, m), "the write lease's release")
+		st, err := a.RWMutex(name).Inspect(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Holders, 1, "the read lease alone holds: %+v", st.Holders)
+		assert.Equal(t, "read", st.Holders[0].Meta)
+		assert.EqualValues(t, 1, st.Waiters, "the writer waits")
+		notYet(t, got, name+": the writer while the read lease holds")
+		require.NoError(t, r.Err())
+		require.NoError(t, r.Unlock(ctx))
+		w2 := handedShared(t, got, name+": the writer")
+		assert.Greater(t, w2.Token(), w.Token())
+		require.NoError(t, w2.Unlock(ctx))
+	})
 }
