@@ -5,6 +5,14 @@
 --
 -- KEYS[1]  the base key (as sacquire.lua's)
 -- KEYS[2]  the counter P:{N}:t (strict) or the floor P:{S}:f (time tokens)
+-- KEYS[3]  the other mode's key, never there: declared (never read) so
+--          that a Cluster moving the slot refuses the script (TRYAGAIN, a
+--          declared key missing) for the whole move, as it does sacquire.
+--          The keys named from KEYS[1] are not declared: run on either
+--          node mid-move, the script would find some of them missing (the
+--          importing node: a reader's hold not moved yet reads as absent)
+--          or fail at one that moved (the migrating node: "non local key",
+--          after its first writes)
 -- ARGV[1]  owner ID
 -- ARGV[2]  release: the ownership's token; undo: ""
 -- ARGV[3]  level ID

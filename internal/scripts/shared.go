@@ -122,7 +122,7 @@ func parseShared(v any) (Acquired, error) {
 // ownership with token (tok), "a" undoes the acquisition (level, and the
 // queue entry member).
 func sreleaseArgs(k Keys, owner, tok, level string, m Tokens, member, op string) []any {
-	argv := []any{nil, nil, 2, k.Base, k.counterKey(m), owner, tok, level, m.arg(), string(k.Kind)}
+	argv := []any{nil, nil, 3, k.Base, k.counterKey(m), k.otherKey(m), owner, tok, level, m.arg(), string(k.Kind)}
 	if op == "a" {
 		argv = append(argv, op, member)
 	}
