@@ -2,8 +2,6 @@
 --
 -- KEYS[1]  the hold  P:{N}  (lib.lua)
 -- KEYS[2]  the forced-unlock record P:{N}:u
--- KEYS[3]  optional: the holders of a read-write lock or a semaphore
---          (shared.lua), made to live at least as long as the hold
 -- ARGV[1]  owner ID
 -- ARGV[2]  the ownership's token
 -- ARGV[3]  lease in ms, from now (canonical decimal)
@@ -22,9 +20,6 @@ if o == nil then
   return ts
 elseif o == ARGV[1] and ts == ARGV[2] then
   stretch(KEYS[1], ARGV[3])
-  if KEYS[3] then
-    reach(KEYS[3], ARGV[3])
-  end
   return 1
 end
 local f, ferr = forcedOf(KEYS[2])

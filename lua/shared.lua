@@ -5,25 +5,28 @@
 -- all in the slot of {N}:
 --   R:{N}        the writer's hold (lib.lua's hold; its expiry the lease)
 --   R:{N}:r      the readers: a set of owners, each with a hold R:{N}:r:<owner>
---                (lib.lua's, its token the epoch it reads); the set's expiry
---                is never before a reader's (grants and renewals stretch it)
+--                (lib.lua's, its token the epoch it reads, q set once a
+--                waiter queued behind it); a release takes its owner out,
+--                and the scripts that read the set drop the owners whose
+--                hold has expired
 --   R:{N}:e      the epoch: the token of the last write lease granted (it
 --                expires with the floor's idle time, time tokens only)
 --   R:{N}:q, R:{N}:t, R:{S}:f   the queue and the tokens, as a lock's
 -- Keys of a semaphore N under S (the client's prefix, then ":sem"):
---   S:{N}:h      the permits: a hash of owner -> slot, and "#" -> the
---                number of permits; each permit a hold S:{N}:h:<owner>
---                (lib.lua's, its m field the slot); expiry as R:{N}:r's
+--   S:{N}:h      the permits: a hash of owner -> "<slot> <number of
+--                permits>"; each permit a hold S:{N}:h:<owner>
+--                (lib.lua's, its m field the slot); kept as R:{N}:r is
 --   S:{N}:q, S:{N}:t, S:{S}:f   as a lock's
 -- A queue member's metadata is its kind: "r" (a reader), "w" (a writer),
--- or "s<permits>" (a permit).
+-- or "s<permits>" (a permit). The scripts are given the base key (R:{N} or
+-- S:{N}) and name the others from it, as release.lua names the queue.
 
--- reach makes key live at least ms (a decimal) more; a key without an
--- expiry gets one.
-local function reach(key, ms)
-  if redis.call('PTTL', key) < tonumber(ms) then
-    redis.call('PEXPIRE', key, ms)
-  end
+-- sharedKeys names the keys of the lock whose base key is B, for owner's
+-- hold of kind k ("r", "w" or "s").
+local function sharedKeys(B, k, owner)
+  local K = {queue = B .. ':q', writer = B, epoch = B .. ':e', index = B .. (k == 's' and ':h' or ':r')}
+  K.hold = k == 'w' and B or K.index .. ':' .. owner
+  return K
 end
 
 -- sharedOf reads a read-write lock's or a semaphore's state (kind "s" for
@@ -39,12 +42,14 @@ local function sharedOf(K, kind)
   local st, gone, step = {hs = {}, n = 0, used = {}, writer = false}, {}, kind == 's' and 2 or 1
   for i = 1, #ms, step do
     local o = ms[i]
-    if step == 2 and o == '#' then
-      st.count = tonumber(ms[i + 1])
-    elseif redis.call('EXISTS', K.index .. ':' .. o) == 1 then
-      st.hs[o], st.n = step == 2 and ms[i + 1] or true, st.n + 1
+    if redis.call('EXISTS', K.index .. ':' .. o) == 1 then
+      st.hs[o], st.n = true, st.n + 1
       if step == 2 then
-        st.used[ms[i + 1]] = true
+        local slot, count = string.match(ms[i + 1], '^(%d+) (%d+)$')
+        if not slot then
+          return refuse(K.index)
+        end
+        st.hs[o], st.used[slot], st.count = slot, true, tonumber(count)
       end
     else
       gone[#gone + 1] = o
@@ -52,9 +57,6 @@ local function sharedOf(K, kind)
   end
   if #gone > 0 then
     redis.call(step == 2 and 'HDEL' or 'SREM', K.index, unpack(gone))
-  end
-  if st.n == 0 then
-    st.count = nil
   end
   if kind ~= 's' then
     local o, oerr = holdOf(K.writer, nil, true)
@@ -76,12 +78,12 @@ local function admits(st, k)
   return st.n < st.count
 end
 
--- admit gives owner o a hold of kind k (at level, lease ms) and records it
--- in st: a writer a fresh token, which becomes the epoch; a reader the
--- epoch (a fresh token when none lives); a permit a fresh token and the
--- lowest free slot. Returns the token (a decimal) and the slot, or nil
--- plus an error reply.
-local function admit(M, K, st, k, o, level, ms)
+-- admit gives owner o a hold of kind k (at level, lease ms, the q flag
+-- when q: someone may wait) and records it in st: a writer a fresh token,
+-- which becomes the epoch; a reader the epoch (a fresh token when none
+-- lives); a permit a fresh token and the lowest free slot. Returns the
+-- token (a decimal) and the slot, or nil plus an error reply.
+local function admit(M, K, st, k, o, level, ms, q)
   local hold, t, slot, err = K.index .. ':' .. o, nil, nil, nil
   if k == 'r' then
     t, err = callOn('GET', K.epoch)
@@ -97,11 +99,10 @@ local function admit(M, K, st, k, o, level, ms)
       return nil, err
     end
     t = type(t) == 'string' and t or dec(t)
-    if k ~= 's' then
+    if k ~= 's' and M.idle > 0 then
+      redis.call('SET', K.epoch, t, 'PX', M.px)
+    elseif k ~= 's' then
       redis.call('SET', K.epoch, t)
-      if M.idle > 0 then
-        redis.call('PEXPIRE', K.epoch, M.px)
-      end
     end
   end
   if k == 'w' then
@@ -114,14 +115,11 @@ local function admit(M, K, st, k, o, level, ms)
       slot = slot + 1
     end
     st.used[dec(slot)] = true
-    redis.call('HSET', K.index, o, dec(slot), '#', dec(st.count))
+    redis.call('HSET', K.index, o, dec(slot) .. ' ' .. dec(st.count))
   end
+  grant(hold, o, t, level, ms, slot and dec(slot) or '', q)
   if k ~= 'w' then
     st.hs[o], st.n = slot or true, st.n + 1
-  end
-  grant(hold, o, t, level, ms, slot and dec(slot) or '', false)
-  if k ~= 'w' then
-    reach(K.index, ms)
   end
   return t, slot
 end
@@ -151,7 +149,7 @@ local function dispatch(M, K, st, self, ms)
         break
       end
       local mself = page[i] == self
-      local t, s = admit(M, K, st, k, o, 'l:' .. id, mself and ms or claim)
+      local t, s = admit(M, K, st, k, o, 'l:' .. id, mself and ms or claim, true)
       if not t then
         return nil, s
       end
@@ -170,4 +168,15 @@ local function dispatch(M, K, st, self, ms)
     redis.call('ZREMRANGEBYRANK', K.queue, 0, n - 1)
   end
   return mine, slot
+end
+
+-- queuedBehind sets the q flag of every live hold in st: a waiter has
+-- queued, and the release of any of them must look at the queue.
+local function queuedBehind(K, st)
+  if st.writer then
+    redis.call('HSET', K.writer, 'q', '1')
+  end
+  for o in pairs(st.hs) do
+    redis.call('HSET', K.index .. ':' .. o, 'q', '1')
+  end
 end

@@ -1,18 +1,25 @@
--- srelease: give up one level of a read-write lock's or a semaphore's hold
--- (ARGV[7] "r"), or undo an acquisition whose caller gave up (ARGV[7]
--- "a"); at depth 0 the hold goes and the waiters it held back are admitted
--- (shared.lua's dispatch).
+-- srelease: give up one level of a read-write lock's or a semaphore's hold,
+-- or (ARGV[6] "a") undo an acquisition whose caller gave up; at depth 0 the
+-- hold goes and the waiters it held back are admitted (shared.lua's
+-- dispatch).
 --
--- KEYS[1..3] the caller's hold, the queue, the counter (as sacquire.lua's)
--- KEYS[4]  the holders (sacquire.lua's KEYS[5]); KEYS[5] the writer's hold;
---          KEYS[6] the epoch
+-- KEYS[1]  the base key (as sacquire.lua's)
+-- KEYS[2]  the counter P:{N}:t (strict) or the floor P:{S}:f (time tokens)
+-- KEYS[3]  the other mode's key, never there: declared (never read) so
+--          that a Cluster moving the slot refuses the script (TRYAGAIN, a
+--          declared key missing) for the whole move, as it does sacquire.
+--          The keys named from KEYS[1] are not declared: run on either
+--          node mid-move, the script would find some of them missing (the
+--          importing node: a reader's hold not moved yet reads as absent)
+--          or fail at one that moved (the migrating node: "non local key",
+--          after its first writes)
 -- ARGV[1]  owner ID
 -- ARGV[2]  release: the ownership's token; undo: ""
 -- ARGV[3]  level ID
 -- ARGV[4]  token mode (lib.lua), for the tokens of the waiters admitted
 -- ARGV[5]  the kind: "r", "w" or "s"
--- ARGV[6]  undo: the caller's queue member, or ""
--- ARGV[7]  "r" (release) or "a" (undo)
+-- ARGV[6]  optional: "a" for an undo
+-- ARGV[7]  undo: the caller's queue member, or ""
 --
 -- A release returns the depth left when the ownership (owner and token)
 -- holds it (0: released); -2 when the caller's own hold is gone (a reader
@@ -20,17 +27,21 @@
 -- writer, when the write lock is free and its token still the epoch; -1
 -- otherwise. An undo leaves the queue and returns 1 when it took a level,
 -- 0 when there was none. Errors: FOREIGN, OVERFLOW (lib.lua).
-local M, err = modeOf(ARGV[4])
+local M, err = modes[ARGV[4]], nil
+if not M then
+  M, err = modeOf(ARGV[4])
+end
 if not M then
   return err
 end
-local hold, kind, undo = KEYS[1], ARGV[5], ARGV[7] == 'a'
-local o, ts, depth, granted = holdOf(hold, 'l:' .. ARGV[3], true)
+local kind, undo, level = ARGV[5], ARGV[6] == 'a', 'l:' .. ARGV[3]
+local K = sharedKeys(KEYS[1], kind, ARGV[1])
+local o, ts, depth, granted, _, q = holdOf(K.hold, level, true)
 if o == nil then
   return ts
 end
-if undo and ARGV[6] ~= '' then
-  local gone, gerr = callOn('ZREM', KEYS[2], ARGV[6])
+if undo and (ARGV[7] or '') ~= '' then
+  local gone, gerr = callOn('ZREM', K.queue, ARGV[7])
   if not gone then
     return gerr
   end
@@ -38,22 +49,22 @@ end
 if o ~= ARGV[1] or not undo and ts ~= ARGV[2] then
   if undo then
     return 0
-  elseif not o and (kind ~= 'w' or redis.call('GET', KEYS[6]) == ARGV[2]) then
+  elseif not o and (kind ~= 'w' or redis.call('GET', K.epoch) == ARGV[2]) then
     return -2 -- gone, or (a writer) no writer since: a retry, or expired
   end
   return -1
 elseif not granted then
   return undo and 0 or depth
 elseif depth > 1 then
-  redis.call('HDEL', hold, 'l:' .. ARGV[3])
+  redis.call('HDEL', K.hold, level)
   return undo and 1 or depth - 1
 end
-redis.call('DEL', hold)
-local K = {queue = KEYS[2], counter = KEYS[3], index = KEYS[4], writer = KEYS[5], epoch = KEYS[6]}
+redis.call('DEL', K.hold)
 if kind ~= 'w' then
   redis.call(kind == 's' and 'HDEL' or 'SREM', K.index, ARGV[1])
 end
-if redis.call('EXISTS', K.queue) == 1 then
+if (q or undo) and redis.call('EXISTS', K.queue) == 1 then
+  K.counter = KEYS[2]
   local st, serr = sharedOf(K, kind)
   if not st then
     return serr

@@ -39,6 +39,12 @@
 //     [Metrics.Store], and the errors given to [Metrics.Stale], such as
 //     sqlstore's Guard errors. store is the name given there.
 //
+// A read-write lock's leases and a semaphore's permits (reentrant.RWMutex,
+// reentrant.Semaphore) are counted on the same instruments, with the
+// attribute lock.hold ([HoldKey]): "read", "write" or "permit"; a plain
+// lock's measurements have none, so existing dashboards count locks alone
+// by filtering on its absence, or everything by ignoring it.
+//
 // Lock names are not attributes by default: there may be one per customer
 // or per row, and every distinct attribute set is a time series that the
 // SDK and the backend keep. [WithLockNameAttribute] adds "lock.name" to every

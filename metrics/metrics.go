@@ -18,7 +18,10 @@ const MeterName = "github.com/redfence/redfence"
 const (
 	OutcomeKey  = attribute.Key("outcome")   // lock and renewal outcomes
 	LockNameKey = attribute.Key("lock.name") // only WithLockNameAttribute
-	StoreKey    = attribute.Key("store")     // the name given to Store or Stale
+	// HoldKey is "read" or "write" for an RWMutex's leases, "permit" for a
+	// Semaphore's; a plain lock's measurements have no such attribute.
+	HoldKey  = attribute.Key("lock.hold")
+	StoreKey = attribute.Key("store") // the name given to Store or Stale
 )
 
 // waitBuckets are the bucket boundaries, in seconds, advised for
@@ -60,9 +63,25 @@ type Metrics struct {
 	stale        metric.Int64Counter
 
 	// The attribute sets of the lock instruments, computed once (unless
-	// the lock name is an attribute): indexed by event kind.
-	add    [kinds][]metric.AddOption
-	record [kinds][]metric.RecordOption
+	// the lock name is an attribute): indexed by hold and event kind.
+	add    [len(holds)][kinds][]metric.AddOption
+	record [len(holds)][kinds][]metric.RecordOption
+}
+
+// holds are the values of reentrant.Event.Hold, and of HoldKey: "" for a
+// lock (no attribute), then a read-write lock's leases and a semaphore's
+// permits.
+var holds = [...]string{"", "read", "write", "permit"}
+
+// holdOf returns the index of an Event's Hold in holds, 0 for an unknown
+// one.
+func holdOf(h string) int {
+	for i, x := range holds {
+		if x == h {
+			return i
+		}
+	}
+	return 0
 }
 
 // The event kinds this package records, as indexes of its arrays.
@@ -134,22 +153,28 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	if !m.cfg.lockName {
-		for k := range kinds {
-			set := m.lockSet(k, "")
-			m.add[k] = []metric.AddOption{metric.WithAttributeSet(set)}
-			m.record[k] = []metric.RecordOption{metric.WithAttributeSet(set)}
+		for h := range holds {
+			for k := range kinds {
+				set := m.lockSet(k, h, "")
+				m.add[h][k] = []metric.AddOption{metric.WithAttributeSet(set)}
+				m.record[h][k] = []metric.RecordOption{metric.WithAttributeSet(set)}
+			}
 		}
 	}
 	return m, nil
 }
 
 // lockSet returns the attribute set of a lock instrument's measurement for
-// an event of kind k on the lock name (ignored without the option).
-func (m *Metrics) lockSet(k int, name string) attribute.Set {
-	kv := make([]attribute.KeyValue, 0, len(m.cfg.attrs)+2)
+// an event of kind k on a hold (an index of holds) of the lock name
+// (ignored without the option).
+func (m *Metrics) lockSet(k, h int, name string) attribute.Set {
+	kv := make([]attribute.KeyValue, 0, len(m.cfg.attrs)+3)
 	kv = append(kv, m.cfg.attrs...)
 	if o := outcome[k]; o != "" {
 		kv = append(kv, OutcomeKey.String(o))
+	}
+	if h > 0 {
+		kv = append(kv, HoldKey.String(holds[h]))
 	}
 	if m.cfg.lockName {
 		kv = append(kv, LockNameKey.String(name))
@@ -170,9 +195,10 @@ func (m *Metrics) Observe(e reentrant.Event) {
 	if k == 0 {
 		return
 	}
-	add, record := m.add[k], m.record[k]
+	h := holdOf(e.Hold)
+	add, record := m.add[h][k], m.record[h][k]
 	if m.cfg.lockName {
-		o := metric.WithAttributeSet(m.lockSet(k, e.Name))
+		o := metric.WithAttributeSet(m.lockSet(k, h, e.Name))
 		add, record = []metric.AddOption{o}, []metric.RecordOption{o}
 	}
 	ctx := context.Background()

@@ -290,3 +290,45 @@ func TestClientWithoutObserver(t *testing.T) {
 	require.NoError(t, in.Unlock(t.Context()))
 	require.NoError(t, l.Unlock(t.Context()))
 }
+
+// An RWMutex's leases and a Semaphore's permits are counted with the
+// attribute lock.hold, a plain lock's without it.
+func TestSharedHoldEvents(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		h := newHarness(t)
+		c, err := reentrant.New(b.Client, reentrant.WithPrefix(testenv.Unique(t)), h.m.Option())
+		require.NoError(t, err)
+		defer c.Close()
+		ctx := t.Context()
+		rw, sem := c.RWMutex("doc"), c.Semaphore("pool", 1)
+
+		w, err := rw.Lock(ctx)
+		require.NoError(t, err)
+		_, err = rw.TryRLock(ctx)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		r, err := rw.RLock(w.Context()) // the writer's owner reads at once
+		require.NoError(t, err)
+		require.NoError(t, w.Unlock(ctx))
+		require.NoError(t, r.Unlock(ctx))
+		p, err := sem.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = sem.TryAcquire(ctx)
+		require.ErrorIs(t, err, reentrant.ErrNotAcquired)
+		require.NoError(t, p.Unlock(ctx))
+		l, err := c.Lock(ctx, "doc")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+
+		got := h.collect(t)
+		require.Equal(t, map[string]int64{
+			"lock.hold=write,outcome=acquired":      1,
+			"lock.hold=read,outcome=acquired":       1,
+			"lock.hold=read,outcome=not_acquired":   1,
+			"lock.hold=permit,outcome=acquired":     1,
+			"lock.hold=permit,outcome=not_acquired": 1,
+			"outcome=acquired":                      1,
+		}, got.counts["redfence.lock.acquisitions"])
+		require.Equal(t, map[string]int64{"lock.hold=write": 1, "lock.hold=read": 1, "lock.hold=permit": 1, "": 1},
+			got.counts["redfence.lock.releases"])
+	})
+}

@@ -59,10 +59,12 @@ type backend interface {
 	extendBatch(ctx context.Context, reqs []*extendReq) []extendResult
 	// inspect reads the lock's state.
 	inspect(ctx context.Context, ref lockRef) (State, error)
-	// scan calls page with the names of the lock hashes SCAN finds under
-	// the prefix, one page at a time, on every server that holds locks,
-	// until page returns false; a name may come more than once.
-	scan(ctx context.Context, page func(names []string) bool) error
+	// scan calls page with the names of the locks (and, on one
+	// deployment, of the read-write locks and semaphores) whose keys SCAN
+	// finds under the prefix, one page at a time, on every server that
+	// holds locks, until page returns false; a name may come more than
+	// once.
+	scan(ctx context.Context, page func(names []listed) bool) error
 	// proclaim writes an election's term (proclaim.lua): with stamp
 	// false, the ownership (owner, tok) gets value, keeping its start
 	// (held false when it does not hold the lock with an election's

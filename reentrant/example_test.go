@@ -105,8 +105,12 @@ func ExampleClient_Lock() {
 	// allows. That context bounds the wait only, never the lease.
 	wait, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
+	// It fails with ErrNotAcquired, or ErrOutcomeUnknown when the deadline
+	// cut an attempt in flight (which is then undone): either way, with the
+	// context's error.
 	_, err = locks.Lock(wait, "invoice-42")
-	fmt.Println("gave up:", errors.Is(err, reentrant.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+	fmt.Println("gave up:", errors.Is(err, reentrant.ErrNotAcquired) || errors.Is(err, reentrant.ErrOutcomeUnknown),
+		errors.Is(err, context.DeadlineExceeded))
 
 	if err := lease.Unlock(ctx); err != nil {
 		log.Fatal(err)

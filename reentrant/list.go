@@ -3,6 +3,7 @@ package reentrant
 // List: a walk over the held locks under a client's prefix.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"iter"
@@ -14,7 +15,10 @@ import (
 const listParallel = 16
 
 // List walks the locks held under the client's prefix and yields each one's
-// State, read as Inspect reads it. It finds them with SCAN (never KEYS) on
+// State, read as Inspect reads it; then also each held read-write lock's
+// and semaphore's, as [RWMutex.Inspect] and [Semaphore.Inspect] read them
+// (their Holders say which: a name's lock, RW lock and semaphore are three
+// entries). It finds them with SCAN (never KEYS) on
 // every primary (or shard, or Redlock node; with NewRedlock a lock is listed
 // when a majority agree on its holder). It is a walk, not a snapshot: each
 // State is read atomically at its own moment. A lock held throughout the walk
@@ -44,18 +48,18 @@ func (c *Client) List(ctx context.Context) iter.Seq2[State, error] {
 		}
 		// Names listed, or reported with an error, are read once: SCAN
 		// may return a key twice, and a Redlock's nodes each have it.
-		done := map[string]struct{}{}
+		done := map[listed]struct{}{}
 		stopped := false // by the loop: nothing more is yielded
-		err = c.be.scan(ctx, func(names []string) bool {
-			slices.Sort(names)
-			names = slices.DeleteFunc(slices.Compact(names), func(n string) bool { _, ok := done[n]; return ok })
+		err = c.be.scan(ctx, func(names []listed) bool {
+			slices.SortFunc(names, func(a, b listed) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.kind, b.kind)) })
+			names = slices.DeleteFunc(slices.Compact(names), func(n listed) bool { _, ok := done[n]; return ok })
 			for i, r := range c.inspectAll(ctx, names) {
 				if ctx.Err() != nil || errors.Is(r.err, ErrClosed) {
 					return false // the walk's end says why
 				}
 				if r.err != nil {
 					done[names[i]] = struct{}{}
-					if stopped = !yield(State{Name: names[i]}, opErr("list", names[i], r.err)); stopped {
+					if stopped = !yield(State{Name: names[i].name}, opErr("list", names[i].name, r.err)); stopped {
 						return false
 					}
 					continue
@@ -87,7 +91,7 @@ func (c *Client) List(ctx context.Context) iter.Seq2[State, error] {
 
 // inspectAll inspects names, listParallel at once, and returns their
 // states in the order of names.
-func (c *Client) inspectAll(ctx context.Context, names []string) []result[State] {
+func (c *Client) inspectAll(ctx context.Context, names []listed) []result[State] {
 	out := make([]result[State], len(names))
 	sem := make(chan struct{}, listParallel)
 	var wg sync.WaitGroup
@@ -95,10 +99,23 @@ func (c *Client) inspectAll(ctx context.Context, names []string) []result[State]
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			st, err := c.inspect(ctx, name)
+			var st State
+			var err error
+			if name.kind != 0 {
+				st, err = c.inspectShared(ctx, name.name, name.kind)
+			} else {
+				st, err = c.inspect(ctx, name.name)
+			}
 			out[i] = result[State]{st, err}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// listed is a name a walk found: a lock's (kind 0), or a read-write lock's
+// ('w') or a semaphore's ('s').
+type listed struct {
+	name string
+	kind byte
 }

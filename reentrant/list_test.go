@@ -260,3 +260,55 @@ func TestListRedlock(t *testing.T) {
 		require.Error(t, err2, "two of three down: no majority to list from")
 	})
 }
+
+// List shows held read-write locks and semaphores beside locks, each with
+// its holders, and a name's three locks as three entries.
+func TestListShared(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		c, err := reentrant.New(b.Client, reentrant.WithPrefix(testenv.Unique(t)))
+		require.NoError(t, err)
+		defer c.Close()
+		ctx := t.Context()
+		l, err := c.Lock(ctx, "x")
+		require.NoError(t, err)
+		rw := c.RWMutex("x")
+		r1, err := rw.RLock(ctx)
+		require.NoError(t, err)
+		r2, err := rw.RLock(ctx)
+		require.NoError(t, err)
+		p, err := c.Semaphore("x", 3).Acquire(ctx)
+		require.NoError(t, err)
+		w, err := c.RWMutex("y").Lock(ctx)
+		require.NoError(t, err)
+
+		got := map[string][]string{}
+		for st, err := range c.List(ctx) {
+			require.NoError(t, err)
+			var hs []string
+			for _, h := range st.Holders {
+				hs = append(hs, fmt.Sprintf("%s %s %d %d", h.Meta, h.Owner, h.Token, h.Slot))
+			}
+			slices.Sort(hs)
+			key := st.Name
+			if len(hs) > 0 {
+				key += " " + st.Holders[0].Meta
+			}
+			got[key] = hs
+		}
+		reads := []string{fmt.Sprintf("read %s %d 0", r1.Owner(), r1.Token()), fmt.Sprintf("read %s %d 0", r2.Owner(), r2.Token())}
+		slices.Sort(reads)
+		require.Equal(t, map[string][]string{
+			"x":        nil,
+			"x read":   reads,
+			"x permit": {fmt.Sprintf("permit %s %d %d", p.Owner(), p.Token(), p.Slot())},
+			"y write":  {fmt.Sprintf("write %s %d 0", w.Owner(), w.Token())},
+		}, got)
+		for _, u := range []interface{ Unlock(context.Context) error }{l, r1, r2, p, w} {
+			require.NoError(t, u.Unlock(ctx))
+		}
+		for st, err := range c.List(ctx) {
+			require.NoError(t, err)
+			t.Fatalf("listed after every release: %+v", st)
+		}
+	})
+}

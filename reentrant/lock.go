@@ -30,7 +30,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...CallOption) (
 	start := time.Now()
 	l, err := c.tryLock(ctx, name, lockHold, opts)
 	err = opErr("trylock", name, err)
-	c.observed(name, start, l, err)
+	c.observed(name, lockHold, start, l, err)
 	return l, err
 }
 
@@ -41,10 +41,16 @@ func (c *Client) tryLock(ctx context.Context, name string, h hold, opts []CallOp
 	}
 	l, _, err := r.try(ctx, false)
 	if err == nil && l == nil {
-		if r.c.heldHere(name, h.kind, r.owner) {
-			return nil, fmt.Errorf("%w: %s", ErrNotAcquired, heldHereHint)
+		switch {
+		case h.kind == 'r':
+			err = fmt.Errorf("%w: a writer holds it or waits for it", ErrNotAcquired)
+		case h.kind == 's':
+			err = fmt.Errorf("%w: all %d permits are held, or others wait for one", ErrNotAcquired, h.permits)
+		case r.c.heldHere(name, h.kind, r.owner):
+			err = fmt.Errorf("%w: %s", ErrNotAcquired, heldHereHint)
+		default:
+			err = fmt.Errorf("%w: held by another owner or others wait for it", ErrNotAcquired)
 		}
-		err = fmt.Errorf("%w: held by another owner or others wait for it", ErrNotAcquired)
 	}
 	return l, err
 }
@@ -111,11 +117,11 @@ func (c *Client) newCall(ctx context.Context, name string, h hold, opts []CallOp
 }
 
 // observed reports a finished Lock or TryLock to the observer.
-func (c *Client) observed(name string, start time.Time, l *Lease, err error) {
+func (c *Client) observed(name string, h hold, start time.Time, l *Lease, err error) {
 	if c.cfg.observe == nil {
 		return
 	}
-	e := Event{Kind: kindNotAcquired, Name: name, Wait: time.Since(start), Err: err}
+	e := Event{Kind: kindNotAcquired, Name: name, Hold: holdNames[h.kind], Wait: time.Since(start), Err: err}
 	if l != nil {
 		e.Kind, e.Token = kindAcquired, l.token
 		if l.depth > 1 {
@@ -163,7 +169,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...CallOption) (*Le
 	start := time.Now()
 	l, err := c.lock(ctx, name, lockHold, opts)
 	err = opErr("lock", name, err)
-	c.observed(name, start, l, err)
+	c.observed(name, lockHold, start, l, err)
 	return l, err
 }
 
@@ -173,7 +179,7 @@ func (c *Client) lock(ctx context.Context, name string, h hold, opts []CallOptio
 		return nil, err
 	}
 	l, err := c.be.lock(ctx, r)
-	if err != nil && errors.Is(err, ErrNotAcquired) && c.heldHere(name, h.kind, r.owner) {
+	if err != nil && errors.Is(err, ErrNotAcquired) && (h.kind == 0 || h.kind == 'w') && c.heldHere(name, h.kind, r.owner) {
 		err = &heldHereError{err}
 	}
 	return l, err

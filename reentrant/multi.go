@@ -277,7 +277,7 @@ func (c *Client) lockMulti(ctx context.Context, names []string, opts []CallOptio
 			leases, err := c.multiLeases(ctx, m, res)
 			if err == nil {
 				for i, l := range leases {
-					c.observed(names[i], start, l, nil)
+					c.observed(names[i], lockHold, start, l, nil)
 				}
 				return newMultiLease(ctx, owner, names, leases), nil
 			}

@@ -14,14 +14,20 @@ import (
 // (Err; the lease is lost only if no renewal succeeds before its deadline),
 // "lost" (an ownership ended without Unlock; Err wraps ErrLost) or
 // "released" (an Unlock released the lock). Wait is how long the call took,
-// for the first three; Token is None for "not_acquired".
+// for the first three; Token is None for "not_acquired". Hold says what
+// the event concerns: "" for a lock ([Client.Lock]), "read" or "write" for
+// an [RWMutex]'s leases, "permit" for a [Semaphore]'s.
 type Event struct {
 	Kind  string
 	Name  string
+	Hold  string
 	Token fence.Token
 	Wait  time.Duration
 	Err   error
 }
+
+// holdNames are Event.Hold's values, by the hold's kind.
+var holdNames = map[byte]string{'r': "read", 'w': "write", 's': "permit"}
 
 // The kinds of Event.
 const (

@@ -128,7 +128,7 @@ func (c *Client) heldHere(name string, kind byte, owner Owner) bool {
 // held, so a slow logger or observer holds up no other call.
 func (o *ownership) reportLost(cause error) {
 	o.c.cfg.log.Warn("reentrant: lease lost", "name", o.key.name, "token", uint64(o.token), "cause", cause)
-	o.c.emit(Event{Kind: kindLost, Name: o.key.name, Token: o.token, Err: cause})
+	o.c.emit(Event{Kind: kindLost, Name: o.key.name, Hold: holdNames[o.key.kind], Token: o.token, Err: cause})
 }
 
 // lostErr is the cause a loss of o of kind (ErrGone or ErrUnconfirmed) for

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -23,10 +24,10 @@ const listScanCount = 512
 // bounded by ctx. A node whose walk fails is passed over while at most
 // tolerate have; past that, or when ctx ends or the client closes, it
 // stops and returns the errors.
-func scanLocks(c *Client, ctx context.Context, nodes []redis.UniversalClient, prefix string, tolerate int, page func(names []string) bool) error {
+func scanLocks(c *Client, ctx context.Context, nodes []redis.UniversalClient, prefix string, shared bool, tolerate int, page func(names []listed) bool) error {
 	var errs []error
 	for i, node := range nodes {
-		err := scanNode(c, ctx, node, prefix, page)
+		err := scanNode(c, ctx, node, prefix, shared, page)
 		switch {
 		case errors.Is(err, errStopped):
 			return nil
@@ -49,58 +50,83 @@ var errStopped = errors.New("stopped")
 
 // scanNode SCANs every server of node (a Cluster's masters, a Ring's
 // shards, or node itself).
-func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix string, page func(names []string) bool) error {
+func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix string, shared bool, page func(names []listed) bool) error {
 	servers := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) ([]redis.UniversalClient, error) {
 		return primaries(ctx, node)
 	}, nil)
 	if servers.err != nil {
 		return servers.err
 	}
-	pattern := scripts.LockPattern(prefix)
+	kinds := []listKind{{0, prefix, scripts.LockPattern(prefix), ""}}
+	if shared {
+		// A read-write lock is held when its writer hash or its readers'
+		// set exists; a semaphore when its permits' hash does.
+		rw, sem := prefix+scripts.RWPrefix, prefix+scripts.SemPrefix
+		kinds = append(kinds, listKind{'w', rw, scripts.LockPattern(rw), ""},
+			listKind{'w', rw, scripts.LockPattern(rw) + ":r", ":r"}, listKind{'s', sem, scripts.LockPattern(sem) + ":h", ":h"})
+	}
 	for _, rdb := range servers.v {
-		var cursor uint64
-		for {
-			if c.isClosed() {
-				return ErrClosed
-			}
-			type scanned struct {
-				keys []string
-				next uint64
-			}
-			out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (scanned, error) {
-				keys, next, err := rdb.Scan(ctx, cursor, pattern, listScanCount).Result()
-				return scanned{keys, next}, err
-			}, nil)
-			if out.err != nil {
-				return out.err
-			}
-			var names []string
-			for _, k := range out.v.keys {
-				if name, ok := scripts.NameOf(prefix, k); ok {
-					names = append(names, name)
-				}
-			}
-			if len(names) > 0 && !page(names) {
-				return errStopped
-			}
-			if cursor = out.v.next; cursor == 0 {
-				break
+		for _, k := range kinds {
+			if err := scanServer(c, ctx, rdb, k, page); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
+// listKind is what a walk SCANs for: the keys of pattern, each the key of
+// a name under prefix with suffix added, of the lock kind kind.
+type listKind struct {
+	kind                    byte
+	prefix, pattern, suffix string
+}
+
+// scanServer SCANs one server for k's keys.
+func scanServer(c *Client, ctx context.Context, rdb redis.UniversalClient, k listKind, page func(names []listed) bool) error {
+	var cursor uint64
+	for {
+		if c.isClosed() {
+			return ErrClosed
+		}
+		type scanned struct {
+			keys []string
+			next uint64
+		}
+		out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (scanned, error) {
+			keys, next, err := rdb.Scan(ctx, cursor, k.pattern, listScanCount).Result()
+			return scanned{keys, next}, err
+		}, nil)
+		if out.err != nil {
+			return out.err
+		}
+		var names []listed
+		for _, key := range out.v.keys {
+			if key, ok := strings.CutSuffix(key, k.suffix); ok {
+				if name, ok := scripts.NameOf(k.prefix, key); ok {
+					names = append(names, listed{name, k.kind})
+				}
+			}
+		}
+		if len(names) > 0 && !page(names) {
+			return errStopped
+		}
+		if cursor = out.v.next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
 // scan walks every primary of the deployment: a Cluster's masters, a
 // Ring's shards, or the one server.
-func (s *single) scan(ctx context.Context, page func(names []string) bool) error {
-	return scanLocks(s.c, ctx, []redis.UniversalClient{s.rdb}, s.space.prefix, 0, page)
+func (s *single) scan(ctx context.Context, page func(names []listed) bool) error {
+	return scanLocks(s.c, ctx, []redis.UniversalClient{s.rdb}, s.space.prefix, true, 0, page)
 }
 
 // scan walks every node; a lock held on a majority is on at least one of
 // every majority of them, so a minority may fail.
-func (q *quorum) scan(ctx context.Context, page func(names []string) bool) error {
-	return scanLocks(q.c, ctx, q.nodes, q.space.prefix, len(q.nodes)-q.majority(), page)
+func (q *quorum) scan(ctx context.Context, page func(names []listed) bool) error {
+	return scanLocks(q.c, ctx, q.nodes, q.space.prefix, false, len(q.nodes)-q.majority(), page)
 }
 
 // primaries returns the servers that hold rdb's keys: a Cluster's masters,

@@ -97,7 +97,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	l.end(ErrReleased)
 	if r.left <= 0 {
 		l.own.end(ErrReleased)
-		l.c.emit(Event{Kind: kindReleased, Name: l.name, Token: l.token})
+		l.c.emit(Event{Kind: kindReleased, Name: l.name, Hold: holdNames[l.own.key.kind], Token: l.token})
 	}
 	if lost != nil {
 		return fmt.Errorf("%w: the lease was lost before Unlock (Redis still held the lock): %w", ErrNotHeld, bare(lost))

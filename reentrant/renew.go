@@ -266,7 +266,7 @@ func (o *ownership) renewed(r extendResult) {
 	case o.ctx.Err() != nil:
 	case r.err == nil && r.held:
 		o.confirm(r.sent, o.cfg.ttl)
-		o.c.emit(Event{Kind: kindRenewed, Name: o.key.name, Token: o.token})
+		o.c.emit(Event{Kind: kindRenewed, Name: o.key.name, Hold: holdNames[o.key.kind], Token: o.token})
 	case r.err == nil:
 		o.lose(o.lostErr(ErrGone, goneReason(r.forced, "renewal"), nil))
 	case refused(r.err):
@@ -276,7 +276,7 @@ func (o *ownership) renewed(r extendResult) {
 		o.lastErr = r.err
 		o.mu.Unlock()
 		o.c.cfg.log.Warn("reentrant: renewal failed", "name", o.key.name, "token", uint64(o.token), "err", r.err)
-		o.c.emit(Event{Kind: kindRenewFailed, Name: o.key.name, Token: o.token, Err: r.err})
+		o.c.emit(Event{Kind: kindRenewFailed, Name: o.key.name, Hold: holdNames[o.key.kind], Token: o.token, Err: r.err})
 	}
 }
 

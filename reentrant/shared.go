@@ -200,7 +200,7 @@ func (c *Client) sharedCall(ctx context.Context, op, name string, h hold, base, 
 		l, err = c.tryLock(ctx, name, h, opts)
 	}
 	err = opErr(op, name, err)
-	c.observed(name, start, l, err)
+	c.observed(name, h, start, l, err)
 	return l, err
 }
 

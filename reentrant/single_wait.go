@@ -113,8 +113,8 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 // newOwnership). ok is false when the claim must be made in Redis instead:
 // with WithReplicaAck (the claim's WAIT covers the handoff), without
 // renewal (the lease must last the TTL from the start), for a semaphore's
-// permit (the message has no slot: the claim's reply says which), or when
-// the message came too late to leave half of that window.
+// permit (the message does not say its slot; the claim's reply does), or
+// when the message came too late to leave half of that window.
 func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time) (l *Lease, ok bool, err error) {
 	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 || r.hold.kind == 's' {
 		return nil, false, nil

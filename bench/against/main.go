@@ -84,10 +84,34 @@ func run(addr string, pairs, blocks int, rev string) error {
 			return l.Unlock(ctx)
 		}
 	}
+	rw, sem := hd.RWMutex("w1"), hd.Semaphore("w1", 8)
 	kinds := []kind{
 		{rev + "'s default", basePair(bd)},
 		{"this tree's default", headPair(hd)},
 		{"this tree with WithStrictTokens", headPair(hs)},
+		// A name's lock, RW lock and semaphore are three locks: each pair
+		// below takes a hold of its own kind, uncontended.
+		{"this tree's RLock+Unlock", func(ctx context.Context) error {
+			l, err := rw.RLock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}},
+		{"this tree's RWMutex.Lock+Unlock", func(ctx context.Context) error {
+			l, err := rw.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}},
+		{"this tree's Acquire+Unlock (8 permits)", func(ctx context.Context) error {
+			p, err := sem.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			return p.Unlock(ctx)
+		}},
 	}
 	for _, k := range kinds {
 		for range 50 { // warm up: connections, the libraries, the floors
@@ -115,7 +139,7 @@ func run(addr string, pairs, blocks int, rev string) error {
 	}
 	fmt.Printf("script time per uncontended Lock+Unlock pair (INFO commandstats), %d blocks of %d pairs, median block:\n", blocks, per)
 	for i, k := range kinds {
-		fmt.Printf("  %-40s %6.2f us\n", k.what, median(got[i]))
+		fmt.Printf("  %-42s %6.2f us\n", k.what, median(got[i]))
 	}
 	fmt.Println("medians of the ratios of blocks run side by side:")
 	ratio := func(a, b int) {
@@ -129,6 +153,9 @@ func run(addr string, pairs, blocks int, rev string) error {
 	ratio(1, 0)
 	ratio(1, 2)
 	ratio(2, 0)
+	ratio(3, 1)
+	ratio(4, 1)
+	ratio(5, 1)
 	return nil
 }
 

@@ -67,6 +67,10 @@
 //	                      a name never locked there); every other field is then
 //	                      empty. The text form is then one line: "NAME: no state
 //	                      under prefix P (never locked there)"
+//	holders     [object]  list only, for a read-write lock or a semaphore
+//	                      (reentrant.RWMutex, Semaphore): each holder as an
+//	                      object of these fields, meta "write", "read" or
+//	                      "permit slot N"; absent for a lock
 //
 // A released name keeps no history: its last owner and how its ownerships
 // ended are not recorded. Fields may be added; none is renamed. The exit

@@ -50,6 +50,10 @@ names below (ttl_ms aside); durations print as Go durations (12.345s) and
                         a name never locked there); every other field is then
                         empty. The text form is then one line: "NAME: no state
                         under prefix P (never locked there)"
+  holders     [object]  list only, for a read-write lock or a semaphore
+                        (reentrant.RWMutex, Semaphore): each holder as an
+                        object of these fields, meta "write", "read" or
+                        "permit slot N"; absent for a lock
 A released name keeps no history: its last owner and how its ownerships
 ended are not recorded. Fields may be added; none is renamed. The exit
 status is 0 whether or not the name was found.`
@@ -119,6 +123,9 @@ type lockView struct {
 	Waiters   int64       `json:"waiters"`
 	Forced    *forcedView `json:"forced" text:"none"`
 	Found     bool        `json:"found" text:"-"` // printed by writeText itself, with Prefix
+	// Holders: a read-write lock's or a semaphore's (list only), each
+	// holder's own view, its Meta "write", "read" or "permit slot N".
+	Holders []lockView `json:"holders,omitempty" text:"-"`
 }
 
 // forcedView is a reentrant.State's Forced as inspect prints it.
@@ -149,6 +156,14 @@ func newLockView(prefix string, st reentrant.State) lockView {
 	v.Lease, v.TTL, v.TTLMillis = lease(st)
 	if f := st.Forced; f != nil {
 		v.Forced = &forcedView{Token: uint64(f.Token), At: f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), By: f.By}
+	}
+	for _, h := range st.Holders {
+		hv := newLockView(prefix, h)
+		hv.Waiters = st.Waiters
+		if h.Meta == "permit" {
+			hv.Meta = fmt.Sprintf("permit slot %d", h.Slot)
+		}
+		v.Holders = append(v.Holders, hv)
 	}
 	return v
 }

@@ -24,9 +24,13 @@ taken or released meanwhile may or may not be listed, while one held
 throughout is listed once.
 
 The text form is a table: NAME, TOKEN, OWNER, DEPTH, TTL (what is left of
-the lease, a Go duration), WAITERS (Lock calls queued), META. --json prints
-one JSON object per line instead, as the locks are found: the object inspect
---json prints for that lock, on one line. A key under the prefix that holds
+the lease, a Go duration), WAITERS (Lock calls queued), META. A read-write
+lock (reentrant.RWMutex) or a semaphore (reentrant.Semaphore) held under
+the prefix has a row per holder, META saying "write", "read" (TOKEN: the
+epoch it reads) or "permit slot N". --json prints one JSON object per line
+instead, as the locks are found: the object inspect --json prints for that
+lock, on one line; a read-write lock's or a semaphore's has "holders", one
+such object per holder. A key under the prefix that holds
 other data does not stop the walk: it is reported on stderr at the end, and
 the exit status is 1.`
 
@@ -110,8 +114,16 @@ func (l *listWriter) add(st reentrant.State) error {
 	if l.json != nil {
 		return l.json.Encode(v)
 	}
-	_, err := fmt.Fprintf(l.table, "%s\t%d\t%s\t%d\t%s\t%d\t%s\n", cell(v.Name), v.Token, cell(v.Owner), v.Depth, v.TTL, v.Waiters, cell(v.Meta))
-	return err
+	rows := []lockView{v}
+	if len(v.Holders) > 0 {
+		rows = v.Holders // a read-write lock or a semaphore: a row per holder
+	}
+	for _, v := range rows {
+		if _, err := fmt.Fprintf(l.table, "%s\t%d\t%s\t%d\t%s\t%d\t%s\n", cell(v.Name), v.Token, cell(v.Owner), v.Depth, v.TTL, v.Waiters, cell(v.Meta)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (l *listWriter) flush() error {

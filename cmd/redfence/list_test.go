@@ -163,3 +163,37 @@ func TestListAndInspectShowATermsValue(t *testing.T) {
 		require.NoError(t, term.Resign(t.Context()))
 	})
 }
+
+// list shows a read-write lock's and a semaphore's holders, a row each.
+func TestListShared(t *testing.T) {
+	testenv.EachRedis(t, func(t *testing.T, b testenv.Backend) {
+		addr, prefix := b.Client.Options().Addr, testenv.Unique(t)
+		locks, err := reentrant.New(b.Client, reentrant.WithPrefix(prefix))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = locks.Close() })
+		ctx := t.Context()
+		w, err := locks.RWMutex("doc").Lock(ctx)
+		require.NoError(t, err)
+		r, err := locks.RWMutex("doc").RLock(w.Context()) // the writer reads too
+		require.NoError(t, err)
+		p, err := locks.Semaphore("pool", 2).Acquire(ctx)
+		require.NoError(t, err)
+
+		_, out, errOut := cli(t, ctx, "list", "--redis", addr, "--prefix", prefix)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 4, "a header and a row per holder: %s%s", out, errOut)
+		require.Regexp(t, fmt.Sprintf(`(?m)^doc +%d +%s +1 +\S+ +0 +write$`, w.Token(), w.Owner()), out)
+		require.Regexp(t, fmt.Sprintf(`(?m)^doc +%d +%s +1 +\S+ +0 +read$`, r.Token(), r.Owner()), out)
+		require.Regexp(t, fmt.Sprintf(`(?m)^pool +%d +%s +1 +\S+ +0 +permit slot 0$`, p.Token(), p.Owner()), out)
+
+		views, code, errOut := listJSON(t, "--redis", addr, "--prefix", prefix)
+		require.Equal(t, exitOK, code, errOut)
+		require.Len(t, views["doc"].Holders, 2)
+		require.Equal(t, "write", views["doc"].Holders[0].Meta)
+		require.Equal(t, uint64(w.Token()), views["doc"].Token, "the writer's token")
+		require.Equal(t, "permit slot 0", views["pool"].Holders[0].Meta)
+		for _, l := range []*reentrant.Lease{r, w, p.Lease} {
+			require.NoError(t, l.Unlock(ctx))
+		}
+	})
+}

@@ -28,12 +28,8 @@ type ExtendReply struct {
 // ExtendWhy is Extend, and says who ended the ownership when a forced
 // unlock did.
 func ExtendWhy(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, ttl time.Duration) (ExtendReply, error) {
-	argv := []any{nil, nil, 2, k.arg(lockKey), k.arg(forcedKey), owner, token.String(), ttl.Milliseconds()}
-	if k.Kind != 0 {
-		r := ExtendReq{Keys: k, Owner: owner, Token: token, TTL: ttl}
-		argv = append(argv[:2], r.build()...)
-	}
-	v, err := run(ctx, rdb, extendScript, argv)
+	v, err := run(ctx, rdb, extendScript, []any{nil, nil, 2, k.arg(lockKey), k.arg(forcedKey), owner, token.String(),
+		ttl.Milliseconds()})
 	if err != nil {
 		return ExtendReply{}, scriptErr(err)
 	}
@@ -64,10 +60,6 @@ func NewExtendReq(k Keys, owner string, token fence.Token, ttl time.Duration) Ex
 func (r *ExtendReq) Prepared() bool { return r.argv != nil }
 
 func (r *ExtendReq) build() []any {
-	if r.Keys.Kind != 0 && r.Keys.Kind != 'w' {
-		// A reader's or a permit's holders must outlive its hold.
-		return []any{3, r.Keys.Lock, r.Keys.Forced, r.Keys.Index, r.Owner, r.Token.String(), r.TTL.Milliseconds()}
-	}
 	return []any{2, r.Keys.Lock, r.Keys.Forced, r.Owner, r.Token.String(), r.TTL.Milliseconds()}
 }
 
@@ -88,7 +80,7 @@ type ExtendResult struct {
 // missing are sent again once it is loaded). The i-th result answers
 // reqs[i].
 func ExtendBatch(ctx context.Context, rdb redis.Cmdable, reqs []ExtendReq) []ExtendResult {
-	b := pipelined(ctx, rdb, extendScript, len(reqs), 7, func(dst []any, i int) []any {
+	b := pipelined(ctx, rdb, extendScript, len(reqs), 6, func(dst []any, i int) []any {
 		argv := reqs[i].argv
 		if argv == nil {
 			argv = reqs[i].build()

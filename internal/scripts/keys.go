@@ -25,9 +25,9 @@ type Keys struct {
 	// reader), 'w' (the writer) or 's' (a permit). Lock is then that
 	// hold's key, and the wrappers run the shared scripts.
 	Kind byte
-	// Index is a shared lock's holders (lua/shared.lua); Writer and Epoch
-	// a read-write lock's writer hold and epoch (a semaphore: Index).
-	Index, Writer, Epoch string
+	// Base is a shared lock's base key, which its scripts name the others
+	// from, and Index its holders (lua/shared.lua).
+	Base, Index string
 
 	// args holds the keys as command arguments, made once by KeysFor in
 	// one allocation: a string put in an interface is an allocation of its

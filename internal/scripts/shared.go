@@ -3,7 +3,7 @@ package scripts
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"math"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,10 +31,9 @@ func SharedKeys(prefix, name string, kind byte, owner string) Keys {
 		p = prefix + SemPrefix
 	}
 	k := KeysFor(p, name)
-	k.Kind, k.Writer, k.Index, k.Epoch = kind, k.Lock, k.Lock+":r", k.Lock+":e"
+	k.Kind, k.Base, k.Index = kind, k.Lock, k.Lock+":r"
 	if kind == 's' {
 		k.Index = k.Lock + ":h"
-		k.Writer, k.Epoch = k.Index, k.Index
 	}
 	if kind != 'w' {
 		k.Lock = k.Index + ":" + owner
@@ -60,21 +59,25 @@ func (k *Keys) otherKey(m Tokens) string {
 }
 
 func acquireShared(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
-	member, queueTTL := "", ""
+	argv := make([]any, 0, 14)
+	argv = append(argv, nil, nil, 3, k.Base, k.counterKey(r.Tokens), k.otherKey(r.Tokens),
+		r.Owner, r.TTL.Milliseconds(), r.Level, r.Tokens.arg(), r.Meta)
+	// Optional arguments at their defaults are left out (acquireArgs).
+	opt := [4]any{"", "", "", ""}
+	n := 0
 	if r.Waiter != nil {
-		member = string(r.appendMember(nil))
-		queueTTL = strconv.FormatInt(max(r.Waiter.Queue.Milliseconds(), 1), 10)
+		opt[0], opt[1], n = string(r.appendMember(nil)), max(r.Waiter.Queue.Milliseconds(), 1), 2
 	}
-	again, depth := "", int64(DefaultMaxDepth)
+	if r.MaxDepth != DefaultMaxDepth {
+		opt[2], n = r.MaxDepth, 3
+		if r.MaxDepth <= 0 {
+			opt[2] = int64(math.MaxInt32)
+		}
+	}
 	if r.Again {
-		again = "1"
+		opt[3], n = "1", 4
 	}
-	if r.MaxDepth > 0 {
-		depth = r.MaxDepth
-	}
-	v, err := run(ctx, rdb, sacquireScript, []any{nil, nil, 7, k.Lock, k.Queue, k.counterKey(r.Tokens),
-		k.otherKey(r.Tokens), k.Index, k.Writer, k.Epoch,
-		r.Owner, r.TTL.Milliseconds(), r.Level, r.Tokens.arg(), member, queueTTL, string(k.Kind), r.Meta[1:], depth, again})
+	v, err := run(ctx, rdb, sacquireScript, append(argv, opt[:n]...))
 	if err != nil {
 		return Acquired{}, scriptErr(err)
 	}
@@ -119,8 +122,11 @@ func parseShared(v any) (Acquired, error) {
 // ownership with token (tok), "a" undoes the acquisition (level, and the
 // queue entry member).
 func sreleaseArgs(k Keys, owner, tok, level string, m Tokens, member, op string) []any {
-	return []any{nil, nil, 6, k.Lock, k.Queue, k.counterKey(m), k.Index, k.Writer, k.Epoch,
-		owner, tok, level, m.arg(), string(k.Kind), member, op}
+	argv := []any{nil, nil, 3, k.Base, k.counterKey(m), k.otherKey(m), owner, tok, level, m.arg(), string(k.Kind)}
+	if op == "a" {
+		argv = append(argv, op, member)
+	}
+	return argv
 }
 
 func releaseShared(ctx context.Context, rdb redis.Scripter, k Keys, owner string, token fence.Token, level string, m Tokens) (Released, error) {
@@ -163,11 +169,11 @@ type SharedState struct {
 // InspectShared reads the state of the read-write lock (kind 'r' or 'w')
 // or the semaphore ('s') whose keys are k, writing nothing.
 func InspectShared(ctx context.Context, rdb redis.Scripter, k Keys) (SharedState, error) {
-	kind := "rw"
+	kind := "w"
 	if k.Kind == 's' {
 		kind = "s"
 	}
-	v, err := run(ctx, rdb, sinspectScript, []any{nil, nil, 6, k.Index, k.Writer, k.Queue, k.Epoch, k.Counter, k.Floor, kind})
+	v, err := run(ctx, rdb, sinspectScript, []any{nil, nil, 3, k.Base, k.Counter, k.Floor, kind})
 	if err != nil {
 		return SharedState{}, scriptErr(err)
 	}
