@@ -153,22 +153,21 @@ func runFaultSemaphore(t *testing.T, scenario, kind string) {
 }
 
 // faultSemLiveScript counts, on the server's clock, the permits of the
-// semaphore whose holders hash is KEYS[1]: the holds KEYS[1]:<owner> of
-// its entries that exist (PTTL not -2), and returns {count, slots, the
-// number of those holds without an expiry (PTTL -1)}. Independent of the
-// library's scripts but for the key layout (lua/shared.lua).
+// semaphore whose holders hash is KEYS[1] (owner -> "<slot> <permits>"):
+// the holds KEYS[1]:<owner> of its entries that exist (PTTL not -2), and
+// returns {count, slots, the number of those holds without an expiry
+// (PTTL -1)}. Independent of the library's scripts but for the key layout
+// (lua/shared.lua).
 var faultSemLiveScript = redis.NewScript(`
 local h = redis.call('HGETALL', KEYS[1])
 local n, slots, forever = 0, {}, 0
 for i = 1, #h, 2 do
-  if h[i] ~= '#' then
-    local pttl = redis.call('PTTL', KEYS[1] .. ':' .. h[i])
-    if pttl ~= -2 then
-      n = n + 1
-      slots[#slots + 1] = h[i + 1]
-      if pttl == -1 then
-        forever = forever + 1
-      end
+  local pttl = redis.call('PTTL', KEYS[1] .. ':' .. h[i])
+  if pttl ~= -2 then
+    n = n + 1
+    slots[#slots + 1] = string.match(h[i + 1], '^(%d+)') or '-1'
+    if pttl == -1 then
+      forever = forever + 1
     end
   end
 end

@@ -536,7 +536,7 @@ func faultCleanShared(t *testing.T, c faultHolderConfig) {
 		var keys []string
 		for _, kind := range []byte{'w', 's'} {
 			k := scripts.SharedKeys("redfence", c.Name, kind, "")
-			keys = append(keys, k.Writer, k.Index, k.Epoch, k.Queue, k.Counter)
+			keys = append(keys, k.Base, k.Index, k.Base+":e", k.Queue, k.Counter)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
