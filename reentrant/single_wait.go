@@ -112,10 +112,11 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 // margin to its TTL; the renewer extends it to the TTL before then (see
 // newOwnership). ok is false when the claim must be made in Redis instead:
 // with WithReplicaAck (the claim's WAIT covers the handoff), without
-// renewal (the lease must last the TTL from the start), or when the message
-// came too late to leave half of that window.
+// renewal (the lease must last the TTL from the start), for a semaphore's
+// permit (the message carries no slot: the claim's reply says it), or when
+// the message came too late to leave half of that window.
 func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time) (l *Lease, ok bool, err error) {
-	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 {
+	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 || r.hold.kind == 's' {
 		return nil, false, nil
 	}
 	claim := singleOf(r).waiter.Claim
