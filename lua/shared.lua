@@ -127,8 +127,10 @@ end
 -- dispatch admits the waiters at the head of K.queue that st lets in,
 -- oldest first, none jumping another; each is handed its hold for its
 -- claim time and told "<level ID> <token>", but self (the calling
--- member), which is given ms and told by the reply. Returns the caller's
--- token and slot, or false; nil plus an error reply.
+-- member), which is given ms and told by the reply. A waiter whose owner
+-- holds its kind already leaves the queue told "<level ID> 0", and
+-- reenters by itself. Returns the caller's token and slot, or false; nil
+-- plus an error reply.
 local function dispatch(M, K, st, self, ms)
   local n, mine, slot, from = 0, false, nil, 0
   while from >= 0 do
@@ -144,20 +146,29 @@ local function dispatch(M, K, st, self, ms)
       elseif k == 's' and not st.count then
         st.count = tonumber(string.sub(meta, 2)) or 1
       end
-      if not admits(st, k) then
+      local mself = page[i] == self
+      if not mself and (k == 'w' and st.writer == o or k ~= 'w' and st.hs[o]) then
+        -- Its owner holds this kind already (another call of the owner):
+        -- a grant would write a second hold over the first (a permit's
+        -- second slot and token, a claim-time expiry on a live hold).
+        -- Woken with token 0, it reenters that hold by itself.
+        n = n + 1
+        notify(channel, id .. ' 0')
+      elseif not (k == 'r' and st.writer == o) and not admits(st, k) then
+        -- (the writer's owner reads at once: a downgrade)
         from = -1
         break
-      end
-      local mself = page[i] == self
-      local t, s = admit(M, K, st, k, o, 'l:' .. id, mself and ms or claim, true)
-      if not t then
-        return nil, s
-      end
-      n = n + 1
-      if mself then
-        mine, slot = t, s
       else
-        notify(channel, id .. ' ' .. t)
+        local t, s = admit(M, K, st, k, o, 'l:' .. id, mself and ms or claim, true)
+        if not t then
+          return nil, s
+        end
+        n = n + 1
+        if mself then
+          mine, slot = t, s
+        else
+          notify(channel, id .. ' ' .. t)
+        end
       end
     end
     if from >= 0 then
