@@ -14,10 +14,9 @@
 -- ARGV[7]  undo: the caller's queue member, or ""
 --
 -- A release returns the depth left when the ownership (owner and token)
--- holds it (0: released); -2 when the caller's own hold is gone (a reader
--- or a permit: a retried release, or one whose lease ran out) or, for a
--- writer, when the write lock is free and its token still the epoch; -1
--- otherwise. An undo leaves the queue and returns 1 when it took a level,
+-- holds it (0: released); -2 when the caller's own hold is gone and, for
+-- a reader or the writer, its token is still the epoch (no writer since):
+-- a retried release, or one whose lease ran out; -1 otherwise. An undo leaves the queue and returns 1 when it took a level,
 -- 0 when there was none. Errors: FOREIGN, OVERFLOW (lib.lua).
 local M, err = modes[ARGV[4]], nil
 if not M then
@@ -41,8 +40,8 @@ end
 if o ~= ARGV[1] or not undo and ts ~= ARGV[2] then
   if undo then
     return 0
-  elseif not o and (kind ~= 'w' or redis.call('GET', K.epoch) == ARGV[2]) then
-    return -2 -- gone, or (a writer) no writer since: a retry, or expired
+  elseif not o and (kind == 's' or redis.call('GET', K.epoch) == ARGV[2]) then
+    return -2 -- gone (a permit), or no writer since (RW): a retry, or expired
   end
   return -1
 elseif not granted then
