@@ -191,3 +191,21 @@ local function queuedBehind(K, st)
     redis.call('HSET', K.index .. ':' .. o, 'q', '1')
   end
 end
+
+-- readmit runs dispatch for the waiters of K.queue (kind k's lock, tokens
+-- in mode M from K.counter) once a hold or a queue entry has gone, if any
+-- wait. true, or nil plus an error reply.
+local function readmit(M, K, k)
+  if redis.call('EXISTS', K.queue) == 0 then
+    return true
+  end
+  local st, err = sharedOf(K, k)
+  if not st then
+    return nil, err
+  end
+  local ok, derr = dispatch(M, K, st, '', '1')
+  if ok == nil then
+    return nil, derr
+  end
+  return true
+end
