@@ -55,8 +55,10 @@ local function sharedOf(K, kind)
       gone[#gone + 1] = o
     end
   end
-  if #gone > 0 then
-    redis.call(step == 2 and 'HDEL' or 'SREM', K.index, unpack(gone))
+  -- In chunks: Lua's unpack stops at 8000 values, and crashed holders
+  -- pile up while no script reads the index.
+  for j = 1, #gone, 512 do
+    redis.call(step == 2 and 'HDEL' or 'SREM', K.index, unpack(gone, j, math.min(j + 511, #gone)))
   end
   if kind ~= 's' then
     local o, oerr = holdOf(K.writer, nil, true)
