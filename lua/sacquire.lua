@@ -79,6 +79,14 @@ elseif kind == 's' then
 end
 local queued = n > 0 and redis.call('EXISTS', K.queue) == 1
 if kind == 'r' and st.writer == owner or not queued and admits(st, kind) then
+  if queued and member ~= '' then
+    -- A downgrade of a call that waited (it queued before its owner took
+    -- the write lease): its entry goes, or a dispatch would grant it again.
+    local left, lerr = callOn('ZREM', K.queue, member)
+    if not left then
+      return lerr
+    end
+  end
   local t, slot = admit(M, K, st, kind, owner, level, ttl, queued)
   if not t then
     return slot

@@ -55,8 +55,10 @@ local function sharedOf(K, kind)
       gone[#gone + 1] = o
     end
   end
-  if #gone > 0 then
-    redis.call(step == 2 and 'HDEL' or 'SREM', K.index, unpack(gone))
+  -- In chunks: Lua's unpack stops at 8000 values, and crashed holders
+  -- pile up while no script reads the index.
+  for j = 1, #gone, 512 do
+    redis.call(step == 2 and 'HDEL' or 'SREM', K.index, unpack(gone, j, math.min(j + 511, #gone)))
   end
   if kind ~= 's' then
     local o, oerr = holdOf(K.writer, nil, true)
@@ -127,8 +129,10 @@ end
 -- dispatch admits the waiters at the head of K.queue that st lets in,
 -- oldest first, none jumping another; each is handed its hold for its
 -- claim time and told "<level ID> <token>", but self (the calling
--- member), which is given ms and told by the reply. Returns the caller's
--- token and slot, or false; nil plus an error reply.
+-- member), which is given ms and told by the reply. A waiter whose owner
+-- holds its kind already leaves the queue told "<level ID> 0", and
+-- reenters by itself. Returns the caller's token and slot, or false; nil
+-- plus an error reply.
 local function dispatch(M, K, st, self, ms)
   local n, mine, slot, from = 0, false, nil, 0
   while from >= 0 do
@@ -144,20 +148,29 @@ local function dispatch(M, K, st, self, ms)
       elseif k == 's' and not st.count then
         st.count = tonumber(string.sub(meta, 2)) or 1
       end
-      if not admits(st, k) then
+      local mself = page[i] == self
+      if not mself and (k == 'w' and st.writer == o or k ~= 'w' and st.hs[o]) then
+        -- Its owner holds this kind already (another call of the owner):
+        -- a grant would write a second hold over the first (a permit's
+        -- second slot and token, a claim-time expiry on a live hold).
+        -- Woken with token 0, it reenters that hold by itself.
+        n = n + 1
+        notify(channel, id .. ' 0')
+      elseif not (k == 'r' and st.writer == o) and not admits(st, k) then
+        -- (the writer's owner reads at once: a downgrade)
         from = -1
         break
-      end
-      local mself = page[i] == self
-      local t, s = admit(M, K, st, k, o, 'l:' .. id, mself and ms or claim, true)
-      if not t then
-        return nil, s
-      end
-      n = n + 1
-      if mself then
-        mine, slot = t, s
       else
-        notify(channel, id .. ' ' .. t)
+        local t, s = admit(M, K, st, k, o, 'l:' .. id, mself and ms or claim, true)
+        if not t then
+          return nil, s
+        end
+        n = n + 1
+        if mself then
+          mine, slot = t, s
+        else
+          notify(channel, id .. ' ' .. t)
+        end
       end
     end
     if from >= 0 then
@@ -179,4 +192,22 @@ local function queuedBehind(K, st)
   for o in pairs(st.hs) do
     redis.call('HSET', K.index .. ':' .. o, 'q', '1')
   end
+end
+
+-- readmit runs dispatch for the waiters of K.queue (kind k's lock, tokens
+-- in mode M from K.counter) once a hold or a queue entry has gone, if any
+-- wait. true, or nil plus an error reply.
+local function readmit(M, K, k)
+  if redis.call('EXISTS', K.queue) == 0 then
+    return true
+  end
+  local st, err = sharedOf(K, k)
+  if not st then
+    return nil, err
+  end
+  local ok, derr = dispatch(M, K, st, '', '1')
+  if ok == nil then
+    return nil, derr
+  end
+  return true
 end

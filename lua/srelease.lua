@@ -22,11 +22,12 @@
 -- ARGV[7]  undo: the caller's queue member, or ""
 --
 -- A release returns the depth left when the ownership (owner and token)
--- holds it (0: released); -2 when the caller's own hold is gone (a reader
--- or a permit: a retried release, or one whose lease ran out) or, for a
--- writer, when the write lock is free and its token still the epoch; -1
--- otherwise. An undo leaves the queue and returns 1 when it took a level,
--- 0 when there was none. Errors: FOREIGN, OVERFLOW (lib.lua).
+-- holds it (0: released); -2 when the caller's own hold is gone and, for
+-- a reader or the writer, its token is still the epoch (no writer since):
+-- a retried release, or one whose lease ran out; -1 otherwise. An undo
+-- leaves the queue (the waiters it held back are admitted) and returns 1
+-- when it took a level, 0 when there was none. Errors: FOREIGN, OVERFLOW
+-- (lib.lua).
 local M, err = modes[ARGV[4]], nil
 if not M then
   M, err = modeOf(ARGV[4])
@@ -36,25 +37,36 @@ if not M then
 end
 local kind, undo, level = ARGV[5], ARGV[6] == 'a', 'l:' .. ARGV[3]
 local K = sharedKeys(KEYS[1], kind, ARGV[1])
+K.counter = KEYS[2]
 local o, ts, depth, granted, _, q = holdOf(K.hold, level, true)
 if o == nil then
   return ts
 end
+local left = false -- the undo took the caller's entry out of the queue
 if undo and (ARGV[7] or '') ~= '' then
   local gone, gerr = callOn('ZREM', K.queue, ARGV[7])
   if not gone then
     return gerr
   end
+  left = gone == 1
 end
-if o ~= ARGV[1] or not undo and ts ~= ARGV[2] then
-  if undo then
-    return 0
-  elseif not o and (kind ~= 'w' or redis.call('GET', K.epoch) == ARGV[2]) then
-    return -2 -- gone, or (a writer) no writer since: a retry, or expired
+if undo and (o ~= ARGV[1] or not granted) then
+  -- Nothing to release; a waiter that left may have held back those
+  -- behind it (a writer, the readers after it): they go in now.
+  if left then
+    local ok, derr = readmit(M, K, kind)
+    if not ok then
+      return derr
+    end
+  end
+  return 0
+elseif o ~= ARGV[1] or ts ~= ARGV[2] then
+  if not o and (kind == 's' or redis.call('GET', K.epoch) == ARGV[2]) then
+    return -2 -- gone (a permit), or no writer since (RW): a retry, or expired
   end
   return -1
 elseif not granted then
-  return undo and 0 or depth
+  return depth
 elseif depth > 1 then
   redis.call('HDEL', K.hold, level)
   return undo and 1 or depth - 1
@@ -63,14 +75,9 @@ redis.call('DEL', K.hold)
 if kind ~= 'w' then
   redis.call(kind == 's' and 'HDEL' or 'SREM', K.index, ARGV[1])
 end
-if (q or undo) and redis.call('EXISTS', K.queue) == 1 then
-  K.counter = KEYS[2]
-  local st, serr = sharedOf(K, kind)
-  if not st then
-    return serr
-  end
-  local ok, derr = dispatch(M, K, st, '', '1')
-  if ok == nil then
+if q or undo then
+  local ok, derr = readmit(M, K, kind)
+  if not ok then
     return derr
   end
 end

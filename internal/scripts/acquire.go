@@ -186,7 +186,8 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 	return parseAcquire(v)
 }
 
-// AcquireAcked runs acquire.lua and then WAIT replicas timeout in one
+// AcquireAcked runs acquire.lua (sacquire.lua for the keys of a read-write
+// lock or a semaphore) and then WAIT replicas timeout in one
 // pipeline on node, the primary that owns k's slot: WAIT counts the writes
 // of its own connection, so it must follow the script on the same one. It
 // returns the acquire reply and how many replicas acknowledged it. A
@@ -194,11 +195,18 @@ func Acquire(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acqui
 // pipeline again, so the call then waits up to timeout once more for each
 // such answer (twice at most): the WAIT runs whether or not the script did.
 func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, replicas int, timeout time.Duration) (Acquired, int64, error) {
-	argv := acquireArgs(k, r)
+	// Keys of a read-write lock or a semaphore take sacquire.lua, as
+	// Acquire does.
+	s, argv, parse := acquireScript, []any(nil), parseAcquire
+	if k.Kind != 0 {
+		s, argv, parse = sacquireScript, sharedAcquireArgs(k, r), parseShared
+	} else {
+		argv = acquireArgs(k, r)
+	}
 	// As run: FCALL where the server has Functions (the library loaded
 	// once if missing), else EVALSHA, and EVAL after NOSCRIPT; the WAIT in
 	// every pipeline.
-	b := pipelined(ctx, node, acquireScript, 1, len(argv)-2, func(dst []any, _ int) []any { return append(dst, argv[2:]...) },
+	b := pipelined(ctx, node, s, 1, len(argv)-2, func(dst []any, _ int) []any { return append(dst, argv[2:]...) },
 		"WAIT", replicas, timeout.Milliseconds())
 	acq, ack, err := b.cmds[0], b.tail, b.execs[0]
 	if err := acq.Err(); err != nil {
@@ -207,7 +215,7 @@ func AcquireAcked(ctx context.Context, node *redis.Client, k Keys, r *Request, r
 	if err != nil {
 		return Acquired{}, 0, err
 	}
-	a, err := parseAcquire(acq.Val())
+	a, err := parse(acq.Val())
 	if err != nil {
 		return Acquired{}, 0, err
 	}

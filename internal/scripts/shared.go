@@ -59,6 +59,16 @@ func (k *Keys) otherKey(m Tokens) string {
 }
 
 func acquireShared(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) (Acquired, error) {
+	v, err := run(ctx, rdb, sacquireScript, sharedAcquireArgs(k, r))
+	if err != nil {
+		return Acquired{}, scriptErr(err)
+	}
+	return parseShared(v)
+}
+
+// sharedAcquireArgs returns sacquire.lua's command for r, as run takes it:
+// {nil, nil, numkeys, keys..., args...}.
+func sharedAcquireArgs(k Keys, r *Request) []any {
 	argv := make([]any, 0, 14)
 	argv = append(argv, nil, nil, 3, k.Base, k.counterKey(r.Tokens), k.otherKey(r.Tokens),
 		r.Owner, r.TTL.Milliseconds(), r.Level, r.Tokens.arg(), r.Meta)
@@ -77,11 +87,7 @@ func acquireShared(ctx context.Context, rdb redis.Scripter, k Keys, r *Request) 
 	if r.Again {
 		opt[3], n = "1", 4
 	}
-	v, err := run(ctx, rdb, sacquireScript, append(argv, opt[:n]...))
-	if err != nil {
-		return Acquired{}, scriptErr(err)
-	}
-	return parseShared(v)
+	return append(argv, opt[:n]...)
 }
 
 // parseShared decodes a sacquire reply.
