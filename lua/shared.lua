@@ -128,11 +128,11 @@ end
 
 -- dispatch admits the waiters at the head of K.queue that st lets in,
 -- oldest first, none jumping another; each is handed its hold for its
--- claim time and told "<level ID> <token>", but self (the calling
--- member), which is given ms and told by the reply. A waiter whose owner
--- holds its kind already leaves the queue told "<level ID> 0", and
--- reenters by itself. Returns the caller's token and slot, or false; nil
--- plus an error reply.
+-- claim time and told "<level ID> <token>" ("<level ID> <token> <slot>"
+-- for a permit), but self (the calling member), which is given ms and
+-- told by the reply. A waiter whose owner holds its kind already leaves
+-- the queue told "<level ID> 0", and reenters by itself. Returns the
+-- caller's token and slot, or false; nil plus an error reply.
 local function dispatch(M, K, st, self, ms)
   local n, mine, slot, from = 0, false, nil, 0
   while from >= 0 do
@@ -168,6 +168,8 @@ local function dispatch(M, K, st, self, ms)
         n = n + 1
         if mself then
           mine, slot = t, s
+        elseif s then
+          notify(channel, id .. ' ' .. t .. ' ' .. dec(s)) -- a permit: its slot too
         else
           notify(channel, id .. ' ' .. t)
         end

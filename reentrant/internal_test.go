@@ -125,3 +125,29 @@ func TestPollDelayBounds(t *testing.T) {
 		_ = rdb.Close()
 	}
 }
+
+// A handoff message gives its waiter the token and, for a permit, the
+// slot; a message without one (a release of an earlier version) or with a
+// malformed one gives no slot, and the permit is then claimed in Redis.
+func TestDeliverReadsTheSlot(t *testing.T) {
+	n := &notifier{waiters: map[string]*waiter{}}
+	for _, c := range []struct {
+		msg  string
+		tok  uint64
+		slot int64 // plus one; 0: none
+	}{
+		{"lv 123", 123, 0},
+		{"lv 123 5", 123, 6},
+		{"lv 123 0", 123, 1},
+		{"lv 123 x", 123, 0},
+		{"lv 123 -1", 123, 0},
+		{"lv x 5", 0, 0},
+	} {
+		w := &waiter{n: n, level: "lv"}
+		n.waiters["lv"] = w
+		n.deliver(c.msg)
+		if got, slot := w.handed.Load(), w.handedSlot.Load(); got != c.tok || slot != c.slot {
+			t.Errorf("%q: token %d, slot+1 %d; want %d, %d", c.msg, got, slot, c.tok, c.slot)
+		}
+	}
+}

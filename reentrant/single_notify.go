@@ -2,6 +2,7 @@ package reentrant
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,8 +15,8 @@ import (
 
 // notifier delivers handoff messages to the waiting Lock calls of one
 // Client. A release that hands a lock to one of its waiters publishes
-// "<level ID> <token>" on a channel the client listens on, and only that
-// waiter wakes.
+// "<level ID> <token>" (a semaphore's permit: "<level ID> <token> <slot>")
+// on a channel the client listens on, and only that waiter wakes.
 //
 // On a standalone server (and on a Cluster without sharded pub/sub) the
 // client listens on one classic channel of its own, P:c:<client ID>,
@@ -53,6 +54,9 @@ type waiter struct {
 	slot    int           // the slot of its shard channel; -1: the classic channel
 	wake    chan struct{} // receives on a handoff message or a (re)subscription
 	handed  atomic.Uint64 // the token a handoff message gave this waiter; 0 if none
+	// handedSlot is the slot plus one of the permit a handoff message
+	// gave this waiter (a semaphore's); 0 if none. Stored before handed.
+	handedSlot atomic.Int64
 }
 
 func newNotifier(rdb redis.UniversalClient, prefix, id string, spawn func(func()) bool) *notifier {
@@ -156,14 +160,20 @@ func (w *waiter) stop() {
 	}
 }
 
-// deliver hands a message "<level ID> <token>" to its waiter, if it is
-// still there.
+// deliver hands a message "<level ID> <token>", or a permit's "<level ID>
+// <token> <slot>", to its waiter, if it is still there.
 func (n *notifier) deliver(payload string) {
 	level, tok, _ := strings.Cut(payload, " ")
+	tok, slot, _ := strings.Cut(tok, " ")
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if w := n.waiters[level]; w != nil {
 		if t, err := fence.Parse(tok); err == nil && t != fence.None {
+			s, err := strconv.ParseInt(slot, 10, 32)
+			if err != nil || s < 0 {
+				s = -1 // none: a permit is then claimed in Redis
+			}
+			w.handedSlot.Store(s + 1)
 			w.handed.Store(uint64(t))
 		}
 		w.poke()

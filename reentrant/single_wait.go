@@ -69,7 +69,8 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 		select {
 		case <-w.wake:
 			if tok := fence.Token(w.handed.Swap(0)); tok != fence.None {
-				if l, ok, err := r.takeHanded(ctx, tok, queued); ok {
+				slot := int(w.handedSlot.Swap(0)) - 1
+				if l, ok, err := r.takeHanded(ctx, tok, slot, queued); ok {
 					return l, err
 				}
 			}
@@ -104,7 +105,8 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 }
 
 // takeHanded accepts the lock that a release handed to this waiter, as the
-// handoff message says (token tok), without claiming it in Redis first.
+// handoff message says (token tok; a permit's slot, or -1), without
+// claiming it in Redis first.
 // The handoff gave a lease of the claim time from the instant it happened,
 // which came after queued (when the request that queued this waiter was
 // sent), so the lease holds until queued + claim on this process's clock,
@@ -113,10 +115,11 @@ func (s *single) lock(ctx context.Context, r *call) (*Lease, error) {
 // newOwnership). ok is false when the claim must be made in Redis instead:
 // with WithReplicaAck (the claim's WAIT covers the handoff), without
 // renewal (the lease must last the TTL from the start), for a semaphore's
-// permit (the message does not say its slot; the claim's reply does), or
-// when the message came too late to leave half of that window.
-func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time) (l *Lease, ok bool, err error) {
-	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 || r.hold.kind == 's' {
+// permit whose message did not say its slot (one from an earlier
+// version's release; the claim's reply says it), or when the message came
+// too late to leave half of that window.
+func (r *call) takeHanded(ctx context.Context, tok fence.Token, slot int, queued time.Time) (l *Lease, ok bool, err error) {
+	if r.c.cfg.ackReplicas > 0 || r.cfg.renew == 0 || r.hold.kind == 's' && slot < 0 {
 		return nil, false, nil
 	}
 	claim := singleOf(r).waiter.Claim
@@ -124,7 +127,7 @@ func (r *call) takeHanded(ctx context.Context, tok fence.Token, queued time.Time
 	if time.Until(queued.Add(window)) < window/2 {
 		return nil, false, nil
 	}
-	l, err = r.c.newLease(ctx, r, acquired{ok: true, token: tok, depth: 1, sent: queued, window: window})
+	l, err = r.c.newLease(ctx, r, acquired{ok: true, token: tok, depth: 1, sent: queued, window: window, slot: slot})
 	return l, true, err
 }
 
