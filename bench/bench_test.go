@@ -381,7 +381,7 @@ func TestAgainst(t *testing.T) {
 			t.Errorf("%q: script time %q, want a positive number", kind, m[1])
 		}
 	}
-	if n := len(regexp.MustCompile(`(?m)^  .* / .*: [0-9.]+ \(middle half [0-9.]+-[0-9.]+\)$`).FindAllString(report, -1)); n != 3 {
-		t.Errorf("%d ratio lines, want 3, in:\n%s", n, report)
+	if n := len(regexp.MustCompile(`(?m)^  .* / .*: [0-9.]+ \(middle half [0-9.]+-[0-9.]+\)$`).FindAllString(report, -1)); n != 6 {
+		t.Errorf("%d ratio lines, want 6, in:\n%s", n, report)
 	}
 }
