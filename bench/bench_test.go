@@ -53,6 +53,7 @@ func testEnv(t *testing.T, addr string, sys system, cfg config) *env {
 var briefly = config{
 	rounds: 1, pairs: 20, duration: 200 * time.Millisecond, check: 300 * time.Millisecond, ttl: 10 * time.Second,
 	names: 200, leases: 200, renewTTL: time.Second, // shorter loses leases under -race on 2 cores
+	sharedDur: 300 * time.Millisecond,
 }
 
 // TestWorkloads runs every workload very briefly on every system and checks
@@ -127,6 +128,30 @@ func TestWorkloads(t *testing.T) {
 					t.Errorf("W1s: fenced-lua %v (empty calls %v), ratio %v; want fenced-lua above the empty calls and a ratio > 0", fl.value, empty.value, flr.value)
 				} else if r := shipped.value / fl.value; flr.value < r/2 || flr.value > r*2 {
 					t.Errorf("W1s ratio to fenced-lua %.2f, the medians' %.2f: want them within a factor 2", flr.value, r)
+				}
+			}
+			// rw64 and sem8 run on redfence alone; their own checks (no
+			// overlap, at most 8 permits, distinct slots) failed the run
+			// above if broken.
+			_, rwRan := got[wrw+": RWMutex: reader acquisitions/s"]
+			_, semRan := got[wsem+": acquisitions/s"]
+			if want := sys.name == "redfence"; rwRan != want || semRan != want {
+				t.Errorf("rw64 ran: %v, sem8 ran: %v; want %v", rwRan, semRan, want)
+			} else if want {
+				for _, name := range []string{
+					wrw + ": RWMutex: reader acquisitions/s", wrw + ": RWMutex: writes", wrw + ": Lock baseline: reader acquisitions/s",
+					wrw + ": Lock baseline: writes", wrw + ": reader acquisitions/s, RWMutex / Lock", wsem + ": acquisitions/s",
+					wsem + ": fairness: fewest/most acquisitions per goroutine",
+				} {
+					if m := got[name]; m.value <= 0 {
+						t.Errorf("%s = %v, want > 0", name, m.value)
+					}
+				}
+				if m := got[wrw+": Lock baseline: most readers inside at once"]; m.value != 1 {
+					t.Errorf("the plain lock let %v readers in at once, want 1", m.value)
+				}
+				if m := got[wsem+": most holders at once (limit 8)"]; m.value < 1 || m.value > semPermits {
+					t.Errorf("sem8: %v holders at once, want 1 to %d", m.value, semPermits)
 				}
 			}
 			want := map[string]bool{"redfence": true, "redislock": true}[sys.name]

@@ -44,8 +44,9 @@ func bench() int {
 	flag.IntVar(&cfg.names, "names", 10000, "memory: locks held at once, and names released")
 	flag.IntVar(&cfg.leases, "leases", 10000, "renewal: leases held at once")
 	flag.DurationVar(&cfg.renewTTL, "renew-ttl", 2*time.Second, "renewal: the lease, renewed every third of it")
+	flag.DurationVar(&cfg.sharedDur, "shared-duration", 10*time.Second, "rw64, sem8: length of each measured run (rw64 runs two: RWMutex, then the plain-Lock baseline)")
 	flag.BoolVar(&cfg.linger, "linger", true, "memory: wait until released state that expires later has expired, for systems that have such state, and measure again")
-	wl := flag.String("workloads", "w1,w1m,w1s,w2,w3,mem,renew", "workloads to run, comma-separated")
+	wl := flag.String("workloads", "w1,w1m,w1s,w2,w3,mem,renew", "workloads to run, comma-separated; rw64 and sem8 (redfence only) run only when named")
 	sl := flag.String("systems", "floor,fenced-multi,fenced-lua,redislock,redsync,redfence,redfence-strict", "systems to run, comma-separated; floor always runs")
 	nodes := flag.Int("nodes", 1, "independent masters to start (1, or an odd number from 3): above 1, redfence runs as a Redlock (NewRedlock) and redsync on every node, floor stays on the first node as the baseline, redislock, memory and renewal are left out")
 	addr := flag.String("addr", "", "use the redis-server at this address instead of starting one; it must be empty and it will be FLUSHALLed, so give only a server you own")
@@ -106,8 +107,8 @@ func (c config) validate() error {
 		return errors.New("-rounds must be at least 1")
 	case c.pairs < 1, c.names < 1, c.leases < 1:
 		return errors.New("-pairs, -names and -leases must be at least 1")
-	case c.duration <= 0, c.check <= 0:
-		return errors.New("-duration and -check must be positive")
+	case c.duration <= 0, c.check <= 0, c.sharedDur <= 0:
+		return errors.New("-duration, -check and -shared-duration must be positive")
 	case c.ttl < 100*time.Millisecond, c.renewTTL < 100*time.Millisecond:
 		return errors.New("-ttl and -renew-ttl must be at least 100ms")
 	case c.ttl%time.Millisecond != 0, c.renewTTL%time.Millisecond != 0:
@@ -228,6 +229,15 @@ func run(ctx context.Context, cfg config, addrs []string, all []system, wls []wo
 	fmt.Fprintf(out, "- settings: rounds %d; TTL %v; W1 %d pairs; W2 %d goroutines, W3 %d goroutines holding %v, %v each; "+
 		"memory %d names; renewal %d leases, TTL %v, held %d TTLs\n",
 		cfg.rounds, cfg.ttl, cfg.pairs, parallelism, contenders, holdFor, cfg.duration, cfg.names, cfg.leases, cfg.renewTTL, renewTTLs)
+	for _, w := range wls {
+		if w.name == "rw64" || w.name == "sem8" {
+			fmt.Fprintf(out, "- rw64, sem8 (redfence only, plain contexts: a fresh owner per call): rw64 %d readers on %d clients holding %v, "+
+				"1 writer on its own client holding %v every %v, on one RWMutex, then all on one Lock; sem8 %d goroutines on %d clients holding %v, "+
+				"one Semaphore of %d; %v each, after an unmeasured %v\n",
+				rwReaders, rwProcs, rwReadFor, rwWriteFor, rwPause, semWorkers, semProcs, semHoldFor, semPermits, cfg.sharedDur, warmFor(cfg.sharedDur))
+			break
+		}
+	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "Each cell: median over the rounds (min–max), then ×ratio: the median of the per-round ratios to floor's figure in the same round.")
 	fmt.Fprintln(out)

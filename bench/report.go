@@ -19,6 +19,7 @@ const (
 	unitBytes               // bytes
 	unitRatio               // a dimensionless ratio
 	unitPercent             // percent of one CPU core
+	unitWhole               // a count of things, e.g. writes in a run
 )
 
 // A metric is one figure of one run of a workload on one system. A figure
@@ -207,6 +208,8 @@ func formatValue(u unit, v float64) string {
 		return fmt.Sprintf("%.0f B", math.Round(v)+0) // +0: no "-0 B"
 	case unitPercent:
 		return fmt.Sprintf("%.1f%%", v) // a target such as the renewal's 7% needs the decimal
+	case unitWhole:
+		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.2f", v)
 }

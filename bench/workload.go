@@ -21,6 +21,9 @@ type config struct {
 	leases   int           // the renewal workload's leases
 	renewTTL time.Duration // the renewal workload's lease
 	linger   bool          // measure memory again once released state expired (waits its lifetime)
+	// sharedDur is the length of each measured run of rw64 and sem8
+	// (rw64 runs twice: the RWMutex, then the plain-Lock baseline).
+	sharedDur time.Duration
 }
 
 // env is what a workload run gets: one system, its go-redis client and the
@@ -59,6 +62,8 @@ func workloads() []workload {
 		{"w3", contended},
 		{"mem", memory},
 		{"renew", renewal},
+		{"rw64", rw64},
+		{"sem8", sem8},
 	}
 }
 
