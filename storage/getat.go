@@ -10,11 +10,12 @@ import (
 
 // GetAt is a fenced read: it returns key's record, as s.Get does, when the
 // record's token is at or below token, the token of the last write granted
-// before the reader's lease (its epoch; fence.None when no write was
-// granted before it, so that any record, all written with tokens above
-// None, is too new). A read lease of a fenced read-write lock carries that
-// token: GetAt tells its holder whether what it read is the state its
-// lease was granted on.
+// before the reader's lease (its epoch). A read lease of a fenced
+// read-write lock carries that token (or, when Redis knows no write, a
+// fresh token above every token issued before, which accepts every record
+// written before it): GetAt tells its holder whether what it read is the
+// state its lease was granted on. token fence.None makes every record,
+// all written with tokens above None, too new.
 //
 // The check is made against the record Get returned, in that one read: a
 // reader that acts on a record GetAt returned knows that no writer with a
