@@ -20,7 +20,8 @@
 -- lease left (-1 when a waiting caller queued, or no writer holds it).
 -- A writer's owner may take a read lease at once (a downgrade); a reader's
 -- owner asking for the write lease is refused ("UPGRADE"), as is a count
--- of permits other than the live semaphore's ("PERMITS <count>").
+-- of permits other than the live semaphore's ("PERMITS <count>"), a
+-- holder's reentry included.
 -- Errors: FOREIGN, MODE, OVERFLOW (lib.lua), "ERR malformed ..."; nothing
 -- is written then.
 local owner, ttl, level, member = ARGV[1], ARGV[2], 'l:' .. ARGV[3], ARGV[6] or ''
@@ -57,6 +58,18 @@ end
 if o == nil then
   return ts
 elseif o == owner then
+  if kind == 's' and not granted then
+    -- A reentry of a live permit: its count must be the semaphore's, as
+    -- anyone else's must (a claim or a repeat of this call's own level
+    -- was checked when it was queued or granted).
+    local e, eerr = callOn('HGET', K.index, owner)
+    local count = e and string.match(e, '^%d+ (%d+)$')
+    if e == nil then
+      return eerr
+    elseif count and count ~= string.sub(ARGV[5], 2) then
+      return redis.error_reply('PERMITS ' .. count)
+    end
+  end
   local r = reenter(K.hold, K.queue, level, ttl, member, ARGV[9] == '1', tonumber(ARGV[8]) or 1024, ts, depth, granted, q)
   if type(r) == 'table' and r[1] == 1 then
     r[4] = tonumber(m) or -1
