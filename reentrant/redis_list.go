@@ -57,33 +57,33 @@ func scanNode(c *Client, ctx context.Context, node redis.UniversalClient, prefix
 	if servers.err != nil {
 		return servers.err
 	}
-	kinds := []listKind{{0, prefix, scripts.LockPattern(prefix), ""}}
+	pattern, kinds := scripts.LockPattern(prefix), []listKind{{0, prefix, ""}}
 	if shared {
-		// A read-write lock is held when its writer hash or its readers'
-		// set exists; a semaphore when its permits' hash does.
+		// One pass over every key under the prefix: a read-write lock is
+		// held when its writer hash or its readers' set exists, a
+		// semaphore when its permits' hash does.
 		rw, sem := prefix+scripts.RWPrefix, prefix+scripts.SemPrefix
-		kinds = append(kinds, listKind{'w', rw, scripts.LockPattern(rw), ""},
-			listKind{'w', rw, scripts.LockPattern(rw) + ":r", ":r"}, listKind{'s', sem, scripts.LockPattern(sem) + ":h", ":h"})
+		pattern = scripts.PrefixPattern(prefix)
+		kinds = append(kinds, listKind{'w', rw, ""}, listKind{'w', rw, ":r"}, listKind{'s', sem, ":h"})
 	}
 	for _, rdb := range servers.v {
-		for _, k := range kinds {
-			if err := scanServer(c, ctx, rdb, k, page); err != nil {
-				return err
-			}
+		if err := scanServer(c, ctx, rdb, pattern, kinds, page); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// listKind is what a walk SCANs for: the keys of pattern, each the key of
-// a name under prefix with suffix added, of the lock kind kind.
+// listKind is a key a walk lists: the key of a name under prefix with
+// suffix added, of the lock kind kind.
 type listKind struct {
-	kind                    byte
-	prefix, pattern, suffix string
+	kind           byte
+	prefix, suffix string
 }
 
-// scanServer SCANs one server for k's keys.
-func scanServer(c *Client, ctx context.Context, rdb redis.UniversalClient, k listKind, page func(names []listed) bool) error {
+// scanServer SCANs one server for pattern, and pages the names of the
+// keys of kinds.
+func scanServer(c *Client, ctx context.Context, rdb redis.UniversalClient, pattern string, kinds []listKind, page func(names []listed) bool) error {
 	var cursor uint64
 	for {
 		if c.isClosed() {
@@ -94,7 +94,7 @@ func scanServer(c *Client, ctx context.Context, rdb redis.UniversalClient, k lis
 			next uint64
 		}
 		out := bounded(c, ctx, cleanupBudget/2, func(ctx context.Context) (scanned, error) {
-			keys, next, err := rdb.Scan(ctx, cursor, k.pattern, listScanCount).Result()
+			keys, next, err := rdb.Scan(ctx, cursor, pattern, listScanCount).Result()
 			return scanned{keys, next}, err
 		}, nil)
 		if out.err != nil {
@@ -102,9 +102,12 @@ func scanServer(c *Client, ctx context.Context, rdb redis.UniversalClient, k lis
 		}
 		var names []listed
 		for _, key := range out.v.keys {
-			if key, ok := strings.CutSuffix(key, k.suffix); ok {
-				if name, ok := scripts.NameOf(k.prefix, key); ok {
-					names = append(names, listed{name, k.kind})
+			for _, k := range kinds {
+				if key, ok := strings.CutSuffix(key, k.suffix); ok {
+					if name, ok := scripts.NameOf(k.prefix, key); ok {
+						names = append(names, listed{name, k.kind})
+						break
+					}
 				}
 			}
 		}

@@ -17,6 +17,11 @@ var unescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
 // other data may match; NameOf tells them apart.
 func LockPattern(prefix string) string { return globEscaper.Replace(prefix) + ":{*}" }
 
+// PrefixPattern is the SCAN MATCH pattern of every key under prefix: a
+// walk that looks for locks, read-write locks and semaphores in one pass
+// sorts the keys itself.
+func PrefixPattern(prefix string) string { return globEscaper.Replace(prefix) + ":*" }
+
 // NameOf returns the lock name whose lock hash under prefix is key, and
 // false when no name has that lock hash (KeysFor(prefix, name).Lock ==
 // key for the name returned, and for no other).
