@@ -2,6 +2,7 @@ package reentrant_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -256,7 +257,10 @@ func TestLockShortDeadlinesAlwaysReportTheDeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%5)*200*time.Microsecond)
 			_, err := c.Lock(ctx, name)
 			cancel()
-			require.ErrorIs(t, err, reentrant.ErrNotAcquired, "attempt %d", i)
+			// Refused, or, when the deadline cut an attempt in flight (a
+			// loaded machine), outcome unknown: never both, always with
+			// the deadline.
+			require.NotEqual(t, errors.Is(err, reentrant.ErrNotAcquired), errors.Is(err, reentrant.ErrOutcomeUnknown), "attempt %d: %v", i, err)
 			require.ErrorIs(t, err, context.DeadlineExceeded, "attempt %d", i)
 		}
 	})
